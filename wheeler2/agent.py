@@ -1,0 +1,152 @@
+"""The contract between the engine and an algorithm.
+
+An algorithm (``agents/ddpg.py``, ``agents/ppo.py``, ...) subclasses :class:`Agent`. The engine
+never imports an algorithm by name: it resolves ``algo = "ddpg"`` through the registry, builds
+``Agent.Params`` from the TOML ``[team.params]`` table, and then only calls the methods below.
+
+Conventions every algorithm follows:
+
+* Observations given to ``act`` are flat float32 arrays ``[N, obs_dim]`` (goal envs: observation
+  and desired goal concatenated by the engine). Normalisation, if any, is the agent's business.
+* Continuous actions live in ``[-1, 1]^act_dim``; the env adapter rescales them to the Box bounds.
+  Discrete actions are int64 ``[N]``.
+* Rewards come as one column per task reward head, ``[B, H]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class SpaceInfo:
+    """What an agent needs to know about the problem to build its networks."""
+
+    obs_dim: int
+    act_dim: int  # Box: action dimension; Discrete: number of actions
+    discrete: bool
+    heads: tuple[str, ...] = ("env",)
+    head_weights: tuple[float, ...] = (1.0,)
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.heads)
+
+
+@dataclass
+class ActOut:
+    """An agent's decision for a batch of N observations."""
+
+    action: np.ndarray  # float32 [N, act_dim] in [-1, 1], or int64 [N] for discrete
+    logp: np.ndarray | None = None  # behaviour log-probability [N], for stochastic policies
+    extras: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. value estimates
+
+
+@dataclass
+class LearnOut:
+    """What one gradient step reports back to the engine."""
+
+    metrics: dict[str, float]
+    td_error: np.ndarray | None = None  # [B] |TD error| used as new priorities
+
+
+@dataclass
+class Batch:
+    """A replay sample, as torch tensors on the learner's device.
+
+    ``reward`` is the n-step discounted return per head, ``discount`` the multiplier of the
+    bootstrap value (``gamma**k`` times zero when the window hit a terminal state), so a TD target
+    is simply ``reward + discount[:, None] * Q_target(next_obs, pi(next_obs))``.
+    """
+
+    obs: torch.Tensor  # [B, obs_dim]
+    action: torch.Tensor  # [B, act_dim] float, or [B] long for discrete
+    reward: torch.Tensor  # [B, H]
+    next_obs: torch.Tensor  # [B, obs_dim]
+    discount: torch.Tensor  # [B]
+    weight: torch.Tensor  # [B] importance weights (ones for uniform sampling)
+    index: np.ndarray  # [B] slots, handed back with the priorities
+    logp: torch.Tensor | None = None  # [B] behaviour log-prob, where the producer stored one
+
+    @classmethod
+    def from_numpy(cls, arrays: dict[str, np.ndarray], device: torch.device | str) -> Batch:
+        """Move a buffer sample (dict of numpy arrays) to ``device``."""
+
+        def t(name: str) -> torch.Tensor:
+            return torch.as_tensor(arrays[name], device=device)
+
+        logp = arrays.get("logp")
+        return cls(
+            obs=t("obs"),
+            action=t("action"),
+            reward=t("reward"),
+            next_obs=t("next_obs"),
+            discount=t("discount"),
+            weight=t("weight"),
+            index=arrays["index"],
+            logp=None if logp is None else t("logp"),
+        )
+
+
+@dataclass
+class Transitions:
+    """One vector step of N env copies, as the engine hands it to ``Agent.observe``.
+
+    ``next_obs`` is the true next observation of each transition; ``reset_obs`` is what the agent
+    acts on next (they differ only where the episode ended and the copy was reset).
+    """
+
+    obs: np.ndarray  # [N, obs_dim]
+    action: np.ndarray
+    reward: np.ndarray  # [N, H]
+    next_obs: np.ndarray  # [N, obs_dim]
+    terminated: np.ndarray  # [N] bool: a real terminal state, no bootstrap
+    truncated: np.ndarray  # [N] bool: time limit, bootstrap from next_obs
+    reset_obs: np.ndarray  # [N, obs_dim]
+    act_out: ActOut
+
+
+class Agent:
+    """Base class of every algorithm. Subclasses set ``Params`` and ``uses_replay``.
+
+    ``uses_replay = True``: the engine samples the central buffer and calls :meth:`learn`.
+    ``uses_replay = False``: the agent learns from its own rollouts inside :meth:`observe`.
+    Either kind can be a team's learner or an explorer; every member's transitions go into the
+    central buffer.
+    """
+
+    Params: ClassVar[type]  # a dataclass of hyperparameters, defaults = the algorithm's defaults
+    uses_replay: ClassVar[bool] = True
+
+    def __init__(self, space: SpaceInfo, params: Any, device: str = "cpu", seed: int = 0) -> None:
+        self.space = space
+        self.params = params
+        self.device = torch.device(device)
+        self.seed = seed
+
+    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+        raise NotImplementedError
+
+    def observe(self, step: Transitions) -> dict[str, float] | None:
+        """Called after every vector step. Returns metrics when the agent updated itself."""
+        return None
+
+    def learn(self, batch: Batch) -> LearnOut:
+        raise NotImplementedError(f"{type(self).__name__} does not learn from replay")
+
+    @property
+    def actor(self) -> nn.Module:
+        """The policy network: what evaluation runs and what weight sync copies."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: networks, targets, optimizers, counters."""
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError

@@ -1,0 +1,76 @@
+"""The contract between the engine and an environment adapter.
+
+Adapters live in ``envs/`` (gymnasium, PettingZoo, Unity). Each one is a vector of ``num_envs``
+copies that autoresets: when copy ``i`` ends its episode, ``step`` returns the true last
+observation in ``final_obs[i]`` and the first observation of the next episode in ``obs[i]``, so
+rollouts run on across calls without the engine ever calling ``reset`` again.
+
+Continuous actions cross this boundary in ``[-1, 1]``; the adapter maps them onto the Box.
+Goal environments (gymnasium ``GoalEnv`` dict observations) report the observation part in
+``obs`` and the goals in ``achieved_goal`` / ``desired_goal``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """Static facts about an adapter, read by the engine to size buffers and networks."""
+
+    obs_dim: int  # the observation part only (goal envs: without the goals)
+    act_dim: int  # Box: dimension; Discrete: number of actions
+    discrete: bool
+    goal_dim: int = 0  # 0 for envs without goals
+    max_episode_steps: int | None = None
+
+
+@dataclass
+class EnvStep:
+    """The result of one vector step; every array has N rows."""
+
+    obs: np.ndarray  # [N, obs_dim] what to act on next (already reset where an episode ended)
+    reward: np.ndarray  # [N] float32, the env's own reward
+    terminated: np.ndarray  # [N] bool
+    truncated: np.ndarray  # [N] bool
+    final_obs: np.ndarray  # [N, obs_dim] the true next observation of this transition
+    infos: list[dict[str, Any]]  # per copy; the last step's info where the episode ended
+    achieved_goal: np.ndarray | None = None  # [N, G] for the next obs to act on
+    desired_goal: np.ndarray | None = None  # [N, G]
+    final_achieved_goal: np.ndarray | None = None  # [N, G] of the true next observation
+    final_desired_goal: np.ndarray | None = None  # [N, G]
+
+    @property
+    def done(self) -> np.ndarray:
+        return self.terminated | self.truncated
+
+
+@dataclass
+class EnvReset:
+    obs: np.ndarray
+    achieved_goal: np.ndarray | None = None
+    desired_goal: np.ndarray | None = None
+
+
+class VecEnv(Protocol):
+    """What the engine needs from an adapter."""
+
+    num_envs: int
+    info: EnvInfo
+
+    def reset(self, seed: int | None = None) -> EnvReset: ...
+
+    def step(self, action: np.ndarray) -> EnvStep: ...
+
+    def close(self) -> None: ...
+
+
+def policy_obs(obs: np.ndarray, desired_goal: np.ndarray | None) -> np.ndarray:
+    """The flat float32 input of actor and critic: the observation, then the goal if any."""
+    if desired_goal is None:
+        return np.asarray(obs, dtype=np.float32)
+    return np.concatenate([obs, desired_goal], axis=-1).astype(np.float32, copy=False)
