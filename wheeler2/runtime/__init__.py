@@ -1,0 +1,61 @@
+"""Backends that run a team, and the entry points the CLI calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from wheeler2 import checkpoint as ckpt
+from wheeler2.runtime.experiment import new_run_dir
+
+
+def run_experiment(config: Any, run_dir: Path | None = None, resume: bool = False) -> Path:
+    """Run (or resume) ``config``; returns the run directory holding every result."""
+    if resume and run_dir is None:
+        raise ValueError("resume needs the run directory")
+    run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    backend = config.experiment.backend
+    if backend == "serial":
+        from wheeler2.runtime.serial import run_serial
+
+        run_serial(config, run_dir, resume)
+    elif backend == "local":
+        from wheeler2.runtime.local import run_local
+
+        run_local(config, run_dir, resume)
+    elif backend == "ray":
+        from wheeler2.runtime.ray_backend import run_ray
+
+        run_ray(config, run_dir, resume)
+    else:  # config validation rejects this first; kept for callers that build configs by hand
+        raise ValueError(f"unknown backend {backend!r}: expected serial, local or ray")
+    return run_dir
+
+
+def evaluate_run(run_dir: Path, episodes: int | None = None, which: str = "best") -> dict[str, Any]:
+    """Evaluate the learner of a finished (or interrupted) run from its checkpoint."""
+    from wheeler2.config import load
+    from wheeler2.runtime import build
+    from wheeler2.runtime.evaluation import evaluate
+
+    run_dir = Path(run_dir)
+    config = load(run_dir / "config.toml")
+    path = run_dir / "checkpoints" / f"{which}.pt"
+    if not path.exists():
+        path = run_dir / "checkpoints" / "latest.pt"
+    payload = ckpt.load(path)
+    plans = build.plan_team(config)
+    lead = build.learner_plan(plans)
+    episodes = int(episodes or config.experiment.eval_episodes)
+    env = build.make_env(config, episodes, int(config.experiment.seed) + 99_991)
+    try:
+        heads = build.make_heads(config, env, build.make_task(config))
+        agent = build.make_agent(config, lead, build.space_info(env.info, heads), 0)
+        agent.load_state_dict(payload["members"][lead.name])
+        result = evaluate(agent, env, int(config.experiment.seed) + 7)
+    finally:
+        env.close()
+    return {"checkpoint": str(path), "episodes": episodes, "mean_return": result.mean_return,
+            "std_return": result.std_return, "success": result.success,
+            "env_steps": payload["run"]["env_steps"]}

@@ -1,0 +1,133 @@
+"""Builds the pieces of a run from a validated config: envs, heads, agents, the central replay.
+
+Every backend calls these, in the main process or inside a member's process, so a member is
+made the same way wherever it runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from wheeler2 import registry
+from wheeler2.agent import Agent, SpaceInfo
+from wheeler2.env import EnvInfo, VecEnv
+from wheeler2.task import Head, RewardHeads, Task
+
+
+@dataclass(frozen=True)
+class MemberPlan:
+    """One concrete member: a ``[[team]]`` table with ``count = 3`` gives three plans."""
+
+    name: str  # unique: the team name, suffixed with the index when count > 1
+    team: str
+    index: int  # position in the whole team, used for seeds
+    role: str
+    algo: str
+    spec: Any  # the config's member spec
+
+
+def plan_team(config: Any) -> list[MemberPlan]:
+    plans: list[MemberPlan] = []
+    for spec in config.team:
+        for k in range(spec.count):
+            name = spec.name if spec.count == 1 else f"{spec.name}-{k}"
+            plans.append(MemberPlan(name, spec.name, len(plans), spec.role, spec.algo, spec))
+    return plans
+
+
+def learner_plan(plans: list[MemberPlan]) -> MemberPlan:
+    return next(p for p in plans if p.role == "learner")
+
+
+def member_seed(config: Any, plan: MemberPlan) -> int:
+    # Spread members far apart so their env copies (seed + i) never share a seed.
+    return int(config.experiment.seed) * 10_007 + plan.index * 1_000
+
+
+def make_env(config: Any, num_envs: int, seed: int) -> VecEnv:
+    return registry.make_env(config.env, num_envs, seed)
+
+
+def make_task(config: Any) -> Task | None:
+    task_cfg = getattr(config, "task", None)
+    spec = getattr(task_cfg, "spec", None) if task_cfg is not None else None
+    if not spec:
+        return None
+    cls = registry.resolve_object(spec)
+    return cls()
+
+
+def make_heads(config: Any, env: VecEnv, task: Task | None) -> RewardHeads:
+    task_cfg = getattr(config, "task", None)
+    head_specs = list(getattr(task_cfg, "heads", None) or [])
+    goal_reward = getattr(env, "compute_reward", None) if env.info.goal_dim else None
+    if not head_specs:
+        return RewardHeads([Head("env", 1.0, None)], goal_reward)
+    heads = []
+    for h in head_specs:
+        if h.reward == "env":
+            fn = None
+        elif task is not None and ":" not in h.reward and hasattr(task, h.reward):
+            fn = getattr(task, h.reward)
+        else:
+            fn = registry.resolve_object(h.reward)
+        heads.append(Head(h.name, float(h.weight), fn))
+    return RewardHeads(heads, goal_reward)
+
+
+def space_info(info: EnvInfo, heads: RewardHeads) -> SpaceInfo:
+    return SpaceInfo(
+        obs_dim=info.obs_dim + info.goal_dim,
+        act_dim=info.act_dim,
+        discrete=info.discrete,
+        heads=heads.names,
+        head_weights=heads.weights,
+    )
+
+
+def make_agent(config: Any, plan: MemberPlan, space: SpaceInfo, seed: int) -> Agent:
+    cls = registry.resolve_algo(plan.algo)
+    params = plan.spec.params
+    # Schedules (linear lr / clip annealing) need the run's length; fill it where left at 0.
+    if dataclasses.is_dataclass(params) and "total_steps" in {f.name for f in dataclasses.fields(params)}:
+        if not getattr(params, "total_steps"):
+            params = dataclasses.replace(params, total_steps=int(config.experiment.total_steps))
+    device = getattr(params, "device", "cpu")
+    torch.manual_seed(seed)
+    np.random.seed(seed % (2**32))
+    return cls(space, params, device=device, seed=seed)
+
+
+def replay_layout(info: EnvInfo, heads: RewardHeads, logp: bool) -> Any:
+    from wheeler2.buffer import Layout
+
+    return Layout(obs_dim=info.obs_dim, act_dim=info.act_dim, discrete=info.discrete,
+                  num_heads=len(heads), goal_dim=info.goal_dim, logp=logp)
+
+
+def replay_config(config: Any, learner_params: Any, chunk: int | None = None) -> Any:
+    from wheeler2.buffer import HerConfig, ReplayConfig
+
+    b = config.buffer
+    learning_starts = int(getattr(learner_params, "learning_starts", 0) or 0)
+    min_size = max(learning_starts, int(b.batch_size))
+    updates = max(1, int((config.experiment.total_steps - min_size) * b.updates_per_insert))
+    her = None if b.her is None else HerConfig(strategy=b.her.strategy, k=int(b.her.k))
+    return ReplayConfig(
+        capacity=int(b.capacity),
+        batch_size=int(b.batch_size),
+        prioritized=bool(b.prioritized),
+        alpha=float(b.alpha),
+        beta=float(b.beta),
+        beta_steps=updates,
+        n_step=int(b.n_step),
+        updates_per_insert=float(b.updates_per_insert),
+        min_size=min_size,
+        her=her,
+        chunk=int(chunk if chunk is not None else b.chunk),
+    )

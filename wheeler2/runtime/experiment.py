@@ -1,0 +1,166 @@
+"""A run from start to end: run directory, schedule of evals and checkpoints, summary.
+
+The backend (serial, local, ray) decides where members run; this module decides what a run
+writes and when, so every backend produces the same run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from wheeler2 import checkpoint as ckpt
+from wheeler2.log import RunLog, write_summary
+from wheeler2.runtime.evaluation import EvalResult
+
+
+def new_run_dir(config: Any) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path(config.experiment.out) / f"{config.experiment.name}-{stamp}"
+    run_dir, k = base, 1
+    while run_dir.exists():  # two runs started in the same second
+        run_dir, k = Path(f"{base}-{k}"), k + 1
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+@dataclass
+class Schedule:
+    """When the next eval / checkpoint / log line is due, in env steps or seconds."""
+
+    eval_every: int
+    checkpoint_every: int
+    log_every_s: float = 2.0
+    next_eval: int = 0
+    next_checkpoint: int = 0
+    next_log: float = 0.0
+
+    def start(self, env_steps: int) -> None:
+        self.next_eval = (env_steps // self.eval_every + 1) * self.eval_every
+        self.next_checkpoint = (env_steps // self.checkpoint_every + 1) * self.checkpoint_every
+        self.next_log = time.perf_counter() + self.log_every_s
+
+
+@dataclass
+class RunState:
+    """Counters and history that a checkpoint carries over to ``resume``."""
+
+    env_steps: int = 0
+    wall_s: float = 0.0  # wall-clock of earlier sessions of this run
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    steps_to_threshold: int | None = None
+    best_return: float = -math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"env_steps": self.env_steps, "wall_s": self.wall_s, "evals": self.evals,
+                "steps_to_threshold": self.steps_to_threshold, "best_return": self.best_return}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunState:
+        return cls(env_steps=int(d["env_steps"]), wall_s=float(d["wall_s"]), evals=list(d["evals"]),
+                   steps_to_threshold=d.get("steps_to_threshold"), best_return=float(d["best_return"]))
+
+
+class Recorder:
+    """Writes the run directory: config, metrics, evals, checkpoints, curve and summary."""
+
+    def __init__(self, config: Any, run_dir: Path, state: RunState) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.state = state
+        exp = config.experiment
+        self.schedule = Schedule(int(exp.eval_every), int(getattr(exp, "checkpoint_every", 0) or exp.eval_every))
+        self.schedule.start(state.env_steps)
+        self.threshold = getattr(exp, "eval_threshold", None)
+        self.log = RunLog(run_dir, progress=bool(getattr(exp, "progress", True)),
+                          total_steps=int(exp.total_steps))
+        self._t0 = time.perf_counter()
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        (run_dir / "config.toml").write_text(config.to_toml())
+
+    @property
+    def wall_s(self) -> float:
+        return self.state.wall_s + time.perf_counter() - self._t0
+
+    def eval_due(self, env_steps: int) -> bool:
+        return env_steps >= self.schedule.next_eval
+
+    def checkpoint_due(self, env_steps: int) -> bool:
+        return env_steps >= self.schedule.next_checkpoint
+
+    def log_due(self) -> bool:
+        return time.perf_counter() >= self.schedule.next_log
+
+    def record_eval(self, env_steps: int, result: EvalResult) -> bool:
+        """Stores one evaluation; returns True when it is the best so far."""
+        while self.schedule.next_eval <= env_steps:
+            self.schedule.next_eval += self.schedule.eval_every
+        entry = {"env_steps": env_steps, "wall_s": round(self.wall_s, 3),
+                 "return": result.mean_return, "return_std": result.std_return,
+                 "success": result.success}
+        self.state.evals.append(entry)
+        self.log.eval(env_steps, entry["wall_s"], result.mean_return, result.success)
+        if (self.threshold is not None and self.state.steps_to_threshold is None
+                and result.mean_return > float(self.threshold)):
+            self.state.steps_to_threshold = env_steps
+        best = result.mean_return > self.state.best_return
+        if best:
+            self.state.best_return = result.mean_return
+        return best
+
+    def save_checkpoint(self, payload: dict[str, Any], best: bool = False) -> None:
+        while self.schedule.next_checkpoint <= self.state.env_steps:
+            self.schedule.next_checkpoint += self.schedule.checkpoint_every
+        state = {"run": self.state.to_dict() | {"wall_s": self.wall_s}, "rng": ckpt.rng_state(), **payload}
+        ckpt.save(self.run_dir / "checkpoints" / "latest.pt", state)
+        if best:
+            ckpt.save(self.run_dir / "checkpoints" / "best.pt", state)
+
+    def scalars(self, member: str, env_steps: int, values: dict[str, float]) -> None:
+        self.log.scalars(member, env_steps, values)
+
+    def progress(self, env_steps: int, members: dict[str, dict[str, float]]) -> None:
+        self.schedule.next_log = time.perf_counter() + self.schedule.log_every_s
+        last = self.state.evals[-1]["return"] if self.state.evals else None
+        self.log.progress(env_steps, members, last_eval=last)
+
+    def finish(self, members: dict[str, dict[str, float]], interrupted: bool = False) -> dict[str, Any]:
+        evals = self.state.evals
+        summary = {
+            "name": self.config.experiment.name,
+            "env_steps": self.state.env_steps,
+            "wall_s": round(self.wall_s, 3),
+            "best_eval_return": None if not evals else max(e["return"] for e in evals),
+            "final_eval_return": None if not evals else evals[-1]["return"],
+            "steps_to_threshold": self.state.steps_to_threshold,
+            "eval_threshold": self.threshold,
+            "interrupted": interrupted,
+            "eval": evals,
+            "members": members,
+        }
+        write_summary(self.run_dir, summary)
+        try:
+            from wheeler2.plot import write_curve
+
+            write_curve(self.run_dir)
+        except Exception as exc:  # a missing curve must not lose the run's results
+            print(f"warning: could not draw curve.png: {exc}")
+        self.log.close()
+        return summary
+
+
+def load_resume_state(run_dir: Path) -> tuple[RunState, dict[str, Any]]:
+    path = run_dir / "checkpoints" / "latest.pt"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no checkpoint to resume from")
+    payload = ckpt.load(path)
+    return RunState.from_dict(payload["run"]), payload
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "summary.json").read_text())

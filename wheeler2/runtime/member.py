@@ -1,0 +1,142 @@
+"""One team member in the current process: its env copies, its agent and its replay writer.
+
+This is the actor half of Acme's split; the learner half is :class:`Trainer`. Every backend runs
+members through these two classes, whether they share one process (serial) or each have their
+own (local, ray).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from wheeler2.agent import Agent, Batch, Transitions
+from wheeler2.env import EnvStep, VecEnv, policy_obs
+from wheeler2.task import RewardHeads
+
+
+@dataclass
+class MemberStats:
+    env_steps: int = 0
+    episodes: int = 0
+    recent_returns: deque = field(default_factory=lambda: deque(maxlen=20))
+    started: float = field(default_factory=time.perf_counter)
+
+    def steps_per_s(self) -> float:
+        return self.env_steps / max(time.perf_counter() - self.started, 1e-9)
+
+
+class Member:
+    """Steps ``env`` with ``agent`` and pushes every transition into the central replay."""
+
+    def __init__(self, name: str, role: str, agent: Agent, env: VecEnv, heads: RewardHeads,
+                 writer: Any | None, seed: int) -> None:
+        self.name = name
+        self.role = role
+        self.agent = agent
+        self.env = env
+        self.heads = heads
+        self.writer = writer
+        self.stats = MemberStats()
+        first = env.reset(seed=seed)
+        self._obs, self._ag, self._dg = first.obs, first.achieved_goal, first.desired_goal
+        self._ep_return = np.zeros(env.num_envs, np.float64)
+        self.last_metrics: dict[str, float] = {}
+
+    def step(self) -> int:
+        """One vector step of every copy. Returns the number of env steps taken."""
+        obs, ag, dg = self._obs, self._ag, self._dg
+        pin = policy_obs(obs, dg)
+        out = self.agent.act(pin, explore=True)
+        st: EnvStep = self.env.step(out.action)
+        reward = self.heads.compute(obs, out.action, st.final_obs, st.final_achieved_goal,
+                                    st.final_desired_goal, st.infos, st.reward)
+        metrics = self.agent.observe(Transitions(
+            obs=pin,
+            action=out.action,
+            reward=reward,
+            next_obs=policy_obs(st.final_obs, st.final_desired_goal),
+            terminated=st.terminated,
+            truncated=st.truncated,
+            reset_obs=policy_obs(st.obs, st.desired_goal),
+            act_out=out,
+        ))
+        if metrics:
+            self.last_metrics.update(metrics)
+        if self.writer is not None:
+            self.writer.add(obs, out.action, reward, st.final_obs, st.terminated, st.truncated,
+                            logp=out.logp, achieved_goal=ag, desired_goal=dg,
+                            next_achieved_goal=st.final_achieved_goal)
+        self._track_returns(st)
+        self._obs, self._ag, self._dg = st.obs, st.achieved_goal, st.desired_goal
+        n = self.env.num_envs
+        self.stats.env_steps += n
+        return n
+
+    def _track_returns(self, st: EnvStep) -> None:
+        self._ep_return += st.reward
+        done = st.terminated | st.truncated
+        if done.any():
+            for i in np.flatnonzero(done):
+                self.stats.recent_returns.append(float(self._ep_return[i]))
+                self.stats.episodes += 1
+            self._ep_return[done] = 0.0
+
+    def figures(self) -> dict[str, float]:
+        out = {"env_steps": float(self.stats.env_steps), "episodes": float(self.stats.episodes),
+               "steps_per_s": self.stats.steps_per_s()}
+        if self.stats.recent_returns:
+            out["episode_return"] = float(np.mean(self.stats.recent_returns))
+        out.update(self.last_metrics)
+        return out
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+        self.env.close()
+
+
+class Trainer:
+    """The learner half: samples the central replay and takes gradient steps."""
+
+    def __init__(self, agent: Agent, replay: Any) -> None:
+        self.agent = agent
+        self.replay = replay
+        self.updates = 0
+        self._sums: dict[str, float] = {}
+        self._count = 0
+
+    def _step(self, sample: dict[str, np.ndarray]) -> None:
+        out = self.agent.learn(Batch.from_numpy(sample, self.agent.device))
+        if out.td_error is not None:
+            self.replay.update_priorities(sample["index"], out.td_error)
+        self.updates += 1
+        for k, v in out.metrics.items():
+            self._sums[k] = self._sums.get(k, 0.0) + float(v)
+        self._count += 1
+
+    def train_available(self) -> int:
+        """Take every gradient step the ratio gate allows now, without blocking (serial)."""
+        done = 0
+        while self.replay.can_sample():
+            self._step(self.replay.sample())
+            done += 1
+        return done
+
+    def train_blocking(self, timeout: float | None) -> None:
+        """One gradient step, waiting on the gate for inserts (a learner in its own process)."""
+        self._step(self.replay.sample(timeout=timeout))
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Mean of each metric since the last call (keeps logging off the per-update path)."""
+        if not self._count:
+            return {}
+        out = {k: v / self._count for k, v in self._sums.items()}
+        out["updates"] = float(self.updates)
+        self._sums.clear()
+        self._count = 0
+        return out
