@@ -1,0 +1,167 @@
+"""The ``wheeler2`` command: run | check | eval | resume | plot.
+
+Exit codes: 0 success, 2 an invalid config or usage (message only, no traceback), 130 interrupted,
+1 anything else (with its traceback, since that is a bug to report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from wheeler2.config import Config, ConfigError, load
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_INVALID = 2
+EXIT_INTERRUPTED = 130
+
+
+def _add_overrides(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="TABLE.KEY=VALUE",
+        help="override one key, e.g. --set buffer.n_step=3 --set team.target.params.gamma=0.9",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wheeler2",
+        description="Cooperative multi-algorithm reinforcement learning, declared in TOML.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run an experiment file")
+    run.add_argument("file", type=Path)
+    _add_overrides(run)
+    run.add_argument("--seed", type=int, help="override experiment.seed")
+    run.add_argument("--out", help="override experiment.out (the parent of run directories)")
+
+    check = sub.add_parser("check", help="validate an experiment file without running it")
+    check.add_argument("file", type=Path)
+    _add_overrides(check)
+
+    evaluate = sub.add_parser("eval", help="evaluate a run's learner from its checkpoint")
+    evaluate.add_argument("run_dir", type=Path)
+    evaluate.add_argument("--episodes", type=int, help="default: experiment.eval_episodes")
+    evaluate.add_argument("--checkpoint", choices=("best", "latest"), default="best")
+
+    resume = sub.add_parser("resume", help="continue an interrupted run from its latest checkpoint")
+    resume.add_argument("run_dir", type=Path)
+
+    plot = sub.add_parser("plot", help="draw eval return curves of one or more runs")
+    plot.add_argument("run_dirs", type=Path, nargs="+")
+    plot.add_argument("-o", "--output", type=Path, default=Path("curves.png"))
+    plot.add_argument("--x", choices=("env_steps", "wall_s"), default="env_steps")
+    return parser
+
+
+def _describe(config: Config) -> str:
+    members = sum(m.count for m in config.team)
+    return f"{members} member{'s' if members != 1 else ''}, backend {config.experiment.backend}"
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    config = load(args.file, args.overrides)
+    print(f"ok: {args.file} ({_describe(config)})")
+    return EXIT_OK
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    config = load(args.file, args.overrides, seed=args.seed, out=args.out)
+    from wheeler2.runtime import run_experiment
+
+    print(f"running {config.experiment.name} ({_describe(config)})", flush=True)
+    run_dir = run_experiment(config)
+    _report_results(Path(run_dir))
+    return EXIT_OK
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    config_path = args.run_dir / "config.toml"
+    if not config_path.exists():
+        raise ConfigError(config_path, None, None, "not found: is this a run directory?")
+    config = load(config_path)
+    from wheeler2.runtime import run_experiment
+
+    print(f"resuming {args.run_dir}", flush=True)
+    run_dir = run_experiment(config, args.run_dir, resume=True)
+    _report_results(Path(run_dir))
+    return EXIT_OK
+
+
+def _report_results(run_dir: Path) -> None:
+    from wheeler2.log import read_summary
+
+    print(f"results: {run_dir}")
+    try:
+        summary = read_summary(run_dir)
+    except (FileNotFoundError, ValueError):
+        return
+    figures = [
+        ("env steps", summary.get("env_steps")),
+        ("wall s", summary.get("wall_s")),
+        ("best eval return", summary.get("best_eval_return")),
+        ("final eval return", summary.get("final_eval_return")),
+        ("steps to threshold", summary.get("steps_to_threshold")),
+    ]
+    for label, value in figures:
+        if value is not None:
+            print(f"  {label}: {_fmt(value)}")
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from wheeler2.runtime import evaluate_run
+
+    result = evaluate_run(args.run_dir, args.episodes, args.checkpoint)
+    line = (
+        f"{result.get('checkpoint', args.checkpoint)}: {result.get('episodes')} episodes, "
+        f"return {result['mean_return']:.2f} +- {result['std_return']:.2f}"
+    )
+    if result.get("success") is not None:
+        line += f", success {result['success']:.2f}"
+    print(line)
+    return EXIT_OK
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from wheeler2.plot import plot_runs
+
+    print(f"wrote {plot_runs(args.run_dirs, args.output, x=args.x)}")
+    return EXIT_OK
+
+
+COMMANDS = {
+    "run": _cmd_run,
+    "check": _cmd_check,
+    "eval": _cmd_eval,
+    "resume": _cmd_resume,
+    "plot": _cmd_plot,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception:  # noqa: BLE001 - anything else is a bug: show where it happened
+        traceback.print_exc()
+        return EXIT_ERROR

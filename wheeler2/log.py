@@ -1,0 +1,309 @@
+"""What a run reports while it runs: metrics.csv, TensorBoard scalars, terminal progress.
+
+``metrics.csv`` is in long format (one value per row) so members with different metrics share one
+file, and a resumed run appends to it. Progress goes to a rich live table on a terminal; when stdout
+is not a terminal (CI, ``nohup``) or ``progress = false``, a plain line every few seconds instead,
+so logs stay readable.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+METRICS_FILE = "metrics.csv"
+SUMMARY_FILE = "summary.json"
+TENSORBOARD_DIR = "tb"
+CSV_FIELDS = ("wall_s", "env_steps", "member", "key", "value")
+
+_FLUSH_EVERY_S = 5.0
+_PLAIN_EVERY_S = 10.0
+_LIVE_EVERY_S = 0.25
+
+
+class RunLog:
+    """One run's metric sinks. Call :meth:`close` (also on errors) to flush and stop the display.
+
+    ``wall_offset_s`` continues the clock of a resumed run, so ``wall_s`` keeps increasing.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        total_steps: int | None = None,
+        progress: bool = True,
+        tensorboard: bool = True,
+        wall_offset_s: float = 0.0,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.total_steps = total_steps
+        self._t0 = time.perf_counter() - wall_offset_s
+        self._session_t0 = time.perf_counter()
+        self._session_start_steps: int | None = None
+
+        path = self.run_dir / METRICS_FILE
+        new_file = not path.exists() or path.stat().st_size == 0
+        self._csv_file = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115
+        self._csv = csv.writer(self._csv_file)
+        if new_file:
+            self._csv.writerow(CSV_FIELDS)
+        self._last_flush = time.perf_counter()
+
+        self._tb = _summary_writer(self.run_dir / TENSORBOARD_DIR) if tensorboard else None
+
+        self.evals: list[dict[str, Any]] = []
+        self._rates: dict[str, tuple[float, int, float]] = {}  # member -> (time, steps, rate)
+        self._live_enabled = progress and sys.stdout.isatty()
+        self._live: Any = None
+        self._last_display = -math.inf
+        self._closed = False
+
+    @property
+    def wall_s(self) -> float:
+        return time.perf_counter() - self._t0
+
+    # -- metrics -----------------------------------------------------------------------------
+
+    def scalars(self, member: str, env_steps: int, values: dict[str, float]) -> None:
+        """Record one member's metrics at ``env_steps`` (all members together)."""
+        wall = round(self.wall_s, 3)
+        for key, value in values.items():
+            value = _number(value)
+            self._csv.writerow((wall, int(env_steps), member, key, value))
+            if self._tb is not None:
+                self._tb.add_scalar(f"{member}/{key}", value, int(env_steps), walltime=time.time())
+        self._maybe_flush()
+
+    def eval(self, env_steps: int, wall_s: float, ret: float, success: float | None) -> None:
+        """Record an evaluation of the learner's actor (also kept in :attr:`evals`)."""
+        self.evals.append(
+            {
+                "env_steps": int(env_steps),
+                "wall_s": float(wall_s),
+                "return": float(ret),
+                "success": None if success is None else float(success),
+            }
+        )
+        values = {"return": ret} if success is None else {"return": ret, "success": success}
+        self.scalars("eval", env_steps, values)
+        self.flush()
+
+    def summary_fields(self, threshold: float | None = None) -> dict[str, Any]:
+        """Eval figures for summary.json: best / final return, the eval list, steps to threshold."""
+        returns = [e["return"] for e in self.evals]
+        fields: dict[str, Any] = {
+            "best_eval_return": max(returns) if returns else None,
+            "final_eval_return": returns[-1] if returns else None,
+            "eval": list(self.evals),
+        }
+        if threshold is not None:
+            hit = next((e for e in self.evals if e["return"] >= threshold), None)
+            fields["steps_to_threshold"] = None if hit is None else hit["env_steps"]
+            fields["wall_s_to_threshold"] = None if hit is None else hit["wall_s"]
+        return fields
+
+    def flush(self) -> None:
+        self._csv_file.flush()
+        if self._tb is not None:
+            self._tb.flush()
+        self._last_flush = time.perf_counter()
+
+    def _maybe_flush(self) -> None:
+        if time.perf_counter() - self._last_flush >= _FLUSH_EVERY_S:
+            self.flush()
+
+    # -- progress ----------------------------------------------------------------------------
+
+    def progress(
+        self,
+        env_steps_total: int,
+        members: dict[str, dict[str, Any]],
+        last_eval: float | None = None,
+    ) -> None:
+        """Refresh the display. ``members[name]`` holds that member's ``env_steps`` and any other
+        figures worth a glance (``updates``, ``episode_return``, ...)."""
+        now = time.perf_counter()
+        if self._session_start_steps is None:
+            self._session_start_steps = int(env_steps_total)
+        for name, figures in members.items():
+            self._update_rate(name, now, int(figures.get("env_steps", 0)))
+        if last_eval is None and self.evals:
+            last_eval = self.evals[-1]["return"]
+        interval = _LIVE_EVERY_S if self._live_enabled else _PLAIN_EVERY_S
+        if now - self._last_display < interval:
+            return
+        self._last_display = now
+        if self._live_enabled:
+            self._show_live(env_steps_total, members, last_eval)
+        else:
+            print(self._plain_line(env_steps_total, members, last_eval), flush=True)
+
+    def _update_rate(self, name: str, now: float, steps: int) -> None:
+        # Steps/s over the interval since the last call, smoothed so the display does not jitter.
+        if name not in self._rates:
+            self._rates[name] = (now, steps, 0.0)
+            return
+        t, s, rate = self._rates[name]
+        if now - t < 0.5:
+            return
+        new = (steps - s) / (now - t)
+        self._rates[name] = (now, steps, new if rate == 0.0 else 0.7 * rate + 0.3 * new)
+
+    def eta_s(self, env_steps_total: int) -> float | None:
+        """Seconds left at this session's average rate, or None before there is a rate."""
+        if self.total_steps is None or self._session_start_steps is None:
+            return None
+        done = env_steps_total - self._session_start_steps
+        elapsed = time.perf_counter() - self._session_t0
+        if done <= 0 or elapsed <= 0:
+            return None
+        return max(self.total_steps - env_steps_total, 0) / (done / elapsed)
+
+    def _plain_line(self, total: int, members: dict[str, dict], last: float | None) -> str:
+        parts = [f"[{_clock(self.wall_s)}] steps {total:,}" + self._of_total()]
+        eta = self.eta_s(total)
+        if eta is not None:
+            parts.append(f"left {_clock(eta)}")
+        if last is not None:
+            parts.append(f"eval {last:.1f}")
+        for name, figures in members.items():
+            rate = self._rates.get(name, (0, 0, 0.0))[2]
+            parts.append(f"{name}: {int(figures.get('env_steps', 0)):,} ({rate:,.0f}/s)")
+        return " | ".join(parts)
+
+    def _of_total(self) -> str:
+        return f"/{self.total_steps:,}" if self.total_steps else ""
+
+    def _show_live(self, total: int, members: dict[str, dict], last: float | None) -> None:
+        from rich.live import Live
+
+        table = self._table(total, members, last)
+        if self._live is None:
+            self._live = Live(table, auto_refresh=False, transient=False)
+            self._live.start()
+        self._live.update(table, refresh=True)
+
+    def _table(self, total: int, members: dict[str, dict[str, Any]], last: float | None) -> Any:
+        from rich.table import Table
+
+        eta = self.eta_s(total)
+        title = f"steps {total:,}{self._of_total()}  elapsed {_clock(self.wall_s)}"
+        if eta is not None:
+            title += f"  left {_clock(eta)}"
+        if last is not None:
+            title += f"  last eval {last:.1f}"
+        table = Table(title=title, title_justify="left")
+        extra = sorted({k for f in members.values() for k in f if k != "env_steps"})[:4]
+        for column in ("member", "env steps", "steps/s", *extra):
+            table.add_column(column, justify="left" if column == "member" else "right")
+        for name, figures in members.items():
+            rate = self._rates.get(name, (0, 0, 0.0))[2]
+            cells = [name, f"{int(figures.get('env_steps', 0)):,}", f"{rate:,.0f}"]
+            cells += [_cell(figures.get(k)) for k in extra]
+            table.add_row(*cells)
+        return table
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._live is not None:
+            self._live.stop()
+        self._csv_file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+    def __enter__(self) -> RunLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _summary_writer(log_dir: Path) -> Any:
+    # Imported here: tensorboard costs about a second to import, wasted by `wheeler2 check`.
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(log_dir=str(log_dir))
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, np.ndarray | np.generic):
+        value = value.item()
+    if hasattr(value, "item"):  # 0-d tensors
+        value = value.item()
+    return float(value)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def _json_safe(obj: Any) -> Any:
+    """Numpy / torch scalars to Python, non-finite floats to null: strict JSON."""
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _json_safe(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    if hasattr(obj, "item"):
+        return _json_safe(obj.item())
+    return str(obj)
+
+
+def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
+    """Write ``run_dir/summary.json`` atomically (readers never see half a file)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / SUMMARY_FILE
+    text = json.dumps(_json_safe(summary), indent=2, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".summary.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    return json.loads((Path(run_dir) / SUMMARY_FILE).read_text(encoding="utf-8"))

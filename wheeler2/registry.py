@@ -1,0 +1,218 @@
+"""Finding algorithms, tasks, reward functions and environments by name.
+
+The engine never imports ``agents/``, ``tasks/`` or ``envs/`` by name in its code paths; it asks
+here. Plain names (``"ddpg"``) mean a module of the ``agents`` package; ``"module:Class"`` points
+at user code anywhere on ``sys.path``, so a new algorithm or task needs no registration step.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import pkgutil
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from wheeler2.agent import Agent
+
+if TYPE_CHECKING:
+    from wheeler2.config import EnvConfig
+    from wheeler2.env import VecEnv
+
+ALGORITHM_PACKAGE = "agents"
+TASK_PACKAGE = "tasks"
+
+# Env ids with one of these prefixes go to an adapter module of the `envs` package, which exposes
+# `make(spec, kwargs, num_envs, seed) -> VecEnv`; everything else is a gymnasium id.
+ENV_ADAPTERS = {"pettingzoo": "envs.pettingzoo", "unity": "envs.unity"}
+
+
+class RegistryError(LookupError):
+    """A name that does not resolve; the message says what is available instead."""
+
+
+def _closest(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=3, cutoff=0.6)
+    return f"did you mean {_quoted(close)}? " if close else ""
+
+
+def _quoted(names: list[str]) -> str:
+    return ", ".join(f"'{n}'" for n in names)
+
+
+def _package_modules(package: str) -> list[str]:
+    try:
+        pkg = importlib.import_module(package)
+    except ImportError:
+        return []
+    return sorted(
+        f"{package}.{info.name}"
+        for info in pkgutil.iter_modules(pkg.__path__)
+        if not info.name.startswith("_")
+    )
+
+
+def _agent_class_in(module: ModuleType) -> type[Agent] | None:
+    """The one Agent subclass a module defines (imported ones, like the base, do not count)."""
+    found = [
+        obj
+        for obj in vars(module).values()
+        if inspect.isclass(obj)
+        and issubclass(obj, Agent)
+        and obj is not Agent
+        and obj.__module__ == module.__name__
+    ]
+    if len(found) > 1:
+        names = ", ".join(sorted(c.__name__ for c in found))
+        raise RegistryError(
+            f"module '{module.__name__}' defines several Agent subclasses ({names}); "
+            f"name one as '{module.__name__}:Class'"
+        )
+    return found[0] if found else None
+
+
+def algorithms() -> dict[str, type[Agent]]:
+    """Every algorithm in the ``agents`` package, by module name (``"ddpg"``).
+
+    A module that fails to import is left out here; resolving it by name shows its error.
+    """
+    found: dict[str, type[Agent]] = {}
+    for module_name in _package_modules(ALGORITHM_PACKAGE):
+        try:
+            cls = _agent_class_in(importlib.import_module(module_name))
+        except Exception:  # noqa: BLE001 - a broken file must not hide the others
+            continue
+        if cls is not None:
+            found[module_name.rsplit(".", 1)[1]] = cls
+    return found
+
+
+def _available_algorithms_text() -> str:
+    names = sorted(algorithms())
+    listed = ", ".join(names) if names else "none found in the 'agents' package"
+    return f"available: {listed} (or 'module:Class' for your own)"
+
+
+def resolve_algo(name: str) -> type[Agent]:
+    """``"ddpg"`` -> ``agents.ddpg``'s Agent subclass; ``"pkg.mod:Class"`` -> that class."""
+    if ":" in name:
+        obj = resolve_object(name)
+        if not (inspect.isclass(obj) and issubclass(obj, Agent)):
+            raise RegistryError(f"'{name}' is not an Agent subclass")
+        return obj
+    module_name = f"{ALGORITHM_PACKAGE}.{name}"
+    if not name.isidentifier() or module_name not in _package_modules(ALGORITHM_PACKAGE):
+        close = _closest(name, sorted(algorithms()))
+        raise RegistryError(f"unknown algorithm '{name}'; {close}{_available_algorithms_text()}")
+    # Errors inside an existing algorithm file are the user's to see, not "unknown algorithm".
+    cls = _agent_class_in(importlib.import_module(module_name))
+    if cls is None:
+        raise RegistryError(
+            f"'{module_name}' defines no Agent subclass; {_available_algorithms_text()}"
+        )
+    return cls
+
+
+def tasks() -> dict[str, type]:
+    """Every public class defined in a module of the ``tasks`` package, as ``"module:Class"``."""
+    found: dict[str, type] = {}
+    for module_name in _package_modules(TASK_PACKAGE):
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:  # noqa: BLE001 - list what does import
+            continue
+        for attr, obj in vars(module).items():
+            if inspect.isclass(obj) and obj.__module__ == module_name and not attr.startswith("_"):
+                found[f"{module_name}:{attr}"] = obj
+    return found
+
+
+def _available_tasks_text() -> str:
+    names = sorted(tasks())
+    return "tasks available: " + (", ".join(names) if names else "none in the 'tasks' package")
+
+
+def resolve_object(spec: str) -> Any:
+    """``"module:attr"`` -> the attribute (a task class, a reward function, an agent class)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise RegistryError(f"expected 'module:name', got '{spec}'; {_available_tasks_text()}")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Only "this very module is missing" is a lookup error; a missing import inside it is a bug
+        # in that file and keeps its traceback.
+        if exc.name is None or not module_name.startswith(exc.name):
+            raise
+        raise RegistryError(
+            f"no module named '{module_name}' (from '{spec}'); {_available_tasks_text()}"
+        ) from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            public = sorted(a for a in vars(module) if not a.startswith("_"))
+            close = _closest(part, public)
+            raise RegistryError(
+                f"module '{module_name}' has no '{attr}'; {close}it defines: {', '.join(public)}"
+            )
+        obj = getattr(obj, part)
+    return obj
+
+
+def check_env_id(env_id: str) -> None:
+    """Fail early, with suggestions, on an environment id that ``make_env`` could not build.
+
+    Adapter-prefixed ids are only checked for their form here: their packages are optional and
+    slow to import, and the adapter reports its own errors when the run starts.
+    """
+    prefix, sep, rest = env_id.partition(":")
+    if sep and prefix in ENV_ADAPTERS:
+        if not rest:
+            raise RegistryError(f"'{env_id}' names no environment after '{prefix}:'")
+        if prefix == "pettingzoo" and "." not in rest:
+            raise RegistryError(
+                f"expected 'pettingzoo:<family>.<env>', e.g. 'pettingzoo:sisl.multiwalker_v9', "
+                f"got '{env_id}'"
+            )
+        return
+    import gymnasium
+
+    _import_builtin_envs()
+    if sep:
+        # gymnasium's own "module:EnvId" form: importing the module registers its ids.
+        try:
+            importlib.import_module(prefix)
+        except ImportError as exc:
+            prefixes = ", ".join(f"'{p}:'" for p in ENV_ADAPTERS)
+            raise RegistryError(
+                f"cannot import '{prefix}' for '{env_id}' ({exc}); adapter prefixes are "
+                f"{prefixes}, anything else before ':' must be an importable module"
+            ) from None
+        env_id = rest
+    if env_id in gymnasium.registry:
+        return
+    close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=5, cutoff=0.5)
+    hint = f"close registered ids: {', '.join(close)}" if close else "no close registered id"
+    raise RegistryError(
+        f"unknown environment '{env_id}'; {hint} (ids from other packages: 'module:EnvId')"
+    )
+
+
+def _import_builtin_envs() -> None:
+    """Our own envs (``envs/``) register their gymnasium ids on import."""
+    try:
+        importlib.import_module("envs")
+    except ImportError:
+        pass
+
+
+def make_env(env_cfg: EnvConfig, num_envs: int, seed: int) -> VecEnv:
+    """Build the vectorized adapter for ``env_cfg`` (the adapter modules are imported lazily)."""
+    prefix, sep, rest = env_cfg.id.partition(":")
+    if sep and prefix in ENV_ADAPTERS:
+        adapter = importlib.import_module(ENV_ADAPTERS[prefix])
+        return adapter.make(rest, dict(env_cfg.kwargs), num_envs, seed)
+    from envs.gym import GymVecEnv
+
+    return GymVecEnv(env_cfg.id, dict(env_cfg.kwargs), num_envs, seed)
