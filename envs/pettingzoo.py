@@ -1,0 +1,288 @@
+"""PettingZoo Parallel API adapter: the agents of ``num_envs`` env copies as rows of one VecEnv.
+
+Id form ``pettingzoo:<module path>`` where the module has a ``parallel_env(**kwargs)`` factory,
+e.g. ``pettingzoo:sisl.multiwalker_v9`` (tried as ``pettingzoo.sisl.multiwalker_v9`` first) or
+``pettingzoo:mpe2.simple_spread_v3`` (found as the top-level package ``mpe2``).
+
+Row layout: copy-major, ``row = copy * len(agent_names) + k`` where ``agent_names`` are the
+possible agents matched by the member's globs, in the env's ``possible_agents`` order.
+
+Agents can leave before the copy's episode ends (a walker falls, a pursuer is caught). The row of
+such an agent reports its done flag once, then goes *inactive* until the whole copy resets:
+
+* ``adapter.active`` ([N] bool) says, after ``reset`` and after every ``step``, which rows hold a
+  live observation that will be acted on by the next ``step``. Actions of inactive rows are
+  ignored.
+* The transition a ``step`` returns for row ``i`` is real only if ``active[i]`` was True
+  *before* that step; ``EnvStep.infos[i]["active"]`` carries that same flag. The engine must not
+  store, learn from, or count as an episode end any row whose ``infos[i]["active"]`` is False:
+  its reward and flags are zeros and its ``obs`` / ``final_obs`` a stale placeholder.
+
+Rewards (``reward_mode``):
+
+* ``"row"`` (default): each row gets its own agent's reward.
+* ``"sum"``: each row gets the sum of the rewards of all matched agents of its copy at that step
+  (a team reward for cooperative tasks; agents driven by ``other_policy`` are not part of it).
+* ``"heads"``: ``reward`` is still per row, and ``infos[i]["head_rewards"]`` (float32
+  ``[len(agent_names)]``, also ``adapter.head_rewards`` ``[N, M]``) holds the rewards of every
+  matched agent of the row's copy, in ``agent_names`` order (0 for agents already gone), so a
+  task can expose one reward head per agent (``adapter.head_names``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from fnmatch import fnmatchcase
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from wheeler2.env import EnvInfo, EnvReset, EnvStep
+
+REWARD_MODES = ("row", "sum", "heads")
+OtherPolicy = Callable[[str, Any], Any]
+
+
+def import_env_module(path: str) -> Any:
+    """The module named by the part of an id after ``pettingzoo:``.
+
+    ``pettingzoo.<path>`` is tried first (the families shipped with PettingZoo), then ``<path>``
+    (separate packages such as ``mpe2``). Only a failure to find the module itself falls through;
+    an ImportError raised inside an existing module (a missing optional dependency) is re-raised,
+    since hiding it would turn "install pymunk" into a misleading "no such env".
+    """
+    tried = []
+    for name in (f"pettingzoo.{path}", path):
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not name.startswith(exc.name):
+                raise
+            tried.append(name)
+    raise ModuleNotFoundError(
+        f"no PettingZoo env module for 'pettingzoo:{path}': tried {', '.join(tried)} "
+        f"(is the package installed? e.g. pip install 'pettingzoo[sisl]' or mpe2)"
+    )
+
+
+def make_parallel_env(path: str, kwargs: dict[str, Any] | None = None) -> Any:
+    """``<module>.parallel_env(**kwargs)`` for an id path such as ``sisl.multiwalker_v9``."""
+    module = import_env_module(path)
+    if not hasattr(module, "parallel_env"):
+        raise AttributeError(f"module '{module.__name__}' has no parallel_env() factory")
+    return module.parallel_env(**(kwargs or {}))
+
+
+def _resolve_policy(policy: OtherPolicy | str | None) -> OtherPolicy | None:
+    # TOML can only name a function, so "module:function" strings are accepted too.
+    if policy is None or callable(policy):
+        return policy
+    module_name, sep, attr = str(policy).partition(":")
+    if not sep:
+        raise ValueError(f"other_policy must be a callable or 'module:function', got {policy!r}")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def _obs_dim(space: spaces.Space) -> int:
+    if not isinstance(space, spaces.Box):
+        raise TypeError(f"unsupported observation space {space!r}: expected Box")
+    return int(np.prod(space.shape))
+
+
+class PettingZooVecEnv:
+    """Matched agents of ``num_envs`` copies of a Parallel API env, one VecEnv row each."""
+
+    def __init__(
+        self,
+        env_id: str,
+        kwargs: dict[str, Any] | None = None,
+        num_envs: int = 1,
+        seed: int | None = 0,
+        agents: Sequence[str] = ("*",),
+        other_policy: OtherPolicy | str | None = None,
+        reward_mode: str = "row",
+    ) -> None:
+        path = env_id.removeprefix("pettingzoo:")
+        if reward_mode not in REWARD_MODES:
+            raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
+        if isinstance(agents, str):
+            agents = [agents]
+        self.env_id = f"pettingzoo:{path}"
+        self.reward_mode = reward_mode
+        self.copies = [make_parallel_env(path, kwargs) for _ in range(num_envs)]
+        self.num_copies = num_envs
+        self._seed = seed
+        self._other_policy = _resolve_policy(other_policy)
+
+        env = self.copies[0]
+        possible = list(env.possible_agents)
+        self.agent_names = [a for a in possible if any(fnmatchcase(a, g) for g in agents)]
+        if not self.agent_names:
+            raise ValueError(
+                f"{self.env_id}: no agent matches {list(agents)}; agents are {possible}"
+            )
+        self._index = {a: k for k, a in enumerate(self.agent_names)}
+        self.other_agents = [a for a in possible if a not in self._index]
+        self._check_same_spaces(env)
+
+        first = self.agent_names[0]
+        obs_space, act_space = env.observation_space(first), env.action_space(first)
+        self.observation_space, self.action_space = obs_space, act_space
+        if isinstance(act_space, spaces.Box):
+            self.discrete = False
+            act_dim = int(np.prod(act_space.shape))
+            self._low = act_space.low.astype(np.float64).reshape(-1)
+            self._high = act_space.high.astype(np.float64).reshape(-1)
+            if not (np.all(np.isfinite(self._low)) and np.all(np.isfinite(self._high))):
+                raise ValueError(f"{self.env_id}: unbounded Box actions cannot be scaled")
+        elif isinstance(act_space, spaces.Discrete):
+            self.discrete = True
+            act_dim = int(act_space.n)
+        else:
+            raise TypeError(f"{self.env_id}: unsupported action space {act_space!r}")
+
+        m = len(self.agent_names)
+        self.num_envs = num_envs * m
+        self.head_names = list(self.agent_names)
+        self.info = EnvInfo(
+            obs_dim=_obs_dim(obs_space),
+            act_dim=act_dim,
+            discrete=self.discrete,
+            max_episode_steps=getattr(env.unwrapped, "max_cycles", None),
+        )
+        self.active = np.zeros(self.num_envs, bool)
+        self.head_rewards = np.zeros((self.num_envs, m), np.float32)
+        self._obs = np.zeros((self.num_envs, self.info.obs_dim), np.float32)
+        # The raw observations of every live agent, other agents included (other_policy needs them).
+        self._raw_obs: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+
+    def _check_same_spaces(self, env: Any) -> None:
+        first = self.agent_names[0]
+        o0, a0 = env.observation_space(first), env.action_space(first)
+        odd = [
+            a
+            for a in self.agent_names[1:]
+            if env.observation_space(a) != o0 or env.action_space(a) != a0
+        ]
+        if odd:
+            raise ValueError(
+                f"{self.env_id}: matched agents must share observation and action spaces; "
+                f"{first} has {o0} / {a0} but {odd} differ "
+                f"(e.g. {odd[0]}: {env.observation_space(odd[0])} / {env.action_space(odd[0])}); "
+                f"narrow the member's agent globs"
+            )
+
+    def _row(self, copy: int, k: int) -> int:
+        return copy * len(self.agent_names) + k
+
+    def _load_copy(self, c: int, raw_obs: dict[str, Any], live: set[str]) -> None:
+        self._raw_obs[c] = dict(raw_obs)
+        for k, name in enumerate(self.agent_names):
+            i = self._row(c, k)
+            self.active[i] = name in live and name in raw_obs
+            if self.active[i]:
+                self._obs[i] = np.asarray(raw_obs[name], np.float32).reshape(-1)
+
+    def _reset_copy(self, c: int, seed: int | None) -> None:
+        env = self.copies[c]
+        raw_obs, _ = env.reset(seed=seed)
+        if seed is not None:
+            for name in env.possible_agents:
+                env.action_space(name).seed(seed + 7919 * (1 + env.possible_agents.index(name)))
+        self._load_copy(c, raw_obs, set(env.agents))
+
+    def reset(self, seed: int | None = None) -> EnvReset:
+        base = self._seed if seed is None else seed
+        for c in range(self.num_copies):
+            self._reset_copy(c, None if base is None else base + c)
+        self.head_rewards[:] = 0.0
+        return EnvReset(obs=self._obs.copy())
+
+    def _env_action(self, a: np.ndarray) -> Any:
+        if self.discrete:
+            return int(a) + int(self.action_space.start)
+        a = np.clip(np.asarray(a, np.float64).reshape(-1), -1.0, 1.0)
+        scaled = self._low + (a + 1.0) * 0.5 * (self._high - self._low)
+        return scaled.reshape(self.action_space.shape).astype(self.action_space.dtype)
+
+    def _other_action(self, env: Any, name: str, raw_obs: Any) -> Any:
+        if self._other_policy is None:
+            return env.action_space(name).sample()
+        return self._other_policy(name, raw_obs)
+
+    def step(self, action: np.ndarray) -> EnvStep:
+        n, m = self.num_envs, len(self.agent_names)
+        action = np.asarray(action)
+        was_active = self.active.copy()
+        reward = np.zeros(n, np.float32)
+        terminated = np.zeros(n, bool)
+        truncated = np.zeros(n, bool)
+        final_obs = self._obs.copy()
+        self.head_rewards = np.zeros((n, m), np.float32)
+        infos: list[dict[str, Any]] = [{} for _ in range(n)]
+
+        for c, env in enumerate(self.copies):
+            live_before = list(env.agents)
+            if not live_before:
+                raise RuntimeError(f"{self.env_id}: copy {c} has no live agent; call reset()")
+            actions = {}
+            for name in live_before:
+                if name in self._index:
+                    actions[name] = self._env_action(action[self._row(c, self._index[name])])
+                else:
+                    actions[name] = self._other_action(env, name, self._raw_obs[c].get(name))
+            raw_obs, rew, term, trunc, info = env.step(actions)
+
+            team = np.float32(sum(float(rew.get(a, 0.0)) for a in self.agent_names))
+            heads = np.array([rew.get(a, 0.0) for a in self.agent_names], np.float32)
+            for k, name in enumerate(self.agent_names):
+                i = self._row(c, k)
+                infos[i] = dict(info.get(name, {}))
+                infos[i]["active"] = bool(was_active[i])
+                if not was_active[i]:
+                    continue
+                reward[i] = team if self.reward_mode == "sum" else float(rew.get(name, 0.0))
+                terminated[i] = bool(term.get(name, False))
+                truncated[i] = bool(trunc.get(name, False)) and not terminated[i]
+                if name in raw_obs:
+                    final_obs[i] = np.asarray(raw_obs[name], np.float32).reshape(-1)
+                if self.reward_mode == "heads":
+                    self.head_rewards[i] = heads
+                    infos[i]["head_rewards"] = heads.copy()
+
+            still_live = {a for a in env.agents if not (term.get(a, False) or trunc.get(a, False))}
+            if still_live:
+                self._load_copy(c, raw_obs, still_live)
+                continue
+            # The whole copy is over: rows still active end with the env's own flags; rows
+            # active before but without a flag of their own (an env that ended the episode
+            # without telling every agent) are truncated, so no transition bootstraps across.
+            for k in range(m):
+                i = self._row(c, k)
+                if was_active[i] and not (terminated[i] or truncated[i]):
+                    truncated[i] = True
+            self._reset_copy(c, None)
+
+        return EnvStep(
+            obs=self._obs.copy(),
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=final_obs,
+            infos=infos,
+        )
+
+    def close(self) -> None:
+        for env in self.copies:
+            env.close()
+
+
+def make(spec: str, kwargs: dict[str, Any], num_envs: int, seed: int) -> PettingZooVecEnv:
+    """Registry entry point. Adapter options travel in ``[env] kwargs`` and are taken out before
+    the rest goes to ``parallel_env``: ``agents`` (glob list), ``reward_mode``, ``other_policy``
+    (``"module:function"``)."""
+    kwargs = dict(kwargs)
+    options = {k: kwargs.pop(k) for k in ("agents", "reward_mode", "other_policy") if k in kwargs}
+    return PettingZooVecEnv(spec, kwargs, num_envs, seed, **options)
