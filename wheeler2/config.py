@@ -147,7 +147,8 @@ class MemberConfig:
 
 @dataclass(frozen=True)
 class Config:
-    path: Path
+    # Equality compares what the experiment is, not where it was read from.
+    path: Path = field(compare=False)
     experiment: ExperimentConfig
     env: EnvConfig
     task: TaskConfig

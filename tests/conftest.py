@@ -1,0 +1,113 @@
+"""Shared fixtures: a fake algorithm package and a fake task module, written per test.
+
+Config tests resolve algorithms and tasks through these instead of ``agents/`` and ``tasks/``, so
+they keep testing the config machinery while the real algorithms change.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+FAKE_ALGO = '''
+"""A do-nothing algorithm whose Params cover every annotation kind the config checks."""
+from dataclasses import dataclass, field
+from typing import Literal
+
+from wheeler2.agent import Agent
+
+
+@dataclass
+class Params:
+    gamma: float = 0.99
+    learning_starts: int = 100
+    hidden: tuple[int, ...] = (64, 64)
+    layers: list[int] = field(default_factory=lambda: [32])
+    noise: Literal["gaussian", "ou"] = "gaussian"
+    clip: float | None = None
+    normalize: bool = False
+    device: str = "cpu"
+
+    def __post_init__(self):
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
+
+
+class Fake(Agent):
+    Params = Params
+
+
+class NotAnAgent:
+    pass
+'''
+
+FAKE_TASKS = '''
+"""Tasks for config tests."""
+
+
+class Upright:
+    pass
+
+
+class Balance:
+    pass
+
+
+def upright_reward(obs, action, next_obs, achieved_goal, desired_goal, info):
+    return 0.0
+
+
+THRESHOLD = 1.0
+'''
+
+# Module names unlikely to clash with anything installed; fixed so sys.modules caching across
+# tests is harmless (the contents never change).
+ALGO_MODULE = "w2test_fake_algo"
+AGENTS_PACKAGE = "w2test_agents"
+TASKS_MODULE = "w2test_tasks"
+TASKS_PACKAGE = "w2test_taskpkg"
+
+
+@pytest.fixture
+def fake_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Writes the fake modules into a fresh directory on sys.path; returns that directory.
+
+    Also a package ``w2test_agents`` (modules ``fakealgo`` and a broken ``broken``) and a package
+    ``w2test_taskpkg`` (module ``pendulum``) that the registry can scan in place of ``agents`` and
+    ``tasks``.
+    """
+    root = tmp_path / "fake_modules"
+    root.mkdir()
+    (root / f"{ALGO_MODULE}.py").write_text(FAKE_ALGO)
+    (root / f"{TASKS_MODULE}.py").write_text(FAKE_TASKS)
+    agents = root / AGENTS_PACKAGE
+    agents.mkdir()
+    (agents / "__init__.py").write_text("")
+    (agents / "fakealgo.py").write_text(FAKE_ALGO)
+    (agents / "helpers.py").write_text("X = 1\n")
+    tasks = root / TASKS_PACKAGE
+    tasks.mkdir()
+    (tasks / "__init__.py").write_text("")
+    (tasks / "pendulum.py").write_text(FAKE_TASKS)
+    monkeypatch.syspath_prepend(str(root))
+    for name in list(sys.modules):
+        if name.startswith("w2test_"):
+            monkeypatch.delitem(sys.modules, name)
+    return root
+
+
+@pytest.fixture
+def write_config(tmp_path: Path, fake_modules: Path) -> Callable[[str], Path]:
+    """Write TOML text (dedented) to a file and return its path."""
+    counter = iter(range(1_000_000))
+
+    def write(text: str, name: str | None = None) -> Path:
+        path = tmp_path / (name or f"exp{next(counter)}.toml")
+        path.write_text(textwrap.dedent(text).lstrip())
+        return path
+
+    return write

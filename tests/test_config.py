@@ -1,0 +1,488 @@
+"""Config loading: the typed result, every kind of error and its message, overrides, renames."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from wheeler2 import config, registry
+from wheeler2.config import ConfigDeprecationWarning, ConfigError, load
+
+ALGO = "w2test_fake_algo:Fake"
+
+BASE = f"""
+[experiment]
+name = "t"
+total_steps = 1_000
+eval_every = 100
+
+[env]
+id = "Pendulum-v1"
+
+[[team]]
+name = "target"
+algo = "{ALGO}"
+role = "learner"
+"""
+
+TEAM = f"""
+[experiment]
+name = "team"
+total_steps = 1_000
+eval_every = 100
+backend = "local"
+
+[env]
+id = "Pendulum-v1"
+num_envs = 2
+
+[buffer]
+capacity = 5_000
+prioritized = true
+her = {{ strategy = "final", k = 2 }}
+
+[[team]]
+name = "target"
+algo = "{ALGO}"
+role = "learner"
+[team.params]
+gamma = 1
+hidden = [8, 8]
+
+[[team]]
+name = "explorer"
+algo = "{ALGO}"
+role = "explorer"
+count = 2
+sync = {{ every = 50, keep = ["head"], alpha = 0.5 }}
+[team.params]
+noise = "ou"
+"""
+
+
+def error_of(path: Path, overrides: list[str] = ()) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load(path, overrides)
+    return info.value
+
+
+def with_replaced(text: str, old: str, new: str) -> str:
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+# -- the typed result --------------------------------------------------------------------------
+
+
+def test_minimal_file_gets_every_default(write_config):
+    cfg = load(write_config(BASE))
+    assert cfg.experiment == config.ExperimentConfig(
+        name="t", total_steps=1_000, eval_every=100, checkpoint_every=100
+    )
+    assert cfg.experiment.seed == 0 and cfg.experiment.backend == "serial"
+    assert cfg.experiment.eval_episodes == 10 and cfg.experiment.progress is True
+    assert cfg.env == config.EnvConfig(id="Pendulum-v1", kwargs={}, num_envs=1)
+    assert cfg.task.spec is None
+    assert cfg.task.heads == (config.HeadConfig(name="env", reward="env", weight=1.0),)
+    assert cfg.buffer == config.BufferConfig()
+    assert cfg.buffer.capacity == 200_000 and cfg.buffer.her is None
+    (member,) = cfg.team
+    assert member.name == "target" and member.role == "learner" and member.count == 1
+    assert member.agent_class.__name__ == "Fake"
+    assert member.params == member.agent_class.Params()
+    assert cfg.learner is member and cfg.explorers == ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.experiment.seed = 3
+
+
+def test_team_file_converts_types(write_config):
+    cfg = load(write_config(TEAM))
+    target, explorer = cfg.team
+    assert target.params.gamma == 1.0 and isinstance(target.params.gamma, float)
+    assert target.params.hidden == (8, 8)  # a TOML list becomes the declared tuple
+    assert explorer.params.noise == "ou"
+    assert explorer.sync == config.SyncConfig(every=50, keep=("head",), alpha=0.5)
+    assert explorer.count == 2
+    assert cfg.buffer.her == config.HerConfig(strategy="final", k=2)
+    assert cfg.buffer.prioritized is True
+    assert cfg.env.num_envs == 2
+    assert cfg.explorers == (explorer,)
+
+
+def test_task_heads_and_spec_resolve(write_config):
+    text = (
+        BASE
+        + """
+[task]
+spec = "w2test_tasks:Upright"
+[[task.heads]]
+name = "env"
+[[task.heads]]
+name = "upright"
+reward = "w2test_tasks:upright_reward"
+weight = 2
+"""
+    )
+    cfg = load(write_config(text))
+    assert cfg.task.spec == "w2test_tasks:Upright"
+    assert [h.name for h in cfg.task.heads] == ["env", "upright"]
+    assert cfg.task.heads[1] == config.HeadConfig("upright", "w2test_tasks:upright_reward", 2.0)
+
+
+def test_to_toml_reads_back_into_an_equal_config(write_config, tmp_path):
+    cfg = load(write_config(TEAM))
+    again = load(write_config(cfg.to_toml(), "resolved.toml"))
+    assert again == cfg
+
+
+def test_builtin_toml_writer_round_trips(monkeypatch, write_config):
+    monkeypatch.setitem(sys.modules, "tomli_w", None)  # import fails -> our own writer
+    cfg = load(write_config(TEAM))
+    text = cfg.to_toml()
+    assert tomllib.loads(text) == cfg.to_dict()
+    assert load(write_config(text, "resolved.toml")) == cfg
+
+
+def test_builtin_toml_writer_escapes_strings_and_keys():
+    data = {"a": {"we ird": 'q"uote\\back\nline', "f": float("inf"), "xs": [1, 2.5, True]}}
+    assert tomllib.loads(config.dumps_toml(data)) == data
+
+
+# -- syntax errors -----------------------------------------------------------------------------
+
+
+def test_syntax_error_names_file_line_and_column(write_config):
+    path = write_config(with_replaced(BASE, "total_steps = 1_000", "total_steps = = 1_000"))
+    err = error_of(path)
+    assert (err.line, err.column) == (3, 15)
+    text = str(err)
+    assert text.startswith(f"{path}: line 3, column 15: TOML syntax error: Invalid value")
+    assert "total_steps = = 1_000" in text  # the offending line is quoted, with a caret
+    assert "\n" + " " * 4 + " " * 14 + "^" in text
+
+
+def test_syntax_error_at_end_of_document(write_config):
+    err = error_of(write_config(BASE + "x = [1, 2\n"))
+    assert "Unclosed array" in str(err)
+    assert err.line == len(BASE.strip().splitlines()) + 1
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    err = error_of(tmp_path / "nope.toml")
+    assert str(err) == f"{tmp_path / 'nope.toml'}: no such file"
+
+
+# -- unknown keys ------------------------------------------------------------------------------
+
+
+def test_unknown_key_suggests_the_closest(write_config):
+    path = write_config(BASE + "[buffer]\nupdates_per_insrt = 2.0\n")
+    err = error_of(path)
+    assert (err.file, err.table, err.key) == (str(path), "[buffer]", "updates_per_insrt")
+    assert str(err) == (
+        f"{path}: [buffer] updates_per_insrt: unknown key; did you mean 'updates_per_insert'?"
+    )
+
+
+def test_unknown_key_without_close_match_lists_valid_keys(write_config):
+    err = error_of(write_config(BASE + "[env.kwargs]\n[buffer]\nzzzz = 1\n"))
+    assert "valid keys: alpha, batch_size, beta, capacity" in err.message
+
+
+def test_unknown_param_names_member_table_and_closest_field(write_config):
+    path = write_config(TEAM + "gama = 0.9\n")  # lands in the explorer's [team.params]
+    err = error_of(path)
+    assert err.table == "[[team]] #2 (explorer).params"
+    assert err.key == "gama"
+    assert "did you mean 'gamma'?" in str(err)
+
+
+def test_unknown_top_level_table(write_config):
+    err = error_of(write_config(BASE + "[bufer]\ncapacity = 10\n"))
+    assert err.key == "bufer" and "did you mean 'buffer'?" in err.message
+
+
+def test_unknown_key_in_her_and_sync(write_config):
+    err = error_of(write_config(with_replaced(TEAM, "k = 2", "kk = 2")))
+    assert (err.table, err.key) == ("[buffer.her]", "kk")
+    assert "did you mean 'k'?" in err.message
+    err = error_of(write_config(with_replaced(TEAM, "keep =", "kep =")))
+    assert (err.table, err.key) == ("[[team]] #2 (explorer).sync", "kep")
+
+
+# -- wrong types and ranges --------------------------------------------------------------------
+
+
+def test_out_of_range_message_is_exact(write_config):
+    path = write_config(BASE + "[buffer]\ncapacity = -5\n")
+    assert str(error_of(path)) == f"{path}: [buffer] capacity: expected an integer > 0, got -5"
+
+
+@pytest.mark.parametrize(
+    ("table_text", "table", "key", "expected"),
+    [
+        ('[buffer]\ncapacity = "big"', "[buffer]", "capacity", 'an integer > 0, got "big"'),
+        ("[buffer]\ncapacity = 1.5", "[buffer]", "capacity", "an integer > 0, got 1.5"),
+        ("[buffer]\nprioritized = 1", "[buffer]", "prioritized", "true or false, got 1"),
+        ("[buffer]\nbeta = 1.5", "[buffer]", "beta", "a number in [0, 1], got 1.5"),
+        ("[buffer]\nn_step = 0", "[buffer]", "n_step", "an integer >= 1, got 0"),
+        ("[buffer]\nupdates_per_insert = 0", "[buffer]", "updates_per_insert", "a number > 0"),
+        ('[buffer]\nher = { strategy = "all" }', "[buffer.her]", "strategy", "one of 'future'"),
+        ("[buffer]\nher = 3", "[buffer]", "her", "a table, got 3"),
+    ],
+)
+def test_wrong_type_or_range_in_buffer(write_config, table_text, table, key, expected):
+    err = error_of(write_config(BASE + table_text + "\n"))
+    assert (err.table, err.key) == (table, key)
+    assert f"expected {expected}" in err.message
+
+
+def test_wrong_backend_lists_the_choices(write_config):
+    err = error_of(write_config(with_replaced(BASE, 'name = "t"', 'name = "t"\nbackend = "gpu"')))
+    assert (err.table, err.key) == ("[experiment]", "backend")
+    assert err.message == "expected one of 'serial', 'local', 'ray', got \"gpu\""
+
+
+def test_num_envs_and_eval_episodes_bounds(write_config):
+    err = error_of(
+        write_config(with_replaced(BASE, 'id = "Pendulum-v1"', 'id = "Pendulum-v1"\nnum_envs = 0'))
+    )
+    assert (err.table, err.key, err.message) == (
+        "[env]",
+        "num_envs",
+        "expected an integer >= 1, got 0",
+    )
+
+
+@pytest.mark.parametrize(
+    ("param", "expected"),
+    [
+        ('gamma = "high"', 'expected a number, got "high"'),
+        ("learning_starts = 1.5", "expected an integer, got 1.5"),
+        ('hidden = [8, "x"]', "expected a list of integers"),
+        ("hidden = 8", "expected a list of integers, got 8"),
+        ('noise = "pink"', 'expected one of "gaussian", "ou"'),
+        ("normalize = 1", "expected true or false, got 1"),
+        ('clip = "no"', "expected a number"),
+    ],
+)
+def test_param_type_errors(write_config, param, expected):
+    err = error_of(write_config(BASE + f"[team.params]\n{param}\n"))
+    assert err.table == "[[team]] #1 (target).params"
+    assert err.key == param.split(" = ")[0]
+    assert expected in err.message
+
+
+def test_params_post_init_rejection_is_a_config_error(write_config):
+    err = error_of(write_config(BASE + "[team.params]\ngamma = 2.0\n"))
+    assert err.table == "[[team]] #1 (target).params"
+    assert "gamma must be in [0, 1]" in err.message
+
+
+def test_sync_alpha_must_be_in_0_1(write_config):
+    err = error_of(write_config(with_replaced(TEAM, "alpha = 0.5", "alpha = 0")))
+    assert (err.table, err.key) == ("[[team]] #2 (explorer).sync", "alpha")
+    assert err.message == "expected a number in (0, 1], got 0"
+
+
+# -- missing keys ------------------------------------------------------------------------------
+
+
+def test_missing_required_key(write_config):
+    path = write_config(with_replaced(BASE, "total_steps = 1_000\n", ""))
+    err = error_of(path)
+    assert str(err) == (f"{path}: [experiment] total_steps: missing required key (an integer > 0)")
+
+
+def test_missing_algo_and_missing_tables(write_config):
+    err = error_of(write_config(with_replaced(BASE, f'algo = "{ALGO}"\n', "")))
+    assert (err.table, err.key) == ("[[team]] #1 (target)", "algo")
+    assert "missing required key" in err.message
+    err = error_of(write_config(BASE.split("[[team]]")[0]))
+    assert err.key == "team" and "[[team]]" in err.message
+
+
+# -- names that do not resolve -----------------------------------------------------------------
+
+
+def test_unknown_algorithm_lists_available(write_config, monkeypatch):
+    monkeypatch.setattr(registry, "ALGORITHM_PACKAGE", "w2test_agents")
+    err = error_of(write_config(with_replaced(BASE, ALGO, "fakealgoo")))
+    assert (err.table, err.key) == ("[[team]] #1 (target)", "algo")
+    assert "unknown algorithm 'fakealgoo'" in err.message
+    assert "did you mean 'fakealgo'?" in err.message
+    assert "available: fakealgo (or 'module:Class' for your own)" in err.message
+
+
+def test_algorithm_by_package_name(write_config, monkeypatch):
+    monkeypatch.setattr(registry, "ALGORITHM_PACKAGE", "w2test_agents")
+    cfg = load(write_config(with_replaced(BASE, ALGO, "fakealgo")))
+    assert cfg.learner.agent_class.__module__ == "w2test_agents.fakealgo"
+    assert set(registry.algorithms()) == {"fakealgo"}  # helpers.py has no Agent subclass
+
+
+def test_algorithm_class_that_is_not_an_agent(write_config):
+    err = error_of(write_config(with_replaced(BASE, ALGO, "w2test_fake_algo:NotAnAgent")))
+    assert err.key == "algo" and "not an Agent subclass" in err.message
+
+
+def test_unknown_env_lists_close_registered_ids(write_config):
+    path = write_config(with_replaced(BASE, "Pendulum-v1", "Pendulm-v1"))
+    err = error_of(path)
+    assert (err.table, err.key) == ("[env]", "id")
+    assert "unknown environment 'Pendulm-v1'" in err.message
+    assert "Pendulum-v1" in err.message
+
+
+@pytest.mark.parametrize("env_id", ["pettingzoo:sisl.multiwalker_v9", "unity:mock"])
+def test_adapter_prefixed_env_ids_are_accepted_by_form(write_config, env_id):
+    assert load(write_config(with_replaced(BASE, "Pendulum-v1", env_id))).env.id == env_id
+
+
+@pytest.mark.parametrize("env_id", ["pettingzoo:multiwalker", "unity:", "nosuchpkg:Env-v0"])
+def test_malformed_prefixed_env_ids(write_config, env_id):
+    err = error_of(write_config(with_replaced(BASE, "Pendulum-v1", env_id)))
+    assert (err.table, err.key) == ("[env]", "id")
+
+
+def test_unknown_task_class_suggests_closest(write_config):
+    err = error_of(write_config(BASE + '[task]\nspec = "w2test_tasks:Uprigt"\n'))
+    assert (err.table, err.key) == ("[task]", "spec")
+    assert "did you mean 'Upright'?" in err.message
+
+
+def test_unknown_task_module_lists_tasks(write_config, monkeypatch):
+    monkeypatch.setattr(registry, "TASK_PACKAGE", "w2test_taskpkg")
+    err = error_of(write_config(BASE + '[task]\nspec = "w2test_taskpkg.pendulm:Upright"\n'))
+    assert "no module named 'w2test_taskpkg.pendulm'" in err.message
+    assert "w2test_taskpkg.pendulum:Balance, w2test_taskpkg.pendulum:Upright" in err.message
+
+
+def test_reward_head_must_be_env_or_a_function(write_config):
+    err = error_of(
+        write_config(BASE + '[[task.heads]]\nname = "a"\nreward = "w2test_tasks:Upright_"\n')
+    )
+    assert (err.table, err.key) == ("[[task.heads]] #1", "reward")
+    err = error_of(write_config(BASE + '[[task.heads]]\nname = "a"\nreward = "upright"\n'))
+    assert 'expected "env" or "module:function"' in err.message
+    err = error_of(
+        write_config(BASE + '[[task.heads]]\nname = "a"\nreward = "w2test_tasks:THRESHOLD"\n')
+    )
+    assert "is not a function" in err.message
+
+
+# -- team structure ----------------------------------------------------------------------------
+
+
+def test_team_without_learner(write_config):
+    err = error_of(write_config(with_replaced(BASE, 'role = "learner"', 'role = "explorer"')))
+    assert err.key == "team" and "no learner" in err.message
+
+
+def test_two_learners(write_config):
+    second = f'\n[[team]]\nname = "b"\nalgo = "{ALGO}"\nrole = "learner"\n'
+    err = error_of(write_config(BASE + second))
+    assert "exactly one learner" in err.message
+    err = error_of(
+        write_config(with_replaced(BASE, 'role = "learner"', 'role = "learner"\ncount = 2'))
+    )
+    assert "exactly one learner" in err.message
+
+
+def test_sync_on_learner(write_config):
+    err = error_of(write_config(BASE + "sync = { every = 10 }\n"))
+    assert (err.table, err.key) == ("[[team]] #1 (target)", "sync")
+    assert "learner does not sync" in err.message
+
+
+def test_duplicate_member_names(write_config):
+    text = with_replaced(TEAM, 'name = "explorer"', 'name = "target"')
+    err = error_of(write_config(text))
+    assert err.key == "name" and "share this name" in err.message
+
+
+def test_unknown_role(write_config):
+    err = error_of(write_config(with_replaced(BASE, 'role = "learner"', 'role = "teacher"')))
+    assert err.message == "expected one of 'learner', 'explorer', got \"teacher\""
+
+
+# -- overrides ---------------------------------------------------------------------------------
+
+
+def test_set_overrides_by_member_name_and_index(write_config):
+    path = write_config(TEAM)
+    cfg = load(
+        path,
+        [
+            "team.target.params.gamma=0.9",
+            "team.1.params.hidden=[4, 4]",
+            "buffer.n_step=3",
+            "experiment.name=renamed",  # not valid TOML: taken as a string
+            "env.kwargs.g=9.81",
+        ],
+        seed=7,
+        out="elsewhere",
+    )
+    assert cfg.learner.params.gamma == 0.9
+    assert cfg.team[1].params.hidden == (4, 4)
+    assert cfg.buffer.n_step == 3
+    assert cfg.experiment.name == "renamed"
+    assert cfg.env.kwargs == {"g": 9.81}
+    assert (cfg.experiment.seed, cfg.experiment.out) == (7, "elsewhere")
+
+
+def test_set_overrides_are_validated(write_config):
+    err = error_of(write_config(BASE), ["buffer.capacity=-1"])
+    assert (err.table, err.key) == ("[buffer]", "capacity")
+    err = error_of(write_config(BASE), ["buffer.batchsize=1"])
+    assert "did you mean 'batch_size'?" in err.message
+
+
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        ("buffer.n_step", "expected table.key=value"),
+        ("n_step=3", "expected table.key=value"),
+        ("team.nobody.params.gamma=0.9", "no [[team]] named 'nobody'; names: target"),
+        ("team.5.params.gamma=0.9", "'team' has 1 entries"),
+        ("experiment.name.x=1", "'experiment.name' is a value, not a table"),
+    ],
+)
+def test_bad_set_override(write_config, expr, message):
+    err = error_of(write_config(BASE), [expr])
+    assert (err.table, err.key) == ("--set", expr)
+    assert message in err.message
+
+
+# -- renamed keys ------------------------------------------------------------------------------
+
+
+def test_deprecated_alias_works_and_warns(write_config):
+    path = write_config(BASE + "[buffer]\nratio = 4\n")
+    with pytest.warns(
+        ConfigDeprecationWarning, match="'ratio' is deprecated; call it 'updates_per_insert'"
+    ):
+        cfg = load(path)
+    assert cfg.buffer.updates_per_insert == 4.0
+    assert "ratio" not in cfg.to_toml()
+
+
+def test_deprecated_alias_and_new_name_together(write_config):
+    err = error_of(write_config(BASE + "[buffer]\nratio = 4\nupdates_per_insert = 2\n"))
+    assert (err.table, err.key) == ("[buffer]", "ratio")
+    assert "also set" in err.message
+
+
+# -- the shipped configs -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["default.toml", "pendulum_ddpg.toml"])
+def test_shipped_configs_validate(name):
+    pytest.importorskip("agents.ddpg")
+    cfg = load(Path(__file__).parent.parent / "cfg" / name)
+    assert cfg.learner.algo == "ddpg"
+    assert cfg.env.id == "Pendulum-v1"
