@@ -1,0 +1,122 @@
+"""Checkpoints: round trips, RNG restore, weights_only safety, atomic writes."""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from wheeler2 import checkpoint as ckpt
+
+
+def test_round_trip_tensors_numpy_and_nested_values(tmp_path):
+    arrays = {
+        "f32": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "i64": np.array([1, -2, 3], dtype=np.int64),
+        "u8": np.array([0, 255], dtype=np.uint8),
+        "bool": np.array([True, False]),
+        "strided": np.arange(10.0)[::3],
+    }
+    state = {
+        "weights": {"w": torch.randn(3, 4), "b": torch.zeros(4)},
+        "numpy": ckpt.to_safe(arrays),
+        "counters": [1, 2.5, "x", None, (3, 4)],
+        "np_scalar": ckpt.to_safe(np.float64(0.25)),
+    }
+    path = tmp_path / "checkpoints" / ckpt.LATEST
+    ckpt.save(path, state)
+    loaded = ckpt.load(path)
+    assert torch.equal(loaded["weights"]["w"], state["weights"]["w"])
+    back = ckpt.from_safe(loaded["numpy"])
+    for name, arr in arrays.items():
+        assert back[name].dtype == arr.dtype, name
+        np.testing.assert_array_equal(back[name], arr)
+    assert loaded["counters"] == [1, 2.5, "x", None, (3, 4)]
+    assert loaded["np_scalar"] == 0.25 and type(loaded["np_scalar"]) is float
+
+
+def test_to_safe_rejects_objects():
+    with pytest.raises(TypeError, match="cannot store a object"):
+        ckpt.to_safe({"x": object()})
+    with pytest.raises(TypeError, match="dtype"):
+        ckpt.to_safe(np.array(["a", "b"]))
+
+
+def test_load_refuses_pickled_code(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"obj": _Custom()}, path)
+    with pytest.raises(pickle.UnpicklingError):
+        ckpt.load(path)
+
+
+class _Custom:
+    pass
+
+
+def test_rng_state_restores_python_numpy_and_torch(tmp_path):
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    path = tmp_path / "rng.pt"
+    ckpt.save(path, {"rng": ckpt.rng_state()})
+
+    first = (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist())
+    random.seed(99)
+    np.random.seed(99)
+    torch.manual_seed(99)
+    ckpt.set_rng_state(ckpt.load(path)["rng"])
+    again = (random.random(), np.random.rand(3).tolist(), torch.rand(3).tolist())
+    assert again == first
+
+
+def test_generator_state_round_trip(tmp_path):
+    gen = np.random.default_rng(5)
+    gen.random(7)
+    ckpt.save(tmp_path / "g.pt", {"gen": ckpt.generator_state(gen)})
+    expected = gen.random(4)
+    other = np.random.default_rng(0)
+    ckpt.set_generator_state(other, ckpt.load(tmp_path / "g.pt")["gen"])
+    np.testing.assert_array_equal(other.random(4), expected)
+
+
+def test_checkpoint_path_names():
+    assert ckpt.checkpoint_path("runs/x", "best").as_posix() == "runs/x/checkpoints/best.pt"
+    assert ckpt.checkpoint_path("runs/x").name == "latest.pt"
+    with pytest.raises(ValueError):
+        ckpt.checkpoint_path("runs/x", "worst")
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])
+def test_interrupted_save_keeps_previous_checkpoint_and_leaves_no_temp(
+    tmp_path, monkeypatch, failure
+):
+    path = tmp_path / "checkpoints" / ckpt.LATEST
+    ckpt.save(path, {"version": 1, "w": torch.ones(3)})
+    real_save = torch.save
+
+    def half_written(obj, f):
+        real_save(obj, f)
+        f.truncate(f.tell() // 2)  # a torn write: half the bytes made it to disk
+        raise failure("interrupted mid-write")
+
+    monkeypatch.setattr(ckpt.torch, "save", half_written)
+    with pytest.raises(failure):
+        ckpt.save(path, {"version": 2, "w": torch.zeros(3)})
+
+    assert ckpt.load(path)["version"] == 1
+    assert sorted(p.name for p in path.parent.iterdir()) == [ckpt.LATEST]
+
+
+def test_failed_rename_leaves_no_temp(tmp_path, monkeypatch):
+    path = tmp_path / "c.pt"
+
+    def no_replace(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ckpt.os, "replace", no_replace)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save(path, {"x": 1})
+    assert list(tmp_path.iterdir()) == []

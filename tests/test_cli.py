@@ -1,0 +1,138 @@
+"""The wheeler2 command: exit codes, messages, and the plot command (runtime-free parts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wheeler2 import cli, plot
+
+REPO = Path(__file__).resolve().parent.parent
+
+VALID = """
+[experiment]
+name = "cli"
+total_steps = 100
+eval_every = 50
+backend = "local"
+
+[env]
+id = "Pendulum-v1"
+
+[[team]]
+name = "target"
+algo = "w2test_fake_algo:Fake"
+role = "learner"
+
+[[team]]
+name = "scout"
+algo = "w2test_fake_algo:Fake"
+role = "explorer"
+count = 2
+"""
+
+
+def run_module(args, fake_modules):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(fake_modules), str(REPO)])
+    return subprocess.run(
+        [sys.executable, "-m", "wheeler2", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+
+
+def test_check_exit_codes_via_python_m(write_config, fake_modules):
+    good = write_config(VALID)
+    done = run_module(["check", str(good)], fake_modules)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"ok: {good} (3 members, backend local)"
+
+    bad = write_config(VALID.replace("total_steps = 100", "total_steps = -5"))
+    done = run_module(["check", str(bad)], fake_modules)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert f"{bad}: [experiment] total_steps: expected an integer > 0, got -5" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_check_in_process_with_set(write_config, capsys):
+    path = write_config(VALID)
+    assert cli.main(["check", str(path), "--set", "experiment.backend=serial"]) == 0
+    assert "backend serial" in capsys.readouterr().out
+    assert cli.main(["check", str(path), "--set", "buffer.capacity=0"]) == 2
+    err = capsys.readouterr().err
+    assert "[buffer] capacity: expected an integer > 0, got 0" in err
+
+
+def test_interrupt_exits_130_and_bugs_exit_1_with_traceback(monkeypatch, write_config, capsys):
+    path = write_config(VALID)
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    def broken(args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(cli.COMMANDS, "check", interrupted)
+    assert cli.main(["check", str(path)]) == 130
+    monkeypatch.setitem(cli.COMMANDS, "check", broken)
+    assert cli.main(["check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: boom" in err
+
+
+def test_resume_without_run_dir_is_a_config_error(tmp_path, capsys):
+    assert cli.main(["resume", str(tmp_path)]) == 2
+    assert "is this a run directory?" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2():
+    with pytest.raises(SystemExit) as info:
+        cli.main(["frobnicate"])
+    assert info.value.code == 2
+
+
+def fake_run(run_dir: Path, offset: float) -> Path:
+    run_dir.mkdir(parents=True)
+    evals = [
+        {"env_steps": s, "wall_s": s / 100, "return": -1000 + offset + s / 10, "success": None}
+        for s in (1_000, 2_000, 3_000)
+    ]
+    (run_dir / "summary.json").write_text(json.dumps({"env_steps": 3_000, "eval": evals}))
+    return run_dir
+
+
+def is_png(path: Path) -> bool:
+    return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_command_writes_png_from_two_runs(tmp_path, capsys):
+    a = fake_run(tmp_path / "runs" / "a-20261122-100000", 0.0)
+    b = fake_run(tmp_path / "runs" / "b-20261122-110000", 50.0)
+    out = tmp_path / "both.png"
+    assert cli.main(["plot", str(a), str(b), "-o", str(out)]) == 0
+    assert is_png(out) and out.stat().st_size > 5_000
+    assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_write_curve_and_plot_by_wall_clock(tmp_path):
+    run = fake_run(tmp_path / "r", 0.0)
+    assert plot.write_curve(run, threshold=-200.0) == run / "curve.png"
+    assert is_png(run / "curve.png")
+    assert is_png(plot.plot_runs([run], tmp_path / "wall.png", x="wall_s"))
+    with pytest.raises(ValueError):
+        plot.plot_runs([run], tmp_path / "x.png", x="episodes")
+
+
+def test_plot_of_a_non_run_dir_says_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no summary.json"):
+        plot.plot_runs([tmp_path], tmp_path / "x.png")

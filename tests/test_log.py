@@ -1,0 +1,92 @@
+"""RunLog: metrics.csv rows, appending on resume, evals, progress lines; atomic summary.json."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from wheeler2 import log as runlog
+
+
+def read_rows(run_dir):
+    with open(run_dir / runlog.METRICS_FILE, newline="") as f:
+        return list(csv.reader(f))
+
+
+def test_metrics_csv_rows_and_append_on_resume(tmp_path):
+    with runlog.RunLog(tmp_path, total_steps=100, progress=False, tensorboard=False) as log:
+        log.scalars("target", 10, {"critic_loss": np.float32(0.5), "q": 2})
+        log.eval(20, 1.5, -150.0, None)
+    rows = read_rows(tmp_path)
+    assert rows[0] == list(runlog.CSV_FIELDS)
+    assert [r[1:] for r in rows[1:]] == [
+        ["10", "target", "critic_loss", "0.5"],
+        ["10", "target", "q", "2.0"],
+        ["20", "eval", "return", "-150.0"],
+    ]
+
+    with runlog.RunLog(tmp_path, progress=False, tensorboard=False, wall_offset_s=100.0) as log:
+        log.scalars("target", 30, {"q": 3.0})
+    rows = read_rows(tmp_path)
+    assert rows.count(list(runlog.CSV_FIELDS)) == 1  # no second header
+    assert rows[-1][1:] == ["30", "target", "q", "3.0"]
+    assert float(rows[-1][0]) >= 100.0  # the resumed clock continues
+
+
+def test_eval_history_and_summary_fields(tmp_path):
+    with runlog.RunLog(tmp_path, progress=False, tensorboard=False) as log:
+        log.eval(1_000, 3.0, -900.0, None)
+        log.eval(2_000, 6.0, -180.0, 0.5)
+        log.eval(3_000, 9.0, -300.0, 1.0)
+        fields = log.summary_fields(threshold=-200.0)
+    assert fields["best_eval_return"] == -180.0
+    assert fields["final_eval_return"] == -300.0
+    assert fields["steps_to_threshold"] == 2_000
+    assert fields["wall_s_to_threshold"] == 6.0
+    assert fields["eval"][1] == {
+        "env_steps": 2_000,
+        "wall_s": 6.0,
+        "return": -180.0,
+        "success": 0.5,
+    }
+    keys = [r[3] for r in read_rows(tmp_path)[1:]]
+    assert keys == ["return", "return", "success", "return", "success"]
+
+
+def test_tensorboard_events_are_written(tmp_path):
+    pytest.importorskip("tensorboard")
+    with runlog.RunLog(tmp_path, progress=False) as log:
+        log.scalars("target", 1, {"loss": 1.0})
+    events = list((tmp_path / runlog.TENSORBOARD_DIR).glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+
+
+def test_progress_prints_plain_line_when_not_a_tty(tmp_path, capsys):
+    with runlog.RunLog(tmp_path, total_steps=1_000, progress=True, tensorboard=False) as log:
+        log.eval(100, 1.0, -500.0, None)
+        log.progress(250, {"target": {"env_steps": 200}, "explorer": {"env_steps": 50}})
+        log.progress(260, {"target": {"env_steps": 210}})  # within the interval: not printed
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    assert "steps 250/1,000" in lines[0]
+    assert "eval -500.0" in lines[0]
+    assert "target: 200" in lines[0] and "explorer: 50" in lines[0]
+
+
+def test_eta_from_session_rate(tmp_path):
+    with runlog.RunLog(tmp_path, total_steps=1_000, progress=False, tensorboard=False) as log:
+        assert log.eta_s(100) is None  # no rate before the first progress call
+        log._session_start_steps = 0
+        log._session_t0 = runlog.time.perf_counter() - 10.0
+        assert log.eta_s(100) == pytest.approx(90.0, rel=0.01)  # 100 steps in 10 s, 900 to go
+
+
+def test_write_summary_is_strict_json_and_leaves_no_temp(tmp_path):
+    summary = {"env_steps": np.int64(5), "best": float("nan"), "arr": np.arange(2), "ok": True}
+    path = runlog.write_summary(tmp_path, summary)
+    assert json.loads(path.read_text()) == {"env_steps": 5, "best": None, "arr": [0, 1], "ok": True}
+    assert [p.name for p in tmp_path.iterdir()] == [runlog.SUMMARY_FILE]
+    assert runlog.read_summary(tmp_path)["env_steps"] == 5
