@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
+import subprocess
+import sys
+import time
 
 import multiprocess
 import pytest
@@ -178,31 +182,76 @@ def test_close_on_error_in_owner():
     assert name is not None and not shm_exists(name)
 
 
-def test_owner_exit_without_close_unlinks_quietly(tmp_path):
-    script = tmp_path / "owner.py"
-    script.write_text(
-        "import sys\n"
-        "from torch import nn\n"
-        "from wheeler2.sync import WeightPublisher, WeightClient\n"
-        "m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))\n"
-        "pub = WeightPublisher.create(m)\n"
-        "WeightClient.attach(pub.handle(), m, keep=['1'], alpha=1.0).pull()\n"
-        "print(pub.handle().name)\n"
-        "raise SystemExit(3)\n"
-    )
-    import subprocess
-    import sys
+OWNER_SCRIPT = """
+import sys, time
+from torch import nn
+from wheeler2.sync import WeightPublisher, WeightClient
+m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+pub = WeightPublisher.create(m)
+pub.publish(m)
+WeightClient.attach(pub.handle(), m, keep=["1"], alpha=1.0).pull()
+print(pub.handle().name, flush=True)
+if sys.argv[1] == "exit":
+    raise SystemExit(3)
+time.sleep(60)
+"""
 
-    out = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
+
+@pytest.mark.parametrize("how", ["exit", "sigint"])
+def test_owner_exit_without_close_unlinks_quietly(tmp_path, how):
+    script = tmp_path / "owner.py"
+    script.write_text(OWNER_SCRIPT)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), how],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
-        cwd=os.path.dirname(os.path.dirname(__file__)),
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )
-    assert out.returncode == 3, out.stderr
-    assert not shm_exists(out.stdout.strip())
-    assert "leaked" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+    name = proc.stdout.readline().strip()
+    assert name.startswith("w2sync_")
+    if how == "sigint":
+        assert shm_exists(name)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+    _, err = proc.communicate(timeout=60)
+    # An uncaught KeyboardInterrupt ends Python by re-raising SIGINT, after atexit has run.
+    assert proc.returncode == (3 if how == "exit" else -signal.SIGINT), err
+    assert not shm_exists(name)
+    assert "leaked" not in err and "KeyError" not in err, err
+
+
+def _publish_constants(pub, seconds):
+    learner = Actor(hidden=(400, 300))
+    count = 0
+    deadline = time.monotonic() + seconds
+    with torch.no_grad():
+        while time.monotonic() < deadline:
+            count += 1
+            for p in learner.parameters():
+                p.fill_(float(count))
+            pub.publish(learner)
+    return count
+
+
+def test_pull_never_sees_a_torn_copy():
+    # Every publish writes one constant everywhere, so a mix of values means a torn read.
+    pub = WeightPublisher.create(Actor(hidden=(400, 300)))
+    explorer = Actor(hidden=(400, 300))
+    client = WeightClient.attach(pub.handle(), explorer, keep=["obs_scale"], alpha=1.0)
+    try:
+        with multiprocess.get_context("spawn").Pool(1) as pool:
+            job = pool.apply_async(_publish_constants, (pub, 1.5))
+            pulls = 0
+            while not job.ready():
+                if client.pull() is not None:
+                    pulls += 1
+                    values = torch.cat([p.reshape(-1) for p in explorer.parameters()])
+                    assert values.min() == values.max(), "torn copy"
+            published = job.get()
+        assert pulls >= 3 and published >= 3, (pulls, published)
+    finally:
+        client.close()
+        pub.close()
 
 
 def test_keep_matching():
