@@ -1,0 +1,304 @@
+"""Unity ML-Agents adapter (mlagents-envs 0.28): the agents of one behavior as VecEnv rows.
+
+Ids: ``unity:<path to a built player>`` opens ``UnityEnvironment(file_name=path)``;
+``unity:mock`` opens an in-process mock (``envs/_mock_unity.py``), no Unity needed.
+
+One adapter serves one behavior (``behavior = "Name"`` in ``[env] kwargs``, default: the first the
+environment reports); the agents of other behaviors receive Unity's empty (zero) actions. Rows are
+copy-major, ``row = copy * agents_per_copy + k``, with the agents of each copy sorted by id as they
+stand after ``reset``; the agent count must be fixed (agents that appear later are ignored).
+
+Episode ends follow Unity's protocol:
+
+* an agent found in ``TerminalSteps`` ends its row's transition there, with ``terminated = not
+  interrupted`` and ``truncated = interrupted`` (Unity's max-step interruption is a timeout);
+  ``final_obs`` is its terminal observation;
+* its next ``DecisionSteps`` observation is the first of its new episode and goes to ``obs``. When
+  it arrives in the same step (the usual case) nothing else happens. When it does not, the row goes
+  inactive until it does, exactly like a PettingZoo agent that left: ``adapter.active`` tells which
+  rows act next, and ``infos[i]["active"]`` (the mask *before* the step) whether row ``i``'s
+  transition is real and may be stored;
+* the reward of a transition is the agent's reward since its previous decision.
+
+Every agent that acted must come back in the next decision or terminal steps: Unity's
+``DecisionRequester`` with a period above 1 leaves agents without a decision for several steps,
+which a VecEnv cannot express, and the adapter raises a clear error in that case.
+
+Observations: all of a behavior's observation tensors, flattened and concatenated, float32.
+Actions: continuous ``[-1, 1]`` as they are (Unity's own convention); discrete branches are
+folded into one ``Discrete(prod(branches))`` action (mixed radix, last branch fastest).
+Hybrid (continuous + discrete) behaviors are not supported.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+try:
+    from mlagents_envs.base_env import ActionTuple, BehaviorSpec
+    from mlagents_envs.environment import UnityEnvironment
+except TypeError as exc:  # pragma: no cover - depends on the installed protobuf
+    # mlagents-envs 0.28's generated protobuf code predates protobuf 4; newer runtimes refuse it
+    # at import ("Descriptors cannot be created directly").
+    raise ImportError(
+        "mlagents-envs 0.28 needs protobuf 3.20.x (pip install 'protobuf==3.20.3'; with it, "
+        "tensorboard must be <= 2.20): " + str(exc)
+    ) from exc
+
+from wheeler2.env import EnvInfo, EnvReset, EnvStep
+
+log = logging.getLogger(__name__)
+
+# UnityEnvironment keyword arguments that may come from [env] kwargs for a real player.
+PLAYER_KWARGS = (
+    "worker_id",
+    "base_port",
+    "no_graphics",
+    "timeout_wait",
+    "additional_args",
+    "log_folder",
+    "num_areas",
+)
+# How many empty steps to wait, after reset, for the first agents to request a decision.
+_MAX_WARMUP_STEPS = 100
+
+
+def open_unity(spec: str, kwargs: dict[str, Any], copy: int, seed: int) -> UnityEnvironment:
+    """One Unity environment for copy ``copy``: a player binary, or the mock for ``"mock"``."""
+    kwargs = dict(kwargs)
+    if spec == "mock":
+        from envs._mock_unity import MockUnityEnvironment
+
+        return MockUnityEnvironment(seed=seed, **kwargs)
+    unknown = sorted(set(kwargs) - set(PLAYER_KWARGS) - {"time_scale"})
+    if unknown:
+        raise TypeError(f"unity:{spec}: unknown kwargs {unknown}; known: {PLAYER_KWARGS}")
+    side_channels = []
+    time_scale = kwargs.pop("time_scale", None)
+    if time_scale is not None:
+        from mlagents_envs.side_channel.engine_configuration_channel import (
+            EngineConfigurationChannel,
+        )
+
+        channel = EngineConfigurationChannel()
+        channel.set_configuration_parameters(time_scale=float(time_scale))
+        side_channels.append(channel)
+    # Each copy needs its own port; worker_id offsets it from base_port.
+    worker_id = int(kwargs.pop("worker_id", 0)) + copy
+    return UnityEnvironment(
+        file_name=spec, worker_id=worker_id, seed=seed, side_channels=side_channels, **kwargs
+    )
+
+
+def _flat(obs_list: list[np.ndarray], n: int) -> np.ndarray:
+    return np.concatenate([np.asarray(o, np.float32).reshape(n, -1) for o in obs_list], axis=1)
+
+
+class UnityVecEnv:
+    """The agents of one behavior in ``num_envs`` Unity environments, one VecEnv row each."""
+
+    def __init__(
+        self,
+        env_id: str,
+        kwargs: dict[str, Any] | None = None,
+        num_envs: int = 1,
+        seed: int = 0,
+        behavior: str | None = None,
+    ) -> None:
+        spec = env_id.removeprefix("unity:")
+        self.env_id = f"unity:{spec}"
+        self.num_copies = num_envs
+        self.copies: list[UnityEnvironment] = []
+        try:
+            for c in range(num_envs):
+                self.copies.append(open_unity(spec, dict(kwargs or {}), c, seed + c))
+            self._setup(behavior)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, behavior: str | None) -> None:
+        names = list(self.copies[0].behavior_specs)
+        if not names:
+            raise RuntimeError(f"{self.env_id}: the environment reports no behavior")
+        if behavior is None:
+            behavior = names[0]
+        elif behavior not in names:
+            raise ValueError(f"{self.env_id}: no behavior {behavior!r}; behaviors are {names}")
+        self.behavior = behavior
+        self.behavior_names = names
+        self.spec: BehaviorSpec = self.copies[0].behavior_specs[behavior]
+        action_spec = self.spec.action_spec
+        if action_spec.continuous_size and action_spec.discrete_size:
+            raise NotImplementedError(
+                f"{self.env_id}: behavior {behavior!r} mixes continuous and discrete actions"
+            )
+        self.discrete = action_spec.discrete_size > 0
+        self.branches = tuple(int(b) for b in action_spec.discrete_branches)
+        act_dim = int(np.prod(self.branches)) if self.discrete else action_spec.continuous_size
+        obs_dim = int(sum(np.prod(o.shape) for o in self.spec.observation_specs))
+        self.info = EnvInfo(obs_dim=obs_dim, act_dim=act_dim, discrete=self.discrete)
+
+        self._reset_copies()
+        per_copy = {len(ids) for ids in self._agent_ids}
+        if len(per_copy) != 1:
+            raise RuntimeError(f"{self.env_id}: copies have different agent counts {per_copy}")
+        self.agents_per_copy = per_copy.pop()
+        self.num_envs = self.num_copies * self.agents_per_copy
+
+    # -- state ---------------------------------------------------------------------------------
+    def _reset_copies(self) -> None:
+        """Reset every copy and (re)build the agent -> row map from the first decisions."""
+        self._agent_ids: list[np.ndarray] = []
+        decisions = []
+        for env in self.copies:
+            env.reset()
+            dec, _ = env.get_steps(self.behavior)
+            for _ in range(_MAX_WARMUP_STEPS):
+                if len(dec):
+                    break
+                env.step()
+                dec, _ = env.get_steps(self.behavior)
+            if not len(dec):
+                raise RuntimeError(f"{self.env_id}: no agent of {self.behavior!r} asks to act")
+            self._agent_ids.append(np.sort(dec.agent_id))
+            decisions.append(dec)
+        if hasattr(self, "agents_per_copy"):
+            if any(len(ids) != self.agents_per_copy for ids in self._agent_ids):
+                raise RuntimeError(f"{self.env_id}: the agent count changed across a reset")
+        a = len(self._agent_ids[0])
+        self._row_of = [
+            {int(agent): c * a + k for k, agent in enumerate(ids)}
+            for c, ids in enumerate(self._agent_ids)
+        ]
+        n = self.num_copies * a
+        self._obs = np.zeros((n, self.info.obs_dim), np.float32)
+        self.active = np.zeros(n, bool)
+        self._carry = np.zeros(n, np.float32)  # reward given with a reset obs: the next step's
+        self._order: list[np.ndarray] = []  # per copy: rows in DecisionSteps order
+        self._warned_unknown = False
+        for c, dec in enumerate(decisions):
+            rows = self._rows(c, dec.agent_id)
+            known = rows >= 0
+            self._obs[rows[known]] = _flat(dec.obs, len(dec))[known]
+            self.active[rows[known]] = True
+            self._order.append(rows)
+
+    def _rows(self, c: int, agent_ids: np.ndarray) -> np.ndarray:
+        row_of = self._row_of[c]
+        rows = np.array([row_of.get(int(a), -1) for a in agent_ids], dtype=np.int64)
+        if (rows < 0).any() and not self._warned_unknown:
+            self._warned_unknown = True
+            log.warning("%s: agents %s were not there at reset; ignored", self.env_id, agent_ids)
+        return rows
+
+    # -- actions -------------------------------------------------------------------------------
+    def _action_tuple(self, action: np.ndarray, rows: np.ndarray) -> ActionTuple:
+        """Actions in the order Unity listed the deciding agents; agents without a row get 0."""
+        unknown = rows < 0
+        if self.discrete:
+            flat = np.asarray(action).reshape(-1)[np.maximum(rows, 0)].astype(np.int64)
+            flat[unknown] = 0
+            per_branch = np.stack(np.unravel_index(flat, self.branches), axis=1)
+            return ActionTuple(discrete=per_branch.astype(np.int32))
+        a = np.asarray(action, np.float32).reshape(self.num_envs, -1)[np.maximum(rows, 0)]
+        a[unknown] = 0.0
+        return ActionTuple(continuous=np.clip(a, -1.0, 1.0))
+
+    # -- VecEnv --------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> EnvReset:
+        # Unity takes its seed when the player starts; a later reset cannot reseed it.
+        self._reset_copies()
+        return EnvReset(obs=self._obs.copy())
+
+    def step(self, action: np.ndarray) -> EnvStep:
+        n = self.num_envs
+        was_active = self.active.copy()
+        reward = np.zeros(n, np.float32)
+        terminated = np.zeros(n, bool)
+        truncated = np.zeros(n, bool)
+        final_obs = self._obs.copy()
+        acted = np.zeros(n, bool)
+        infos: list[dict[str, Any]] = [{"active": bool(a)} for a in was_active]
+
+        for c, env in enumerate(self.copies):
+            rows = self._order[c]
+            if len(rows):
+                env.set_actions(self.behavior, self._action_tuple(action, rows))
+                acted[rows[rows >= 0]] = True
+            env.step()
+            dec, term = env.get_steps(self.behavior)
+
+            ended = np.zeros(n, bool)
+            if len(term):
+                t_rows = self._rows(c, term.agent_id)
+                t_obs = _flat(term.obs, len(term))
+                for j, i in enumerate(t_rows):
+                    if i < 0 or not was_active[i]:
+                        continue  # a transition nobody acted on: nothing to report
+                    ended[i] = True
+                    final_obs[i] = t_obs[j]
+                    reward[i] = self._carry[i] + term.reward[j]
+                    self._carry[i] = 0.0
+                    terminated[i] = not term.interrupted[j]
+                    truncated[i] = bool(term.interrupted[j])
+                    infos[i]["group_reward"] = float(term.group_reward[j])
+                self.active[t_rows[t_rows >= 0]] = False
+
+            d_rows = self._rows(c, dec.agent_id)
+            if len(dec):
+                d_obs = _flat(dec.obs, len(dec))
+                for j, i in enumerate(d_rows):
+                    if i < 0:
+                        continue
+                    self._obs[i] = d_obs[j]
+                    if was_active[i] and not ended[i]:
+                        final_obs[i] = d_obs[j]
+                        reward[i] = self._carry[i] + dec.reward[j]
+                        self._carry[i] = 0.0
+                        infos[i]["group_reward"] = float(dec.group_reward[j])
+                    else:
+                        # First obs of a new episode: its reward belongs to the next transition.
+                        self._carry[i] = dec.reward[j]
+                    self.active[i] = True
+            self._order[c] = d_rows
+
+            mine = np.zeros(n, bool)
+            mine[c * self.agents_per_copy : (c + 1) * self.agents_per_copy] = True
+            stuck = mine & acted & ~ended & ~np.isin(np.arange(n), d_rows)
+            if stuck.any():
+                raise RuntimeError(
+                    f"{self.env_id}: agents {self._agent_ids[c][stuck[mine]].tolist()} of "
+                    f"{self.behavior!r} acted but neither requested a decision nor ended; the "
+                    f"adapter needs one decision per step (DecisionRequester period 1)"
+                )
+
+        # Rows that left keep their final observation as a placeholder; it is never acted on.
+        return EnvStep(
+            obs=self._obs.copy(),
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=final_obs,
+            infos=infos,
+        )
+
+    def close(self) -> None:
+        for env in self.copies:
+            try:
+                env.close()
+            except Exception as exc:  # closing must go on for the other copies
+                log.warning("%s: close failed: %s", self.env_id, exc)
+        self.copies = []
+
+
+def make(spec: str, kwargs: dict[str, Any], num_envs: int, seed: int) -> UnityVecEnv:
+    """Registry entry point; ``behavior`` is taken out of ``[env] kwargs``, the rest goes to the
+    player (``no_graphics``, ``time_scale``, ``worker_id``, ...) or the mock (``num_agents``,
+    ``discrete_action``, ``episode_length``, ``lagging_agents``, ``behaviors``, ``stock``)."""
+    kwargs = dict(kwargs)
+    behavior = kwargs.pop("behavior", None)
+    return UnityVecEnv(spec, kwargs, num_envs, seed, behavior=behavior)
