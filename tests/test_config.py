@@ -486,3 +486,35 @@ def test_shipped_configs_validate(name):
     cfg = load(Path(__file__).parent.parent / "cfg" / name)
     assert cfg.learner.algo == "ddpg"
     assert cfg.env.id == "Pendulum-v1"
+
+
+# -- registry: env adapters --------------------------------------------------------------------
+
+
+def test_make_env_routes_prefixed_ids_to_their_adapter(monkeypatch):
+    calls = []
+    adapter = type(sys)("envs.unity")
+    adapter.make = lambda spec, kwargs, num_envs, seed: calls.append((spec, kwargs, num_envs, seed))
+    monkeypatch.setitem(sys.modules, "envs.unity", adapter)
+    registry.make_env(config.EnvConfig(id="unity:mock", kwargs={"a": 1}), num_envs=3, seed=5)
+    assert calls == [("mock", {"a": 1}, 3, 5)]
+
+
+def test_make_env_builds_a_gymnasium_vector():
+    pytest.importorskip("envs.gym")
+    env = registry.make_env(config.EnvConfig(id="Pendulum-v1"), num_envs=2, seed=0)
+    try:
+        assert env.num_envs == 2
+        assert env.info.obs_dim == 3 and env.info.act_dim == 1 and not env.info.discrete
+    finally:
+        env.close()
+
+
+def test_builtin_env_ids_are_known_without_importing_them_first(write_config, monkeypatch):
+    bitflip = pytest.importorskip("envs.bitflip")
+    import gymnasium
+
+    monkeypatch.delitem(sys.modules, "envs.bitflip")
+    monkeypatch.delitem(gymnasium.registry, bitflip.ENV_ID)
+    cfg = load(write_config(with_replaced(BASE, "Pendulum-v1", "wheeler2/BitFlip-v0")))
+    assert cfg.env.id == "wheeler2/BitFlip-v0"

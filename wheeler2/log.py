@@ -194,15 +194,17 @@ class RunLog:
         self._live.update(table, refresh=True)
 
     def _table(self, total: int, members: dict[str, dict[str, Any]], last: float | None) -> Any:
+        from rich.console import Group
         from rich.table import Table
+        from rich.text import Text
 
         eta = self.eta_s(total)
-        title = f"steps {total:,}{self._of_total()}  elapsed {_clock(self.wall_s)}"
+        headline = f"steps {total:,}{self._of_total()}   elapsed {_clock(self.wall_s)}"
         if eta is not None:
-            title += f"  left {_clock(eta)}"
+            headline += f"   left {_clock(eta)}"
         if last is not None:
-            title += f"  last eval {last:.1f}"
-        table = Table(title=title, title_justify="left")
+            headline += f"   last eval {last:.1f}"
+        table = Table()
         extra = sorted({k for f in members.values() for k in f if k != "env_steps"})[:4]
         for column in ("member", "env steps", "steps/s", *extra):
             table.add_column(column, justify="left" if column == "member" else "right")
@@ -211,7 +213,8 @@ class RunLog:
             cells = [name, f"{int(figures.get('env_steps', 0)):,}", f"{rate:,.0f}"]
             cells += [_cell(figures.get(k)) for k in extra]
             table.add_row(*cells)
-        return table
+        # The headline sits above the table, not as its title, so a narrow table never wraps it.
+        return Group(Text(headline, style="bold"), table)
 
     # -- shutdown ----------------------------------------------------------------------------
 

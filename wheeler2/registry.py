@@ -199,12 +199,19 @@ def check_env_id(env_id: str) -> None:
     )
 
 
+# Modules of `envs` that adapt other packages rather than define envs; importing them for ids
+# would pull in optional, slow dependencies.
+_ADAPTER_MODULES = {"envs.gym", *ENV_ADAPTERS.values()}
+
+
 def _import_builtin_envs() -> None:
-    """Our own envs (``envs/``) register their gymnasium ids on import."""
-    try:
-        importlib.import_module("envs")
-    except ImportError:
-        pass
+    """Our own envs (``envs/bitflip.py``, ...) register their gymnasium ids on import."""
+    for module_name in _package_modules("envs"):
+        if module_name not in _ADAPTER_MODULES:
+            try:
+                importlib.import_module(module_name)
+            except ImportError:
+                continue
 
 
 def make_env(env_cfg: EnvConfig, num_envs: int, seed: int) -> VecEnv:
@@ -215,4 +222,5 @@ def make_env(env_cfg: EnvConfig, num_envs: int, seed: int) -> VecEnv:
         return adapter.make(rest, dict(env_cfg.kwargs), num_envs, seed)
     from envs.gym import GymVecEnv
 
+    _import_builtin_envs()
     return GymVecEnv(env_cfg.id, dict(env_cfg.kwargs), num_envs, seed)
