@@ -85,6 +85,17 @@ def _resolve_policy(policy: OtherPolicy | str | None) -> OtherPolicy | None:
     return getattr(importlib.import_module(module_name), attr)
 
 
+def _max_cycles(env: Any) -> int | None:
+    # PettingZoo has no standard horizon attribute; most envs keep `max_cycles` on the raw env
+    # or on the simulation object it wraps (multiwalker).
+    raw = env.unwrapped
+    for holder in (raw, getattr(raw, "env", None)):
+        value = getattr(holder, "max_cycles", None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
 def _obs_dim(space: spaces.Space) -> int:
     if not isinstance(space, spaces.Box):
         raise TypeError(f"unsupported observation space {space!r}: expected Box")
@@ -150,7 +161,7 @@ class PettingZooVecEnv:
             obs_dim=_obs_dim(obs_space),
             act_dim=act_dim,
             discrete=self.discrete,
-            max_episode_steps=getattr(env.unwrapped, "max_cycles", None),
+            max_episode_steps=_max_cycles(env),
         )
         self.active = np.zeros(self.num_envs, bool)
         self.head_rewards = np.zeros((self.num_envs, m), np.float32)

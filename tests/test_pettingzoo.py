@@ -248,6 +248,7 @@ def test_multiwalker_walkers_fall_and_leave():
     kwargs = {"terminate_on_fall": False, "remove_on_fall": True, "max_cycles": 200}
     env = make("pettingzoo:sisl.multiwalker_v9", kwargs, num_envs=1, seed=0)
     assert env.num_envs == 3 and env.info.obs_dim == 31 and env.info.act_dim == 4
+    assert env.info.max_episode_steps == 200
     env.reset()
     rng = np.random.default_rng(0)
     saw_masked = ends = 0
