@@ -252,6 +252,11 @@ class PettingZooVecEnv:
                 i = self._row(c, k)
                 infos[i] = dict(info.get(name, {}))
                 infos[i]["active"] = bool(was_active[i])
+                if self.reward_mode == "heads":
+                    # Every row carries the key, so head functions never meet a missing one.
+                    infos[i]["head_rewards"] = (
+                        heads.copy() if was_active[i] else np.zeros_like(heads)
+                    )
                 if not was_active[i]:
                     continue
                 reward[i] = team if self.reward_mode == "sum" else float(rew.get(name, 0.0))
@@ -261,7 +266,6 @@ class PettingZooVecEnv:
                     final_obs[i] = np.asarray(raw_obs[name], np.float32).reshape(-1)
                 if self.reward_mode == "heads":
                     self.head_rewards[i] = heads
-                    infos[i]["head_rewards"] = heads.copy()
 
             still_live = {a for a in env.agents if not (term.get(a, False) or trunc.get(a, False))}
             if still_live:
@@ -288,6 +292,37 @@ class PettingZooVecEnv:
     def close(self) -> None:
         for env in self.copies:
             env.close()
+
+
+def head_reward(k: int) -> Callable[..., np.ndarray]:
+    """A task reward-head function giving each row the reward of matched agent ``k`` of its copy
+    (``reward_mode = "heads"``). In TOML: ``reward = "envs.pettingzoo:head_<k>"``."""
+
+    def fn(
+        obs: Any,
+        action: Any,
+        next_obs: Any,
+        achieved_goal: Any,
+        desired_goal: Any,
+        info: Sequence[dict[str, Any]] | None,
+    ) -> np.ndarray:
+        if info is None:
+            raise ValueError(
+                f"head_{k}: per-agent rewards come from the env's infos and cannot "
+                "be recomputed for a relabelled goal"
+            )
+        return np.array([row["head_rewards"][k] for row in info], np.float32)
+
+    fn.__name__ = f"head_{k}"
+    return fn
+
+
+def __getattr__(name: str) -> Any:
+    # "envs.pettingzoo:head_3" resolves for any agent index without defining each function.
+    prefix, _, index = name.partition("_")
+    if prefix == "head" and index.isdigit():
+        return head_reward(int(index))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make(spec: str, kwargs: dict[str, Any], num_envs: int, seed: int) -> PettingZooVecEnv:

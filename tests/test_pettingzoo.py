@@ -148,6 +148,10 @@ def test_reward_modes_sum_and_heads(relay_module):
     for i in range(3):
         np.testing.assert_allclose(step.infos[i]["head_rewards"], own)
     np.testing.assert_allclose(heads.head_rewards, [own] * 3)
+    # what a task's reward heads see: "envs.pettingzoo:head_<k>" picks agent k's reward
+    from envs.pettingzoo import head_2
+
+    np.testing.assert_allclose(head_2(None, None, None, None, None, step.infos), [own[2]] * 3)
 
 
 def test_mismatched_spaces_are_named(relay_module):
