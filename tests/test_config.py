@@ -353,6 +353,8 @@ def test_unknown_task_class_suggests_closest(write_config):
     err = error_of(write_config(BASE + '[task]\nspec = "w2test_tasks:Uprigt"\n'))
     assert (err.table, err.key) == ("[task]", "spec")
     assert "did you mean 'Upright'?" in err.message
+    err = error_of(write_config(BASE + '[task]\nspec = "w2test_tasks:upright_reward"\n'))
+    assert err.message == "'w2test_tasks:upright_reward' is not a class"
 
 
 def test_unknown_task_module_lists_tasks(write_config, monkeypatch):

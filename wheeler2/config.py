@@ -693,7 +693,15 @@ def _task(reader: _Reader, data: Any) -> TaskConfig:
         "[task]", data, {"spec": (_string(), None), "heads": (_list_of_tables, None)}, "task"
     )
     if values["spec"] is not None:
-        _resolve_spec(reader, "[task]", "spec", values["spec"])
+        try:
+            task_class = registry.resolve_object(values["spec"])
+        except registry.RegistryError as exc:
+            message = str(exc)
+            if "tasks available" not in message:
+                message += f"; {registry.available_tasks_text()}"
+            raise reader.error("[task]", "spec", message) from None
+        if not isinstance(task_class, type):
+            raise reader.error("[task]", "spec", f"'{values['spec']}' is not a class")
     if values["heads"] is None:
         return TaskConfig(spec=values["spec"])
     if not values["heads"]:

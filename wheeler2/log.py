@@ -8,6 +8,7 @@ so logs stay readable.
 
 from __future__ import annotations
 
+import atexit
 import csv
 import json
 import math
@@ -191,6 +192,8 @@ class RunLog:
         if self._live is None:
             self._live = Live(table, auto_refresh=False, transient=False)
             self._live.start()
+            # A run that dies without close() must still give the terminal its cursor back.
+            atexit.register(self.close)
         self._live.update(table, refresh=True)
 
     def _table(self, total: int, members: dict[str, dict[str, Any]], last: float | None) -> Any:
@@ -224,6 +227,7 @@ class RunLog:
         self._closed = True
         if self._live is not None:
             self._live.stop()
+            atexit.unregister(self.close)
         self._csv_file.close()
         if self._tb is not None:
             self._tb.close()

@@ -128,7 +128,8 @@ def tasks() -> dict[str, type]:
     return found
 
 
-def _available_tasks_text() -> str:
+def available_tasks_text() -> str:
+    """A one-line list of the task classes in the ``tasks`` package, for error messages."""
     names = sorted(tasks())
     return "tasks available: " + (", ".join(names) if names else "none in the 'tasks' package")
 
@@ -137,7 +138,7 @@ def resolve_object(spec: str) -> Any:
     """``"module:attr"`` -> the attribute (a task class, a reward function, an agent class)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise RegistryError(f"expected 'module:name', got '{spec}'; {_available_tasks_text()}")
+        raise RegistryError(f"expected 'module:name', got '{spec}'; {available_tasks_text()}")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -146,7 +147,7 @@ def resolve_object(spec: str) -> Any:
         if exc.name is None or not module_name.startswith(exc.name):
             raise
         raise RegistryError(
-            f"no module named '{module_name}' (from '{spec}'); {_available_tasks_text()}"
+            f"no module named '{module_name}' (from '{spec}'); {available_tasks_text()}"
         ) from None
     obj = module
     for part in attr.split("."):
