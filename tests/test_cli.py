@@ -136,3 +136,12 @@ def test_write_curve_and_plot_by_wall_clock(tmp_path):
 def test_plot_of_a_non_run_dir_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="no summary.json"):
         plot.plot_runs([tmp_path], tmp_path / "x.png")
+
+
+def test_renamed_key_warns_once_on_stderr(write_config, capsys):
+    path = write_config(VALID + "\n[buffer]\nratio = 2\n")
+    assert cli.main(["check", str(path), "--set", "buffer.ratio=3"]) == 0
+    err = capsys.readouterr().err
+    assert err == (
+        f"warning: {path}: [buffer] 'ratio' is deprecated; call it 'updates_per_insert'\n"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import sys
 import tomllib
 from pathlib import Path
@@ -169,6 +170,19 @@ def test_syntax_error_at_end_of_document(write_config):
     err = error_of(write_config(BASE + "x = [1, 2\n"))
     assert "Unclosed array" in str(err)
     assert err.line == len(BASE.strip().splitlines()) + 1
+
+
+def test_config_error_pickles_with_its_fields():
+    err = ConfigError("f.toml", "[buffer]", "capacity", "expected x", line=3, column=4)
+    again = pickle.loads(pickle.dumps(err))
+    assert (again.file, again.table, again.key, again.line, again.column) == (
+        "f.toml",
+        "[buffer]",
+        "capacity",
+        3,
+        4,
+    )
+    assert str(again) == str(err)
 
 
 def test_missing_file_is_a_config_error(tmp_path):

@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from wheeler2.config import Config, ConfigError, load
+from wheeler2.config import Config, ConfigDeprecationWarning, ConfigError, load
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -64,19 +65,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _load(path: Path, overrides: Sequence[str] = (), **kwargs: Any) -> Config:
+    """``config.load``, with renamed-key warnings as one plain stderr line each."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigDeprecationWarning)
+        config = load(path, overrides, **kwargs)
+    shown = set()
+    for w in caught:
+        if not issubclass(w.category, ConfigDeprecationWarning):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        elif str(w.message) not in shown:
+            shown.add(str(w.message))
+            print(f"warning: {w.message}", file=sys.stderr)
+    return config
+
+
 def _describe(config: Config) -> str:
     members = sum(m.count for m in config.team)
     return f"{members} member{'s' if members != 1 else ''}, backend {config.experiment.backend}"
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    config = load(args.file, args.overrides)
+    config = _load(args.file, args.overrides)
     print(f"ok: {args.file} ({_describe(config)})")
     return EXIT_OK
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    config = load(args.file, args.overrides, seed=args.seed, out=args.out)
+    config = _load(args.file, args.overrides, seed=args.seed, out=args.out)
     from wheeler2.runtime import run_experiment
 
     print(f"running {config.experiment.name} ({_describe(config)})", flush=True)
@@ -89,7 +105,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     config_path = args.run_dir / "config.toml"
     if not config_path.exists():
         raise ConfigError(config_path, None, None, "not found: is this a run directory?")
-    config = load(config_path)
+    config = _load(config_path)
     from wheeler2.runtime import run_experiment
 
     print(f"resuming {args.run_dir}", flush=True)

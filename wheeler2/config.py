@@ -53,6 +53,11 @@ class ConfigError(Exception):
         self.column = column
         super().__init__(str(self))
 
+    def __reduce__(self) -> tuple:
+        # Keeps every field when the error crosses a process boundary (local and ray backends).
+        args = (self.file, self.table, self.key, self.message, self.line, self.column)
+        return (type(self), args)
+
     def __str__(self) -> str:
         where = " ".join(part for part in (self.table, self.key) if part)
         head = self.file or "<config>"
