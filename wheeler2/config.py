@@ -291,6 +291,13 @@ def _string(choices: Iterable[str] | None = None) -> _Check:
     return check
 
 
+def _any_string(v: Any) -> str:
+    # Algorithm parameters may legitimately be empty strings; only the engine's own keys forbid it.
+    if not isinstance(v, str):
+        raise _Mismatch("a string")
+    return v
+
+
 def _string_list(v: Any) -> tuple[str, ...]:
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
         raise _Mismatch("a list of strings")
@@ -420,7 +427,7 @@ def _hint_check(hint: Any) -> _Check:
     if hint is float:
         return _number()
     if hint is str:
-        return _string()
+        return _any_string
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is typing.Literal:
