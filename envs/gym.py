@@ -29,7 +29,9 @@ def _flat_dim(space: spaces.Space) -> int:
         return int(space.n)
     if isinstance(space, spaces.MultiBinary):
         return int(np.prod(space.shape))
-    raise TypeError(f"unsupported observation space {space!r}: expected Box, Discrete or MultiBinary")
+    raise TypeError(
+        f"unsupported observation space {space!r}: expected Box, Discrete or MultiBinary"
+    )
 
 
 class _ObsFlattener:
@@ -74,14 +76,18 @@ class GymVecEnv:
             self._low = act_space.low.astype(np.float64).reshape(-1)
             self._high = act_space.high.astype(np.float64).reshape(-1)
             if not (np.all(np.isfinite(self._low)) and np.all(np.isfinite(self._high))):
-                raise ValueError(f"{env_id}: an unbounded Box action space cannot be scaled from [-1, 1]")
+                raise ValueError(
+                    f"{env_id}: an unbounded Box action space cannot be scaled from [-1, 1]"
+                )
             self._act_shape = act_space.shape
         elif isinstance(act_space, spaces.Discrete):
             self.discrete = True
             act_dim = int(act_space.n)
             self._act_start = int(act_space.start)
         else:
-            raise TypeError(f"{env_id}: unsupported action space {act_space!r}: expected Box or Discrete")
+            raise TypeError(
+                f"{env_id}: unsupported action space {act_space!r}: expected Box or Discrete"
+            )
         spec = self.envs[0].spec
         self.info = EnvInfo(
             obs_dim=self._flat.dim,
@@ -97,7 +103,9 @@ class GymVecEnv:
         self.action_space = act_space
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _store(self, i: int, raw: Any, obs: np.ndarray, ag: np.ndarray | None, dg: np.ndarray | None) -> None:
+    def _store(
+        self, i: int, raw: Any, obs: np.ndarray, ag: np.ndarray | None, dg: np.ndarray | None
+    ) -> None:
         if self.goal:
             self._flat(raw["observation"], obs[i])
             ag[i] = np.asarray(raw["achieved_goal"], np.float32).reshape(-1)
@@ -162,9 +170,13 @@ class GymVecEnv:
             final_desired_goal=final_dg,
         )
 
-    def compute_reward(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any = None) -> np.ndarray:
+    def compute_reward(
+        self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any = None
+    ) -> np.ndarray:
         """The env's own vectorized goal reward (GoalEnv.compute_reward), for HER relabelling."""
-        return np.asarray(self.envs[0].unwrapped.compute_reward(achieved_goal, desired_goal, info), np.float32)
+        return np.asarray(
+            self.envs[0].unwrapped.compute_reward(achieved_goal, desired_goal, info), np.float32
+        )
 
     def close(self) -> None:
         for env in self.envs:

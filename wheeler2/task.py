@@ -27,8 +27,9 @@ class Task:
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
 
-    def success(self, achieved_goal: np.ndarray | None, desired_goal: np.ndarray | None,
-                info: Any = None) -> np.ndarray | None:
+    def success(
+        self, achieved_goal: np.ndarray | None, desired_goal: np.ndarray | None, info: Any = None
+    ) -> np.ndarray | None:
         """Per-row success flags at episode end, or None when the task has no notion of it."""
         return None
 
@@ -54,31 +55,50 @@ class RewardHeads:
     def __len__(self) -> int:
         return len(self.heads)
 
-    def compute(self, obs: np.ndarray, action: np.ndarray, next_obs: np.ndarray,
-                achieved_goal: np.ndarray | None, desired_goal: np.ndarray | None,
-                info: Any, env_reward: np.ndarray) -> np.ndarray:
+    def compute(
+        self,
+        obs: np.ndarray,
+        action: np.ndarray,
+        next_obs: np.ndarray,
+        achieved_goal: np.ndarray | None,
+        desired_goal: np.ndarray | None,
+        info: Any,
+        env_reward: np.ndarray,
+    ) -> np.ndarray:
         n = len(env_reward)
         out = np.empty((n, len(self.heads)), np.float32)
         for j, head in enumerate(self.heads):
             if head.fn is None:
                 out[:, j] = env_reward
             else:
-                out[:, j] = _checked(head, head.fn(obs, action, next_obs, achieved_goal, desired_goal, info), n)
+                out[:, j] = _checked(
+                    head, head.fn(obs, action, next_obs, achieved_goal, desired_goal, info), n
+                )
         return out
 
-    def relabel(self, obs: np.ndarray, action: np.ndarray, next_obs: np.ndarray,
-                achieved_goal: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
+    def relabel(
+        self,
+        obs: np.ndarray,
+        action: np.ndarray,
+        next_obs: np.ndarray,
+        achieved_goal: np.ndarray,
+        desired_goal: np.ndarray,
+    ) -> np.ndarray:
         """Rewards of every head for new desired goals (HER); the env head uses compute_reward."""
         n = len(obs)
         out = np.empty((n, len(self.heads)), np.float32)
         for j, head in enumerate(self.heads):
             if head.fn is None:
                 if self._goal_reward is None:
-                    raise ValueError(f"reward head {head.name!r} is the env reward, which cannot be "
-                                     "recomputed for a new goal: the env has no compute_reward")
+                    raise ValueError(
+                        f"reward head {head.name!r} is the env reward, which cannot be "
+                        "recomputed for a new goal: the env has no compute_reward"
+                    )
                 out[:, j] = _checked(head, self._goal_reward(achieved_goal, desired_goal, None), n)
             else:
-                out[:, j] = _checked(head, head.fn(obs, action, next_obs, achieved_goal, desired_goal, None), n)
+                out[:, j] = _checked(
+                    head, head.fn(obs, action, next_obs, achieved_goal, desired_goal, None), n
+                )
         return out
 
 
@@ -87,6 +107,8 @@ def _checked(head: Head, value: Any, n: int) -> np.ndarray:
     if arr.shape != (n,):
         arr = arr.reshape(-1) if arr.size == n else arr
         if arr.shape != (n,):
-            raise ValueError(f"reward head {head.name!r} returned shape {np.shape(value)} for a batch of "
-                             f"{n}; expected ({n},): one reward per transition")
+            raise ValueError(
+                f"reward head {head.name!r} returned shape {np.shape(value)} for a batch of "
+                f"{n}; expected ({n},): one reward per transition"
+            )
     return arr

@@ -56,6 +56,11 @@ def evaluate_run(run_dir: Path, episodes: int | None = None, which: str = "best"
         result = evaluate(agent, env, int(config.experiment.seed) + 7)
     finally:
         env.close()
-    return {"checkpoint": str(path), "episodes": episodes, "mean_return": result.mean_return,
-            "std_return": result.std_return, "success": result.success,
-            "env_steps": payload["run"]["env_steps"]}
+    return {
+        "checkpoint": str(path),
+        "episodes": episodes,
+        "mean_return": result.mean_return,
+        "std_return": result.std_return,
+        "success": result.success,
+        "env_steps": payload["run"]["env_steps"],
+    }

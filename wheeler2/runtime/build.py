@@ -94,8 +94,10 @@ def make_agent(config: Any, plan: MemberPlan, space: SpaceInfo, seed: int) -> Ag
     cls = registry.resolve_algo(plan.algo)
     params = plan.spec.params
     # Schedules (linear lr / clip annealing) need the run's length; fill it where left at 0.
-    if dataclasses.is_dataclass(params) and "total_steps" in {f.name for f in dataclasses.fields(params)}:
-        if not getattr(params, "total_steps"):
+    if dataclasses.is_dataclass(params) and "total_steps" in {
+        f.name for f in dataclasses.fields(params)
+    }:
+        if not params.total_steps:
             params = dataclasses.replace(params, total_steps=int(config.experiment.total_steps))
     device = getattr(params, "device", "cpu")
     torch.manual_seed(seed)
@@ -106,8 +108,14 @@ def make_agent(config: Any, plan: MemberPlan, space: SpaceInfo, seed: int) -> Ag
 def replay_layout(info: EnvInfo, heads: RewardHeads, logp: bool) -> Any:
     from wheeler2.buffer import Layout
 
-    return Layout(obs_dim=info.obs_dim, act_dim=info.act_dim, discrete=info.discrete,
-                  num_heads=len(heads), goal_dim=info.goal_dim, logp=logp)
+    return Layout(
+        obs_dim=info.obs_dim,
+        act_dim=info.act_dim,
+        discrete=info.discrete,
+        num_heads=len(heads),
+        goal_dim=info.goal_dim,
+        logp=logp,
+    )
 
 
 def replay_config(config: Any, learner_params: Any, chunk: int | None = None) -> Any:

@@ -57,13 +57,23 @@ class RunState:
     best_return: float = -math.inf
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env_steps": self.env_steps, "wall_s": self.wall_s, "evals": self.evals,
-                "steps_to_threshold": self.steps_to_threshold, "best_return": self.best_return}
+        return {
+            "env_steps": self.env_steps,
+            "wall_s": self.wall_s,
+            "evals": self.evals,
+            "steps_to_threshold": self.steps_to_threshold,
+            "best_return": self.best_return,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunState:
-        return cls(env_steps=int(d["env_steps"]), wall_s=float(d["wall_s"]), evals=list(d["evals"]),
-                   steps_to_threshold=d.get("steps_to_threshold"), best_return=float(d["best_return"]))
+        return cls(
+            env_steps=int(d["env_steps"]),
+            wall_s=float(d["wall_s"]),
+            evals=list(d["evals"]),
+            steps_to_threshold=d.get("steps_to_threshold"),
+            best_return=float(d["best_return"]),
+        )
 
 
 class Recorder:
@@ -74,11 +84,14 @@ class Recorder:
         self.run_dir = run_dir
         self.state = state
         exp = config.experiment
-        self.schedule = Schedule(int(exp.eval_every), int(getattr(exp, "checkpoint_every", 0) or exp.eval_every))
+        self.schedule = Schedule(
+            int(exp.eval_every), int(getattr(exp, "checkpoint_every", 0) or exp.eval_every)
+        )
         self.schedule.start(state.env_steps)
         self.threshold = getattr(exp, "eval_threshold", None)
-        self.log = RunLog(run_dir, progress=bool(getattr(exp, "progress", True)),
-                          total_steps=int(exp.total_steps))
+        self.log = RunLog(
+            run_dir, progress=bool(getattr(exp, "progress", True)), total_steps=int(exp.total_steps)
+        )
         self._t0 = time.perf_counter()
         (run_dir / "checkpoints").mkdir(exist_ok=True)
         (run_dir / "config.toml").write_text(config.to_toml())
@@ -100,13 +113,20 @@ class Recorder:
         """Stores one evaluation; returns True when it is the best so far."""
         while self.schedule.next_eval <= env_steps:
             self.schedule.next_eval += self.schedule.eval_every
-        entry = {"env_steps": env_steps, "wall_s": round(self.wall_s, 3),
-                 "return": result.mean_return, "return_std": result.std_return,
-                 "success": result.success}
+        entry = {
+            "env_steps": env_steps,
+            "wall_s": round(self.wall_s, 3),
+            "return": result.mean_return,
+            "return_std": result.std_return,
+            "success": result.success,
+        }
         self.state.evals.append(entry)
         self.log.eval(env_steps, entry["wall_s"], result.mean_return, result.success)
-        if (self.threshold is not None and self.state.steps_to_threshold is None
-                and result.mean_return > float(self.threshold)):
+        if (
+            self.threshold is not None
+            and self.state.steps_to_threshold is None
+            and result.mean_return > float(self.threshold)
+        ):
             self.state.steps_to_threshold = env_steps
         best = result.mean_return > self.state.best_return
         if best:
@@ -116,7 +136,11 @@ class Recorder:
     def save_checkpoint(self, payload: dict[str, Any], best: bool = False) -> None:
         while self.schedule.next_checkpoint <= self.state.env_steps:
             self.schedule.next_checkpoint += self.schedule.checkpoint_every
-        state = {"run": self.state.to_dict() | {"wall_s": self.wall_s}, "rng": ckpt.rng_state(), **payload}
+        state = {
+            "run": self.state.to_dict() | {"wall_s": self.wall_s},
+            "rng": ckpt.rng_state(),
+            **payload,
+        }
         ckpt.save(self.run_dir / "checkpoints" / "latest.pt", state)
         if best:
             ckpt.save(self.run_dir / "checkpoints" / "best.pt", state)
@@ -129,7 +153,9 @@ class Recorder:
         last = self.state.evals[-1]["return"] if self.state.evals else None
         self.log.progress(env_steps, members, last_eval=last)
 
-    def finish(self, members: dict[str, dict[str, float]], interrupted: bool = False) -> dict[str, Any]:
+    def finish(
+        self, members: dict[str, dict[str, float]], interrupted: bool = False
+    ) -> dict[str, Any]:
         evals = self.state.evals
         summary = {
             "name": self.config.experiment.name,

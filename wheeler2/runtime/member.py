@@ -33,8 +33,16 @@ class MemberStats:
 class Member:
     """Steps ``env`` with ``agent`` and pushes every transition into the central replay."""
 
-    def __init__(self, name: str, role: str, agent: Agent, env: VecEnv, heads: RewardHeads,
-                 writer: Any | None, seed: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        role: str,
+        agent: Agent,
+        env: VecEnv,
+        heads: RewardHeads,
+        writer: Any | None,
+        seed: int,
+    ) -> None:
         self.name = name
         self.role = role
         self.agent = agent
@@ -53,24 +61,42 @@ class Member:
         pin = policy_obs(obs, dg)
         out = self.agent.act(pin, explore=True)
         st: EnvStep = self.env.step(out.action)
-        reward = self.heads.compute(obs, out.action, st.final_obs, st.final_achieved_goal,
-                                    st.final_desired_goal, st.infos, st.reward)
-        metrics = self.agent.observe(Transitions(
-            obs=pin,
-            action=out.action,
-            reward=reward,
-            next_obs=policy_obs(st.final_obs, st.final_desired_goal),
-            terminated=st.terminated,
-            truncated=st.truncated,
-            reset_obs=policy_obs(st.obs, st.desired_goal),
-            act_out=out,
-        ))
+        reward = self.heads.compute(
+            obs,
+            out.action,
+            st.final_obs,
+            st.final_achieved_goal,
+            st.final_desired_goal,
+            st.infos,
+            st.reward,
+        )
+        metrics = self.agent.observe(
+            Transitions(
+                obs=pin,
+                action=out.action,
+                reward=reward,
+                next_obs=policy_obs(st.final_obs, st.final_desired_goal),
+                terminated=st.terminated,
+                truncated=st.truncated,
+                reset_obs=policy_obs(st.obs, st.desired_goal),
+                act_out=out,
+            )
+        )
         if metrics:
             self.last_metrics.update(metrics)
         if self.writer is not None:
-            self.writer.add(obs, out.action, reward, st.final_obs, st.terminated, st.truncated,
-                            logp=out.logp, achieved_goal=ag, desired_goal=dg,
-                            next_achieved_goal=st.final_achieved_goal)
+            self.writer.add(
+                obs,
+                out.action,
+                reward,
+                st.final_obs,
+                st.terminated,
+                st.truncated,
+                logp=out.logp,
+                achieved_goal=ag,
+                desired_goal=dg,
+                next_achieved_goal=st.final_achieved_goal,
+            )
         self._track_returns(st)
         self._obs, self._ag, self._dg = st.obs, st.achieved_goal, st.desired_goal
         n = self.env.num_envs
@@ -87,8 +113,11 @@ class Member:
             self._ep_return[done] = 0.0
 
     def figures(self) -> dict[str, float]:
-        out = {"env_steps": float(self.stats.env_steps), "episodes": float(self.stats.episodes),
-               "steps_per_s": self.stats.steps_per_s()}
+        out = {
+            "env_steps": float(self.stats.env_steps),
+            "episodes": float(self.stats.episodes),
+            "steps_per_s": self.stats.steps_per_s(),
+        }
         if self.stats.recent_returns:
             out["episode_return"] = float(np.mean(self.stats.recent_returns))
         out.update(self.last_metrics)

@@ -30,15 +30,20 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
     info = probe.info
     probe.close()
 
-    agents = {p.name: build.make_agent(config, p, space, build.member_seed(config, p)) for p in plans}
+    agents = {
+        p.name: build.make_agent(config, p, space, build.member_seed(config, p)) for p in plans
+    }
     learner = agents[lead.name]
     her = config.buffer.her is not None
     # One process: insert every step (chunk 1) so a transition is sampleable at once, as in a
     # classic loop; HER needs whole episodes, which the writer then collects by itself.
-    replay = Replay.create(build.replay_layout(info, heads, logp=any(not a.uses_replay for a in agents.values())),
-                           build.replay_config(config, lead.spec.params, chunk=None if her else 1),
-                           gamma=float(learner.params.gamma),
-                           relabel=heads.relabel if her else None, seed=int(exp.seed))
+    replay = Replay.create(
+        build.replay_layout(info, heads, logp=any(not a.uses_replay for a in agents.values())),
+        build.replay_config(config, lead.spec.params, chunk=None if her else 1),
+        gamma=float(learner.params.gamma),
+        relabel=heads.relabel if her else None,
+        seed=int(exp.seed),
+    )
     publisher = clients = None
     members: list[Member] = []
     eval_env = None
@@ -47,20 +52,35 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
     try:
         for p in plans:
             env = build.make_env(config, num_envs, build.member_seed(config, p))
-            members.append(Member(p.name, p.role, agents[p.name], env, heads,
-                                  replay.writer(num_envs=num_envs), build.member_seed(config, p)))
+            members.append(
+                Member(
+                    p.name,
+                    p.role,
+                    agents[p.name],
+                    env,
+                    heads,
+                    replay.writer(num_envs=num_envs),
+                    build.member_seed(config, p),
+                )
+            )
         if payload:
             for name, agent in agents.items():
                 agent.load_state_dict(payload["members"][name])
             if "replay" in payload:
                 replay.load_state_dict(payload["replay"])
             ckpt.set_rng_state(payload["rng"])
-        syncing = [(m, p.spec.sync) for m, p in zip(members, plans) if p.role == "explorer" and p.spec.sync]
+        syncing = [
+            (m, p.spec.sync) for m, p in zip(members, plans) if p.role == "explorer" and p.spec.sync
+        ]
         if syncing:
             publisher = WeightPublisher.create(learner.actor)
             publisher.publish(learner.actor)
-            clients = {m.name: WeightClient.attach(publisher.handle(), m.agent.actor, list(s.keep), float(s.alpha))
-                       for m, s in syncing}
+            clients = {
+                m.name: WeightClient.attach(
+                    publisher.handle(), m.agent.actor, list(s.keep), float(s.alpha)
+                )
+                for m, s in syncing
+            }
         trainer = Trainer(learner, replay)
         eval_env = build.make_env(config, int(exp.eval_episodes), int(exp.seed) + 99_991)
         recorder = Recorder(config, run_dir, state)
@@ -86,7 +106,9 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
                         clients[m.name].pull()
                         next_sync[m.name] += s.every
                 if recorder.eval_due(state.env_steps):
-                    best = recorder.record_eval(state.env_steps, evaluate(learner, eval_env, int(exp.seed) + 7))
+                    best = recorder.record_eval(
+                        state.env_steps, evaluate(learner, eval_env, int(exp.seed) + 7)
+                    )
                     if best or recorder.checkpoint_due(state.env_steps):
                         recorder.save_checkpoint(checkpoint_payload(), best=best)
                 elif recorder.checkpoint_due(state.env_steps):
@@ -114,7 +136,9 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
         replay.close()
 
 
-def _log_figures(recorder: Recorder, env_steps: int, members: list[Member], trainer: Trainer) -> None:
+def _log_figures(
+    recorder: Recorder, env_steps: int, members: list[Member], trainer: Trainer
+) -> None:
     figures = {}
     for m in members:
         values = m.figures()
