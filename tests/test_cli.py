@@ -90,9 +90,11 @@ def test_interrupt_exits_130_and_bugs_exit_1_with_traceback(monkeypatch, write_c
     assert "Traceback" in err and "RuntimeError: boom" in err
 
 
-def test_resume_without_run_dir_is_a_config_error(tmp_path, capsys):
-    assert cli.main(["resume", str(tmp_path)]) == 2
-    assert "is this a run directory?" in capsys.readouterr().err
+@pytest.mark.parametrize("command", ["resume", "eval", "plot"])
+def test_commands_on_a_non_run_dir_exit_2_with_a_message(tmp_path, capsys, command):
+    assert cli.main([command, str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path}") and "Traceback" not in err
 
 
 def test_usage_errors_exit_2():

@@ -101,11 +101,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _cmd_resume(args: argparse.Namespace) -> int:
-    config_path = args.run_dir / "config.toml"
+class UsageError(Exception):
+    """A mistake in what was asked for (not a bug): message only, exit 2."""
+
+
+def _run_config_path(run_dir: Path) -> Path:
+    config_path = run_dir / "config.toml"
     if not config_path.exists():
-        raise ConfigError(config_path, None, None, "not found: is this a run directory?")
-    config = _load(config_path)
+        raise UsageError(f"{run_dir}: no config.toml here; is this a run directory?")
+    return config_path
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    config = _load(_run_config_path(args.run_dir))
     from wheeler2.runtime import run_experiment
 
     print(f"resuming {args.run_dir}", flush=True)
@@ -141,6 +149,7 @@ def _fmt(value: Any) -> str:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from wheeler2.runtime import evaluate_run
 
+    _run_config_path(args.run_dir)
     result = evaluate_run(args.run_dir, args.episodes, args.checkpoint)
     line = (
         f"{result.get('checkpoint', args.checkpoint)}: {result.get('episodes')} episodes, "
@@ -155,7 +164,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _cmd_plot(args: argparse.Namespace) -> int:
     from wheeler2.plot import plot_runs
 
-    print(f"wrote {plot_runs(args.run_dirs, args.output, x=args.x)}")
+    try:
+        out = plot_runs(args.run_dirs, args.output, x=args.x)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"wrote {out}")
     return EXIT_OK
 
 
@@ -172,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except ConfigError as exc:
+    except (ConfigError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:
