@@ -9,6 +9,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wheeler2 import config, registry
 from wheeler2.config import ConfigDeprecationWarning, ConfigError, load
@@ -146,6 +148,26 @@ def test_builtin_toml_writer_round_trips(monkeypatch, write_config):
     text = cfg.to_toml()
     assert tomllib.loads(text) == cfg.to_dict()
     assert load(write_config(text, "resolved.toml")) == cfg
+
+
+_scalars = (
+    st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False)
+    | st.booleans()
+    | st.text()
+)
+_keys = st.text(min_size=1, max_size=8)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(_keys, _values, max_size=5))
+def test_builtin_toml_writer_round_trips_any_document(data):
+    assert tomllib.loads(config.dumps_toml(data)) == data
 
 
 def test_builtin_toml_writer_escapes_strings_and_keys():
