@@ -1,0 +1,229 @@
+"""DDPG (Lillicrap et al., 2016) with one critic per reward head.
+
+Each head h has its own Q_h(s, a) trained on its own reward column; one actor maximizes the
+weighted sum of the heads' values. With a single head this is plain DDPG as in SB3 / the paper:
+
+    y_h        = r_h + discount * Q'_h(s', mu'(s'))
+    L_critic   = sum_h  mean_i  w_i (y_ih - Q_h(s_i, a_i))^2        (w = importance weights)
+    L_actor    = - mean_i  sum_h  c_h Q_h(s_i, mu(s_i))             (c = task head weights)
+    theta'     <- tau theta + (1 - tau) theta'
+
+Defaults are the rl-zoo Pendulum-v1 hyperparameters, so that config stays short.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.nets import DeterministicActor, QCritic, polyak_, resolve_device, seeded
+from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SpaceInfo, Transitions
+
+
+@dataclass
+class Params:
+    gamma: float = 0.98  # discount (the buffer applies it for n-step returns)
+    tau: float = 0.005  # Polyak rate of the target networks
+    lr_actor: float = 1e-3
+    lr_critic: float = 1e-3
+    hidden: list[int] = field(default_factory=lambda: [400, 300])  # actor and critic layers
+    learning_starts: int = 10_000  # env steps of uniform random actions before the policy acts
+    noise: str = "gaussian"  # "gaussian" | "ou" | "none"
+    noise_std: float = 0.1  # std of the action noise, in [-1, 1] action units
+    ou_theta: float = 0.15  # Ornstein-Uhlenbeck mean reversion rate
+    ou_dt: float = 1e-2  # Ornstein-Uhlenbeck time step
+    policy_delay: int = 1  # actor (and target) update every k critic updates
+    max_grad_norm: float = 0.0  # gradient clipping of both nets; 0 = off
+    critic: str = "separate"  # "separate": one MLP per head | "shared": one trunk, H outputs
+    normalize_heads: bool = False  # divide each head's Q by its running std in the actor loss
+    head_norm_decay: float = 0.99  # EMA decay of those running Q statistics
+    device: str = "cpu"  # "cpu" | "cuda"
+
+
+class ActionNoise:
+    """Exploration noise for N env copies: Gaussian, or Ornstein-Uhlenbeck (temporally correlated,
+    as in the paper) whose state restarts at episode ends."""
+
+    def __init__(self, kind: str, std: float, theta: float, dt: float, act_dim: int, seed: int):
+        if kind not in ("gaussian", "ou", "none"):
+            raise ValueError(f"noise must be 'gaussian', 'ou' or 'none', got {kind!r}")
+        self.kind, self.std, self.theta, self.dt = kind, std, theta, dt
+        self.act_dim = act_dim
+        self.rng = np.random.default_rng(seed)
+        self.state: np.ndarray | None = None  # OU state [N, act_dim]
+
+    def __call__(self, n: int) -> np.ndarray:
+        if self.kind == "gaussian":
+            return self.rng.normal(0.0, self.std, (n, self.act_dim)).astype(np.float32)
+        if self.kind == "ou":
+            if self.state is None or len(self.state) != n:
+                self.state = np.zeros((n, self.act_dim), np.float32)
+            # dx = theta (mu - x) dt + sigma sqrt(dt) dW, with mu = 0
+            dw = self.rng.normal(0.0, np.sqrt(self.dt), self.state.shape)
+            self.state += (-self.theta * self.state * self.dt + self.std * dw).astype(np.float32)
+            return self.state.copy()
+        return np.zeros((n, self.act_dim), np.float32)
+
+    def reset(self, done: np.ndarray) -> None:
+        if self.state is not None and len(self.state) == len(done):
+            self.state[done] = 0.0
+
+
+class DDPG(Agent):
+    Params = Params
+    uses_replay = True
+
+    def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
+        super().__init__(space, params, resolve_device(device, params.device), seed)
+        if space.discrete:
+            raise ValueError("DDPG needs a continuous (Box) action space")
+        p, dev = params, self.device
+        self.head_names = space.heads
+        with seeded(seed):
+            self.actor_net = DeterministicActor(space.obs_dim, p.hidden, space.act_dim, "relu")
+            self.critic = QCritic(
+                space.obs_dim, space.act_dim, p.hidden, space.num_heads, p.critic, "relu"
+            )
+        self.actor_net.to(dev)
+        self.critic.to(dev)
+        self.actor_target = _frozen_copy(self.actor_net)
+        self.critic_target = _frozen_copy(self.critic)
+        self.actor_opt = torch.optim.Adam(self.actor_net.parameters(), lr=p.lr_actor, fused=True)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=p.lr_critic, fused=True)
+        # Flat parameter lists, built once: the Polyak update and autograd take them every step.
+        self.actor_params = list(self.actor_net.parameters())
+        self.critic_params = list(self.critic.parameters())
+        self.target_params = list(self.actor_target.parameters()) + list(
+            self.critic_target.parameters()
+        )
+        self.online_params = self.actor_params + self.critic_params
+
+        self.head_w = torch.tensor(space.head_weights, dtype=torch.float32, device=dev)
+        # Running mean and mean square of each head's Q(s, mu(s)), for normalize_heads.
+        self.head_q_mean = torch.zeros(space.num_heads, device=dev)
+        self.head_q_sq = torch.ones(space.num_heads, device=dev)
+
+        self.noise = ActionNoise(
+            p.noise, p.noise_std, p.ou_theta, p.ou_dt, space.act_dim, seed + 1
+        )
+        self.rng = np.random.default_rng(seed + 2)
+        self.env_steps = 0
+        self.updates = 0
+        self.last_actor_loss = 0.0
+
+    @property
+    def actor(self) -> nn.Module:
+        return self.actor_net
+
+    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+        n = len(obs)
+        if explore and self.env_steps < self.params.learning_starts:
+            # Uniform actions fill the buffer with diverse data before the policy means anything.
+            a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
+            return ActOut(action=a)
+        with torch.inference_mode():
+            a = self.actor_net(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
+        a = a.cpu().numpy()
+        if explore and self.params.noise != "none":
+            a = np.clip(a + self.noise(n), -1.0, 1.0)
+        return ActOut(action=a.astype(np.float32, copy=False))
+
+    def observe(self, step: Transitions) -> dict[str, float] | None:
+        self.env_steps += len(step.obs)
+        done = np.logical_or(step.terminated, step.truncated)
+        if done.any():
+            self.noise.reset(done)
+        return None
+
+    def learn(self, batch: Batch) -> LearnOut:
+        p = self.params
+        obs, action, next_obs = batch.obs, batch.action, batch.next_obs
+        with torch.no_grad():
+            q_next = self.critic_target(next_obs, self.actor_target(next_obs))  # [B, H]
+            y = batch.reward + batch.discount.unsqueeze(-1) * q_next
+        q = self.critic(obs, action)  # [B, H]
+        td = y - q
+        head_losses = (batch.weight.unsqueeze(-1) * td.pow(2)).mean(0)  # [H]
+        critic_loss = head_losses.sum()
+
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        if p.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(self.critic_params, p.max_grad_norm)
+        self.critic_opt.step()
+        self.updates += 1
+
+        if self.updates % p.policy_delay == 0:
+            q_pi = self.critic(obs, self.actor_net(obs))  # [B, H]
+            if p.normalize_heads:
+                q_pi = q_pi / self._head_scale(q_pi.detach())
+            actor_loss = -(q_pi * self.head_w).sum(-1).mean()
+            # Gradients for the actor only: the critic's weight gradients would be thrown away.
+            grads = torch.autograd.grad(actor_loss, self.actor_params)
+            for param, g in zip(self.actor_params, grads):
+                param.grad = g
+            if p.max_grad_norm > 0:
+                nn.utils.clip_grad_norm_(self.actor_params, p.max_grad_norm)
+            self.actor_opt.step()
+            polyak_(self.target_params, self.online_params, p.tau)
+            self.last_actor_loss = actor_loss.detach()
+
+        with torch.no_grad():
+            abs_td = td.detach().abs()
+            # One priority per sample: the heads' |TD| averaged with the task's head weights.
+            td_error = (abs_td * self.head_w).sum(-1) / self.head_w.sum()
+            stats = torch.stack([critic_loss.detach(), q.detach().mean()]).tolist()
+        metrics = {
+            "critic_loss": stats[0],
+            "actor_loss": float(self.last_actor_loss),
+            "q_mean": stats[1],
+        }
+        if len(self.head_names) > 1:
+            for name, loss in zip(self.head_names, head_losses.detach().tolist()):
+                metrics[f"critic_loss/{name}"] = loss
+        return LearnOut(metrics=metrics, td_error=td_error.cpu().numpy())
+
+    def _head_scale(self, q_pi: torch.Tensor) -> torch.Tensor:
+        """Running std of each head's Q, so heads of different reward scales pull equally."""
+        d = self.params.head_norm_decay
+        self.head_q_mean.lerp_(q_pi.mean(0), 1 - d)
+        self.head_q_sq.lerp_(q_pi.pow(2).mean(0), 1 - d)
+        var = (self.head_q_sq - self.head_q_mean.pow(2)).clamp_min(0.0)
+        return var.sqrt().clamp_min(1e-3)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor_net.state_dict(),
+            "critic": self.critic.state_dict(),
+            "actor_target": self.actor_target.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "head_q_mean": self.head_q_mean.clone(),
+            "head_q_sq": self.head_q_sq.clone(),
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor_net.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.actor_target.load_state_dict(state["actor_target"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.head_q_mean.copy_(state["head_q_mean"])
+        self.head_q_sq.copy_(state["head_q_sq"])
+        self.env_steps = int(state["env_steps"])
+        self.updates = int(state["updates"])
+
+
+def _frozen_copy(net: nn.Module) -> nn.Module:
+    target = copy.deepcopy(net)
+    target.requires_grad_(False)
+    return target

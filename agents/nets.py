@@ -1,0 +1,196 @@
+"""Network builders shared by the algorithms in ``agents/``.
+
+Every policy is an :class:`MLP` with two sub-modules, ``trunk`` (the hidden layers) and ``head``
+(the last linear layer). Weight sync keeps layers by these names (``keep = ["head"]``), so an
+explorer can take a learner's trunk and keep its own head. The DDPG actor and the PPO actors are
+built by the same code, hence their ``trunk.*`` / ``head.*`` parameters have the same names and
+shapes for the same hidden sizes, whatever the activation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import nn
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
+
+
+def activation(name: str) -> type[nn.Module]:
+    try:
+        return ACTIVATIONS[name]
+    except KeyError:
+        known = list(ACTIVATIONS)
+        raise ValueError(f"unknown activation {name!r}, expected one of {known}") from None
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Build networks from ``seed`` without touching the caller's global torch RNG."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def resolve_device(arg: str | torch.device, param: str) -> torch.device:
+    """The engine passes ``device`` to the constructor and users may set ``params.device``.
+
+    Whichever is not the default ``"cpu"`` wins, so either way of asking for CUDA works.
+    """
+    arg = torch.device(arg)
+    return arg if arg.type != "cpu" else torch.device(param)
+
+
+def ortho_init_(module: nn.Module, gain: float) -> None:
+    # Orthogonal weights keep activations' scale through tanh layers (SB3 / baselines PPO habit).
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.orthogonal_(m.weight, gain)
+            nn.init.zeros_(m.bias)
+
+
+class MLP(nn.Module):
+    """``head(trunk(x))`` with ``trunk`` = [Linear, act] * len(hidden) and ``head`` = Linear."""
+
+    def __init__(self, in_dim: int, hidden: Sequence[int], out_dim: int, act: str = "relu"):
+        super().__init__()
+        layers: list[nn.Module] = []
+        for h in hidden:
+            layers += [nn.Linear(in_dim, h), activation(act)()]
+            in_dim = h
+        self.trunk = nn.Sequential(*layers)
+        self.head = nn.Linear(in_dim, out_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.trunk(x))
+
+
+class DeterministicActor(MLP):
+    """DDPG's mu(s) = tanh(head(trunk(s))), in [-1, 1]^act_dim."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.head(self.trunk(obs)))
+
+
+class GaussianActor(MLP):
+    """pi(a|s) = N(head(trunk(s)), exp(log_std)); the std does not depend on the state.
+
+    ``forward`` returns the mean, i.e. the deterministic action (clip it to [-1, 1] to act).
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        hidden: Sequence[int],
+        act_dim: int,
+        act: str = "tanh",
+        log_std_init: float = 0.0,
+    ):
+        super().__init__(obs_dim, hidden, act_dim, act)
+        self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
+
+
+class CategoricalActor(MLP):
+    """pi(a|s) = softmax(head(trunk(s))); ``forward`` returns the logits."""
+
+
+def gaussian_log_prob(
+    action: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor
+) -> torch.Tensor:
+    """log N(action; mean, exp(log_std)) summed over action dimensions -> [B]."""
+    z = (action - mean) * torch.exp(-log_std)
+    return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
+    """Entropy of a diagonal Gaussian (same for every state: the std is state-independent)."""
+    return (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
+
+
+def build_actor(
+    obs_dim: int,
+    act_dim: int,
+    discrete: bool,
+    hidden: Sequence[int],
+    act: str = "tanh",
+    log_std_init: float = 0.0,
+    ortho: bool = True,
+) -> GaussianActor | CategoricalActor:
+    """The stochastic policy of the on-policy algorithms (PPO, A2C)."""
+    if discrete:
+        net: GaussianActor | CategoricalActor = CategoricalActor(obs_dim, hidden, act_dim, act)
+    else:
+        net = GaussianActor(obs_dim, hidden, act_dim, act, log_std_init)
+    if ortho:
+        ortho_init_(net.trunk, math.sqrt(2))
+        # A small last layer starts the policy near uniform / near zero mean (Andrychowicz et al.).
+        ortho_init_(net.head, 0.01)
+    return net
+
+
+class VCritic(nn.Module):
+    """V(s) -> [B]."""
+
+    def __init__(self, obs_dim: int, hidden: Sequence[int], act: str = "tanh", ortho: bool = True):
+        super().__init__()
+        self.net = MLP(obs_dim, hidden, 1, act)
+        if ortho:
+            ortho_init_(self.net.trunk, math.sqrt(2))
+            ortho_init_(self.net.head, 1.0)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs).squeeze(-1)
+
+
+class QCritic(nn.Module):
+    """Q(s, a) for H reward heads -> [B, H].
+
+    ``mode = "separate"``: H independent MLPs (no head's gradient disturbs another's features).
+    ``mode = "shared"``: one trunk with an H-wide last layer (cheaper, features shared).
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: Sequence[int],
+        num_heads: int = 1,
+        mode: str = "separate",
+        act: str = "relu",
+    ):
+        super().__init__()
+        if mode not in ("separate", "shared"):
+            raise ValueError(f"critic mode must be 'separate' or 'shared', got {mode!r}")
+        self.mode = mode
+        if mode == "shared":
+            self.nets = nn.ModuleList([MLP(obs_dim + act_dim, hidden, num_heads, act)])
+        else:
+            self.nets = nn.ModuleList(
+                MLP(obs_dim + act_dim, hidden, 1, act) for _ in range(num_heads)
+            )
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([obs, action], dim=-1)
+        if len(self.nets) == 1:
+            return self.nets[0](x)
+        return torch.cat([net(x) for net in self.nets], dim=-1)
+
+
+class DiscreteQ(nn.Module):
+    """Q(s, .) over all discrete actions -> [B, num_actions]."""
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden: Sequence[int], act: str = "relu"):
+        super().__init__()
+        self.net = MLP(obs_dim, hidden, num_actions, act)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs)
+
+
+@torch.no_grad()
+def polyak_(target: Sequence[torch.Tensor], online: Sequence[torch.Tensor], tau: float) -> None:
+    """target <- (1 - tau) * target + tau * online, in one fused call over all tensors."""
+    torch._foreach_lerp_(list(target), list(online), tau)
