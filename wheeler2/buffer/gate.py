@@ -1,0 +1,73 @@
+"""The ratio gate: learner gradient steps per inserted transition, counted from ``min_size``.
+
+The learner may take update ``u + 1`` once ``u <= r * (inserts - min_size)``; producers may
+insert while ``inserts - min_size <= updates / r + tolerance``. Both sides wait on shared
+conditions (woken by the other side's progress) rather than polling, and give up with a
+:class:`ReplayTimeout` that names the likely culprit when the other side makes no progress for
+``timeout_s``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .config import ReplayConfig, ReplayTimeout
+from .storage import LAST_INSERT, LAST_UPDATE, TOTAL, UPDATES, Storage
+
+_WAIT_SLICE_S = 1.0  # wake up now and then to check the progress clocks
+
+
+class RatioGate:
+    def __init__(self, storage: Storage, cfg: ReplayConfig) -> None:
+        self.storage = storage
+        self.ratio = cfg.updates_per_insert
+        self.min_size = cfg.min_size
+        self.tolerance = cfg.gate_tolerance
+        self.timeout_s = cfg.timeout_s
+
+    @property
+    def enabled(self) -> bool:
+        return self.ratio > 0
+
+    def learner_may_update(self) -> bool:
+        """Read under the lock (or racily, for a non-blocking peek)."""
+        hdr = self.storage.hdr
+        inserts = int(hdr[TOTAL])
+        if inserts < max(self.min_size, 1):
+            return False
+        if not self.enabled:
+            return True
+        return int(hdr[UPDATES]) <= self.ratio * (inserts - self.min_size)
+
+    def producer_may_insert(self) -> bool:
+        if not self.enabled:
+            return True
+        hdr = self.storage.hdr
+        ahead = int(hdr[TOTAL]) - self.min_size
+        return ahead <= int(hdr[UPDATES]) / self.ratio + self.tolerance
+
+    def wait_learner(self, timeout: float | None) -> None:
+        """With the lock held: block until the learner may update (the lock is kept)."""
+        if self.learner_may_update():
+            return
+        self._wait(self.learner_may_update, self.storage.inserted, LAST_INSERT, timeout, "insert",
+                   "a producer may have died")
+
+    def wait_producer(self) -> None:
+        """With the lock held: block until producers may insert again."""
+        if self.producer_may_insert():
+            return
+        self._wait(self.producer_may_insert, self.storage.updated, LAST_UPDATE, None, "update",
+                   "the learner may have died or stopped sampling")
+
+    def _wait(self, ready, cond, clock: int, timeout: float | None, what: str, why: str) -> None:
+        limit = self.timeout_s if timeout is None else timeout
+        fhdr = self.storage.fhdr
+        started = time.time()
+        while not ready():
+            # Time out on silence, not on total waiting: slow but steady peers are fine.
+            last = max(started, float(fhdr[clock]))
+            left = limit - (time.time() - last)
+            if left <= 0:
+                raise ReplayTimeout(f"no {what} for {limit:.0f} s: {why}")
+            cond.wait(min(left, _WAIT_SLICE_S))

@@ -1,0 +1,141 @@
+"""A cross-process mutex that survives a holder's death, and a condition built on it.
+
+``multiprocessing.Lock`` stays locked forever when its holder is SIGKILLed, and
+``multiprocessing.Condition.notify`` waits without a timeout for every sleeper to wake, so a
+member that dies inside ``wait`` hangs the notifier. Both are rebuilt here from named semaphores:
+
+* the lock records its holder's pid in shared memory; a waiter that cannot get the lock checks
+  whether the holder still lives and, if not, releases the lock on its behalf and flags a repair
+  (the storage then discards the half-written chunk);
+* the condition counts its sleepers in shared memory and ``notify_all`` releases that many
+  semaphore tokens without waiting for anybody; tokens left over by a dead or timed-out sleeper
+  only cause a spurious wake-up, which every waiter tolerates by re-checking its predicate.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from .config import ReplayTimeout
+from .shm import NamedSemaphore
+
+_SLICE_S = 0.25  # how often a blocked acquirer looks for a dead holder
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # unknown holder: assume alive, the timeout will speak
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            # A SIGKILLed child nobody reaped yet is a zombie: dead for our purposes.
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RobustLock:
+    """Mutex over a named semaphore; ``state[holder]`` is the holder's pid, ``state[repair]`` is
+    set to 1 when the lock was taken back from a dead holder."""
+
+    def __init__(
+        self,
+        sem: NamedSemaphore,
+        guard: NamedSemaphore,
+        state: np.ndarray,
+        holder: int,
+        repair: int,
+        timeout_s: float,
+    ) -> None:
+        self._sem = sem
+        self._guard = guard  # serialises the rescue so the dead holder's lock is released once
+        self._state = state
+        self._holder = holder
+        self._repair = repair
+        self.timeout_s = timeout_s
+
+    def acquire(self, timeout: float | None = None) -> None:
+        sem_acquire = self._sem.acquire
+        if not sem_acquire(False):
+            self._acquire_slow(self.timeout_s if timeout is None else timeout)
+        self._state[self._holder] = os.getpid()
+
+    def _acquire_slow(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._sem.acquire(True, _SLICE_S):
+                return
+            holder = int(self._state[self._holder])
+            if holder > 0 and not pid_alive(holder):
+                self._rescue(holder)
+                continue
+            if time.monotonic() > deadline:
+                raise ReplayTimeout(
+                    f"replay lock held for more than {timeout:.0f} s by pid {holder}: "
+                    "a producer or the learner may be stuck or have died"
+                )
+
+    def _rescue(self, dead: int) -> None:
+        if not self._guard.acquire(True, 5.0):
+            return
+        try:
+            # Re-check under the guard: another waiter may have rescued the lock already.
+            if int(self._state[self._holder]) == dead and self._sem.value() == 0:
+                self._state[self._holder] = 0
+                self._state[self._repair] = 1
+                self._sem.release()
+        finally:
+            self._guard.release()
+
+    def release(self) -> None:
+        self._state[self._holder] = 0
+        self._sem.release()
+
+    def __enter__(self) -> RobustLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class SharedCondition:
+    """Condition variable on a :class:`RobustLock`; ``state[sleepers]`` counts waiting processes."""
+
+    def __init__(self, lock: RobustLock, sem: NamedSemaphore, state: np.ndarray, sleepers: int):
+        self.lock = lock
+        self._sem = sem
+        self._state = state
+        self._sleepers = sleepers
+
+    def wait(self, timeout: float) -> bool:
+        """Call with the lock held; returns with it held. False if no notify came in time."""
+        self._state[self._sleepers] += 1
+        self.lock.release()
+        try:
+            woken = self._sem.acquire(True, max(0.0, timeout))
+        finally:
+            self.lock.acquire()
+        if not woken and self._state[self._sleepers] > 0:
+            self._state[self._sleepers] -= 1
+        return woken
+
+    def notify_all(self) -> None:
+        """Call with the lock held. Never blocks, whatever happened to the sleepers."""
+        n = int(self._state[self._sleepers])
+        if n > 0:
+            self._state[self._sleepers] = 0
+            for _ in range(n):
+                self._sem.release()

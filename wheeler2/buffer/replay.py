@@ -1,0 +1,346 @@
+"""The replay facade: one object per process over the shared storage.
+
+The owner (``Replay.create``) allocates every segment and is the only one that unlinks them;
+members (``Replay.attach(handle)``) map them by name. Sampling state (trees, RNG) is private
+to the sampling process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .config import Layout, ReplayConfig, ReplayError
+from .gate import RatioGate
+from .her import Relabel, choose_goals, relabel_rewards
+from .nstep import fold_returns, gather_window
+from .sampler import PrioritizedSampler, UniformSampler
+from .shm import new_prefix, register_cleanup, unregister_cleanup
+from .storage import (
+    LAST_UPDATE,
+    LEARNER_PID,
+    MAX_PRIORITY,
+    SLEEP_LEARNER,
+    SLEEP_PRODUCER,
+    SYNCED,
+    TOTAL,
+    UPDATES,
+    WRITER_UID,
+    Block,
+    Storage,
+    field_specs,
+)
+from .writer import Writer
+
+_MAX_REDRAWS = 8
+
+
+@dataclass(frozen=True)
+class ReplayHandle:
+    """Everything a member needs to attach: names, shapes, settings. Picklable (pickle, dill)."""
+
+    prefix: str
+    layout: Layout
+    cfg: ReplayConfig
+    gamma: float
+    relabel: Relabel | None
+    seed: int
+
+
+class Replay:
+    def __init__(self, handle: ReplayHandle, create: bool) -> None:
+        self._handle = handle
+        self.layout = handle.layout
+        self.cfg = handle.cfg
+        self.gamma = float(handle.gamma)
+        self.relabel = handle.relabel
+        self.owner = create
+        self.storage = Storage(handle.prefix, handle.layout, handle.cfg, create)
+        self._cleanup_key: int | None = None
+        if create:
+            storage = self.storage
+            self._cleanup_key = register_cleanup(self, lambda: _destroy(storage))
+        self.gate = RatioGate(self.storage, self.cfg)
+        self._rng = np.random.default_rng(
+            None if create else np.random.SeedSequence([handle.seed, os.getpid()])
+        )
+        if create:
+            self._rng = np.random.default_rng(handle.seed)
+        self._sampler: PrioritizedSampler | UniformSampler | None = None
+        self._closed = False
+        self._her_extra = ("obs", "action", "next_obs", "next_achieved_goal")
+
+    # -- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        layout: Layout,
+        cfg: ReplayConfig,
+        gamma: float,
+        relabel: Relabel | None = None,
+        seed: int = 0,
+    ) -> Replay:
+        """Allocate the shared buffer in this (owner) process."""
+        if cfg.her is not None and (layout.goal_dim <= 0 or relabel is None):
+            raise ReplayError("HER needs a goal layout (goal_dim > 0) and a relabel function")
+        if not 0.0 <= gamma <= 1.0:
+            raise ReplayError(f"gamma must lie in [0, 1], got {gamma}")
+        return cls(ReplayHandle(new_prefix(), layout, cfg, float(gamma), relabel, seed), True)
+
+    @classmethod
+    def attach(cls, handle: ReplayHandle) -> Replay:
+        """Map an existing buffer in a member process."""
+        return cls(handle, False)
+
+    def handle(self) -> ReplayHandle:
+        return self._handle
+
+    def writer(self, num_envs: int) -> Writer:
+        """Producer-side staging for ``num_envs`` env copies (one per producing member)."""
+        self._check_open()
+        st = self.storage
+        st.acquire()
+        try:
+            st.hdr[WRITER_UID] += 1
+            uid = int(st.hdr[WRITER_UID])
+        finally:
+            st.release()
+        return Writer(self, num_envs, uid)
+
+    # -- producer side ---------------------------------------------------------------------
+
+    def _insert(self, block: Block, wait: bool) -> int:
+        self._check_open()
+        st = self.storage
+        st.acquire()
+        try:
+            if wait:
+                self.gate.wait_producer()
+            start = st.insert(block)
+            if st.hdr[SLEEP_LEARNER]:
+                st.inserted.notify_all()
+        finally:
+            st.release()
+        return start
+
+    # -- learner side ----------------------------------------------------------------------
+
+    @property
+    def sampler(self) -> PrioritizedSampler | UniformSampler:
+        if self._sampler is None:
+            kind = PrioritizedSampler if self.cfg.prioritized else UniformSampler
+            self._sampler = kind(self.storage, self.cfg, self._rng)
+        return self._sampler
+
+    def can_sample(self) -> bool:
+        """The ratio gate without blocking (the serial backend's check)."""
+        return self.gate.learner_may_update()
+
+    def sample(self, batch_size: int | None = None, timeout: float | None = None) -> dict:
+        """One batch; blocks while the learner is ahead of the inserts (ratio gate)."""
+        self._check_open()
+        b = int(batch_size or self.cfg.batch_size)
+        st = self.storage
+        sampler = self.sampler
+        hdr = st.hdr
+        st.acquire()
+        try:
+            self.gate.wait_learner(timeout)
+            hdr[UPDATES] += 1
+            hdr[LEARNER_PID] = os.getpid()
+            st.fhdr[LAST_UPDATE] = time.time()
+            if hdr[SLEEP_PRODUCER]:
+                st.updated.notify_all()
+            updates = int(hdr[UPDATES])
+            sampler.sync(int(hdr[TOTAL]))
+        finally:
+            st.release()
+        j, weight = sampler.draw(b, updates)
+        st.acquire()
+        try:
+            total = int(hdr[TOTAL])
+            ok = st.valid(j, total)
+            redraws = 0
+            while not ok.all():
+                # Overwritten since the draw (or half-written by a dead producer): redraw
+                # those rows against the ring as it is now, which cannot move while we hold it.
+                if redraws == _MAX_REDRAWS:
+                    raise ReplayError("could not draw valid transitions; is the buffer empty?")
+                redraws += 1
+                bad = ~ok
+                sampler.sync(total)
+                stale = j[bad]
+                sampler.discard(stale[(stale >= total - self.cfg.capacity) & (stale < total)])
+                j[bad], weight[bad] = sampler.draw(int(bad.sum()), updates)
+                ok = st.valid(j, total)
+            raw = self._gather(j, total)
+        finally:
+            st.release()
+        return self._finish(raw, j, weight)
+
+    def _gather(self, j: np.ndarray, total: int) -> dict[str, Any]:
+        """Copy out everything the batch needs; lock held, ``j`` valid."""
+        a = self.storage.arrays
+        slot0 = j % self.cfg.capacity
+        raw: dict[str, Any] = {"obs": np.take(a["obs"], slot0, axis=0)}
+        raw["action"] = np.take(a["action"], slot0, axis=0)
+        if self.layout.logp:
+            raw["logp"] = np.take(a["logp"], slot0)
+        her = self.cfg.her
+        extra = self._her_extra if her is not None else ()
+        if her is not None:
+            raw["goal"], raw["relabelled"] = choose_goals(self.storage, her, j, total, self._rng)
+        elif self.layout.goal_dim:
+            raw["goal"] = np.take(a["desired_goal"], slot0, axis=0)
+        n = self.cfg.n_step
+        if n == 1 and her is None:
+            # The common case without window bookkeeping.
+            raw["reward"] = np.take(a["reward"], slot0, axis=0)
+            raw["terminated"] = np.take(a["terminated"], slot0)
+            raw["next_obs"] = np.take(a["next_obs"], slot0, axis=0)
+            return raw
+        win = gather_window(self.storage, slot0, total, n, extra)
+        raw["window"] = win
+        raw["next_obs"] = np.take(a["next_obs"], win.last, axis=0)
+        return raw
+
+    def _finish(self, raw: dict[str, Any], j: np.ndarray, weight: np.ndarray) -> dict:
+        win = raw.get("window")
+        if win is None:
+            reward = raw["reward"]
+            discount = np.where(raw["terminated"], 0.0, self.gamma).astype(np.float32)
+        else:
+            rewards = win.reward
+            if "relabelled" in raw:
+                rewards = relabel_rewards(
+                    self.relabel, rewards, win.alive, raw["relabelled"], raw["goal"], win.extra
+                )
+            reward, discount = fold_returns(rewards, win.alive, win.terminated, self.gamma)
+        obs, next_obs = raw["obs"], raw["next_obs"]
+        if "goal" in raw:
+            obs = np.concatenate([obs, raw["goal"]], axis=1)
+            next_obs = np.concatenate([next_obs, raw["goal"]], axis=1)
+        out = {
+            "obs": obs,
+            "action": raw["action"],
+            "reward": reward,
+            "next_obs": next_obs,
+            "discount": discount,
+            "weight": weight,
+            "index": j,
+        }
+        if "logp" in raw:
+            out["logp"] = raw["logp"]
+        return out
+
+    def update_priorities(self, index: np.ndarray, td_error: np.ndarray) -> None:
+        """New priorities ``|td_error| + eps`` for a sample's ``index`` (stale ones are ignored)."""
+        self.sampler.update(np.asarray(index), np.asarray(td_error))
+
+    # -- bookkeeping -----------------------------------------------------------------------
+
+    def stats(self) -> dict[str, float]:
+        hdr = self.storage.hdr
+        inserts = int(hdr[TOTAL])
+        updates = int(hdr[UPDATES])
+        return {
+            "inserts": inserts,
+            "updates": updates,
+            "size": int(min(inserts, self.cfg.capacity)),
+            "updates_per_insert": updates / max(1, inserts - self.cfg.min_size),
+            "updates_per_insert_target": float(self.cfg.updates_per_insert),
+            "max_priority": float(self.storage.fhdr[MAX_PRIORITY]),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Stored items (in slot order), counters and priorities, as tensors and scalars."""
+        st = self.storage
+        st.acquire()
+        try:
+            arrays = {
+                name: torch.from_numpy(arr.copy())
+                for name, arr in st.arrays.items()
+                if name not in ("hdr", "fhdr")
+            }
+            hdr = st.hdr
+            return {
+                "format": "wheeler2.replay/1",
+                "capacity": int(self.cfg.capacity),
+                "layout": repr(self.layout),
+                "arrays": arrays,
+                "total": int(hdr[TOTAL]),
+                "updates": int(hdr[UPDATES]),
+                "writer_uid": int(hdr[WRITER_UID]),
+                "synced": int(hdr[SYNCED]),
+                "max_priority": float(st.fhdr[MAX_PRIORITY]),
+            }
+        finally:
+            st.release()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("format") != "wheeler2.replay/1":
+            raise ReplayError("not a wheeler2 replay state")
+        if state["capacity"] != self.cfg.capacity or state["layout"] != repr(self.layout):
+            raise ReplayError(
+                f"replay checkpoint is for capacity {state['capacity']} and {state['layout']}, "
+                f"this buffer has capacity {self.cfg.capacity} and {self.layout!r}"
+            )
+        st = self.storage
+        specs = field_specs(self.layout, self.cfg)
+        st.acquire()
+        try:
+            for name, value in state["arrays"].items():
+                if name not in st.arrays:
+                    continue  # e.g. priorities saved from a prioritized buffer into a uniform one
+                arr = value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+                st.arrays[name][...] = arr.astype(specs[name][1], copy=False)
+            hdr = st.hdr
+            hdr[TOTAL] = hdr[1] = state["total"]  # RESERVED = TOTAL: nothing in flight
+            hdr[UPDATES] = state["updates"]
+            hdr[WRITER_UID] = max(int(hdr[WRITER_UID]), state["writer_uid"])
+            hdr[SYNCED] = state["synced"] if "priority" in state["arrays"] else 0
+            st.fhdr[MAX_PRIORITY] = state["max_priority"]
+            st.fhdr[LAST_UPDATE] = st.fhdr[0] = time.time()
+        finally:
+            st.release()
+        if self._sampler is not None:
+            self._sampler.rebuild()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ReplayError("replay buffer is closed")
+
+    def close(self) -> None:
+        """Members detach; the owner also unlinks every shared-memory segment."""
+        if self._closed:
+            return
+        self._closed = True
+        self._sampler = None
+        if self.owner:
+            if self._cleanup_key is not None:
+                unregister_cleanup(self._cleanup_key)
+            _destroy(self.storage)
+        else:
+            self.storage.close()
+
+    def __enter__(self) -> Replay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> None:
+        raise TypeError("pass replay.handle() to other processes, not the Replay itself")
+
+
+def _destroy(storage: Storage) -> None:
+    storage.unlink()
+    storage.close()

@@ -1,0 +1,128 @@
+"""Which stored transitions a batch draws, and their importance weights.
+
+Only the sampling process keeps the trees; producers never touch them. Before each batch the
+sampler reads (under the lock) how many items were inserted since its last look and gives the
+slots they landed in the current max priority in one vectorized range update. A sampled slot
+is turned into the absolute insert number it held at that sync; the caller re-checks it under
+the lock while gathering, because producers may have overwritten it in between.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .config import ReplayConfig
+from .storage import MAX_PRIORITY, SYNCED, Storage
+from .sumtree import SumMinTree
+
+
+class UniformSampler:
+    prioritized = False
+
+    def __init__(self, storage: Storage, cfg: ReplayConfig, rng: np.random.Generator) -> None:
+        self.storage = storage
+        self.capacity = cfg.capacity
+        self.rng = rng
+        self.total = 0
+
+    def sync(self, total: int) -> None:
+        self.total = total
+
+    def draw(self, batch: int, updates: int) -> tuple[np.ndarray, np.ndarray]:
+        """(absolute numbers [B] int64, importance weights [B] float32)."""
+        lo = max(0, self.total - self.capacity)
+        j = self.rng.integers(lo, self.total, batch, dtype=np.int64)
+        return j, np.ones(batch, dtype=np.float32)
+
+    def discard(self, j: np.ndarray) -> None:
+        """Forget items found broken (a dead writer's half-copied slots)."""
+
+    def update(self, j: np.ndarray, td_error: np.ndarray) -> None:
+        pass
+
+    def rebuild(self) -> None:
+        pass
+
+
+class PrioritizedSampler:
+    prioritized = True
+
+    def __init__(self, storage: Storage, cfg: ReplayConfig, rng: np.random.Generator) -> None:
+        self.storage = storage
+        self.capacity = cfg.capacity
+        self.alpha = cfg.alpha
+        self.beta0 = cfg.beta
+        self.beta_steps = cfg.beta_steps
+        self.eps = cfg.eps
+        self.rng = rng
+        self.tree = SumMinTree(cfg.capacity, storage.arrays["priority"])
+        self.total = int(storage.hdr[SYNCED])
+
+    def rebuild(self) -> None:
+        self.tree.rebuild()
+        self.total = int(self.storage.hdr[SYNCED])
+
+    def beta(self, updates: int) -> float:
+        if not self.beta_steps:
+            return self.beta0
+        frac = min(1.0, updates / self.beta_steps)
+        return self.beta0 + (1.0 - self.beta0) * frac
+
+    def sync(self, total: int) -> None:
+        """Give every item inserted since the last sync the max priority (lock held)."""
+        if total <= self.total:
+            return
+        c = self.capacity
+        start = max(self.total, total - c)
+        value = float(self.storage.fhdr[MAX_PRIORITY]) ** self.alpha
+        s0, s1 = start % c, total % c
+        if total - start >= c:
+            self.tree.set_range(0, c, value)
+        elif s0 < s1:
+            self.tree.set_range(s0, s1, value)
+        else:  # the new range wraps around the end of the ring
+            self.tree.set_range(s0, c, value)
+            self.tree.set_range(0, s1, value)
+        self.total = total
+        self.storage.hdr[SYNCED] = total
+
+    def _absolute(self, slot: np.ndarray) -> np.ndarray:
+        """The absolute number each slot held at the last sync."""
+        t = self.total
+        return t - 1 - ((t - 1 - slot) % self.capacity)
+
+    def draw(self, batch: int, updates: int) -> tuple[np.ndarray, np.ndarray]:
+        tree = self.tree
+        slot = tree.sample(batch, self.rng)
+        p = tree.leaves[slot]
+        empty = p <= 0
+        if empty.any():
+            # Rounding at the very end of the mass can land on an empty slot: redraw those
+            # from the non-empty ones proportionally (same distribution, just without strata).
+            redo = tree.find(self.rng.random(int(empty.sum())) * tree.total * (1 - 1e-12))
+            slot[empty] = redo
+            p = tree.leaves[slot]
+        # w_i = (N P_i)^-beta / max_k w_k, and the max weight belongs to the smallest stored
+        # priority (min tree), so w_i = (p_i / p_min)^-beta: N and the total cancel out.
+        weight = (p / tree.min) ** (-self.beta(updates))
+        return self._absolute(slot), weight.astype(np.float32)
+
+    def discard(self, j: np.ndarray) -> None:
+        slot = np.asarray(j, dtype=np.int64) % self.capacity
+        self.tree.update(slot, np.zeros(slot.shape[0]))
+
+    def update(self, j: np.ndarray, td_error: np.ndarray) -> None:
+        """New priorities ``|td| + eps`` for the items ``j`` that still hold those numbers."""
+        j = np.asarray(j, dtype=np.int64)
+        prio = np.abs(np.asarray(td_error, dtype=np.float64).reshape(-1)) + self.eps
+        # An item overwritten since it was sampled keeps its fresh max priority.
+        live = j >= self.total - self.capacity
+        if not live.all():
+            j, prio = j[live], prio[live]
+            if j.shape[0] == 0:
+                return
+        fhdr = self.storage.fhdr
+        top = float(prio.max())
+        if top > fhdr[MAX_PRIORITY]:
+            fhdr[MAX_PRIORITY] = top
+        self.tree.update(j % self.capacity, prio**self.alpha)

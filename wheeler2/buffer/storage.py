@@ -1,0 +1,218 @@
+"""Shared-memory ring of transitions plus the header that the gate and the lock live in.
+
+Every slot records its absolute insert number (``abs``). A slot's content is the transition
+with absolute number ``j`` exactly when ``j`` is among the last ``capacity`` inserts and
+``abs[j % capacity] == j``; readers check both, which is how overwritten or half-written steps
+are never used. ``next`` links a step to the absolute number of the next step of its episode
+(-1: episode ended there, or the next chunk is not in yet), ``episode`` ids are unique per
+writer, so a link is followed only when the target still holds the same episode's next step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import Layout, ReplayConfig
+from .locks import RobustLock, SharedCondition
+from .shm import NamedSemaphore, Segment
+from .sumtree import padded_size
+
+# Integer header slots.
+TOTAL = 0  # committed inserts: slots of [TOTAL - capacity, TOTAL) are readable
+RESERVED = 1  # TOTAL + rows being copied right now (> TOTAL only inside an insert)
+UPDATES = 2  # learner gradient steps (samples) so far
+WRITER_UID = 3  # last writer id handed out (episode ids are uid << 32 | counter)
+HOLDER = 4  # pid holding the lock
+REPAIR = 5  # set when the lock was taken back from a dead holder
+SLEEP_LEARNER = 6  # processes waiting for inserts
+SLEEP_PRODUCER = 7  # processes waiting for updates
+SYNCED = 8  # inserts the prioritized sampler has given leaves to (for checkpoints)
+LEARNER_PID = 9  # the process that samples; its own writers never block on the gate
+INT_HEADER = 16
+# Float header slots.
+LAST_INSERT = 0  # wall time of the last insert
+LAST_UPDATE = 1  # wall time of the last sample
+MAX_PRIORITY = 2  # running max of raw priorities (before alpha)
+FLOAT_HEADER = 8
+
+
+def field_specs(layout: Layout, cfg: ReplayConfig) -> dict[str, tuple[tuple[int, ...], type]]:
+    """name -> (shape, dtype) of every shared array."""
+    c = cfg.capacity
+    act = ((c,), np.int64) if layout.discrete else ((c, layout.act_dim), np.float32)
+    specs: dict[str, tuple[tuple[int, ...], type]] = {
+        "obs": ((c, layout.obs_dim), np.float32),
+        "next_obs": ((c, layout.obs_dim), np.float32),
+        "action": act,
+        "reward": ((c, layout.num_heads), np.float32),
+        "terminated": ((c,), np.bool_),
+        "truncated": ((c,), np.bool_),
+        "abs": ((c,), np.int64),
+        "next": ((c,), np.int64),
+        "episode": ((c,), np.int64),
+        "step": ((c,), np.int64),
+    }
+    if layout.logp:
+        specs["logp"] = ((c,), np.float32)
+    if layout.goal_dim:
+        g = layout.goal_dim
+        specs["achieved_goal"] = ((c, g), np.float32)
+        specs["desired_goal"] = ((c, g), np.float32)
+        specs["next_achieved_goal"] = ((c, g), np.float32)
+        specs["ep_end"] = ((c,), np.int64)  # absolute number of the episode's last step
+    if cfg.prioritized:
+        specs["priority"] = ((padded_size(c),), np.float64)  # priority ** alpha per slot
+    specs["hdr"] = ((INT_HEADER,), np.int64)
+    specs["fhdr"] = ((FLOAT_HEADER,), np.float64)
+    return specs
+
+
+# Fields a writer stages and copies per row, in insert order.
+DATA_FIELDS = (
+    "obs",
+    "next_obs",
+    "action",
+    "reward",
+    "terminated",
+    "truncated",
+    "logp",
+    "achieved_goal",
+    "desired_goal",
+    "next_achieved_goal",
+    "episode",
+    "step",
+)
+
+
+@dataclass
+class Block:
+    """A contiguous run of rows ready to insert; link fields are relative to the block start."""
+
+    data: dict[str, np.ndarray]
+    rel_next: np.ndarray  # int64 [n]: block-relative index of the next step, -1 for none
+    rel_ep_end: np.ndarray | None  # int64 [n]: block-relative index of the episode's last step
+    patches: np.ndarray  # int64 [m, 2]: (absolute number of a previous tail, relative head)
+    n: int
+
+
+class Storage:
+    """The shared arrays plus the lock and the two conditions of the ratio gate."""
+
+    def __init__(self, prefix: str, layout: Layout, cfg: ReplayConfig, create: bool) -> None:
+        self.prefix = prefix
+        self.layout = layout
+        self.cfg = cfg
+        self.capacity = cfg.capacity
+        self.owner = create
+        self.segments: dict[str, Segment] = {}
+        self.semaphores: dict[str, NamedSemaphore] = {}
+        try:
+            for name, (shape, dtype) in field_specs(layout, cfg).items():
+                self.segments[name] = Segment(f"{prefix}_{name}", shape, dtype, create)
+            for name, value in (("lock", 1), ("guard", 1), ("ins", 0), ("upd", 0)):
+                self.semaphores[name] = NamedSemaphore(f"{prefix}_{name}", value, create)
+        except BaseException:
+            self.close()
+            if create:
+                self.unlink()
+            raise
+        self.arrays = {name: seg.array for name, seg in self.segments.items()}
+        self.hdr = self.arrays["hdr"]
+        self.fhdr = self.arrays["fhdr"]
+        if create:
+            self.arrays["abs"][:] = -1
+            self.arrays["next"][:] = -1
+            self.fhdr[LAST_INSERT] = self.fhdr[LAST_UPDATE] = time.time()
+            self.fhdr[MAX_PRIORITY] = 1.0
+        sem = self.semaphores
+        self.lock = RobustLock(sem["lock"], sem["guard"], self.hdr, HOLDER, REPAIR, cfg.timeout_s)
+        self.inserted = SharedCondition(self.lock, sem["ins"], self.hdr, SLEEP_LEARNER)
+        self.updated = SharedCondition(self.lock, sem["upd"], self.hdr, SLEEP_PRODUCER)
+
+    # -- lock helpers ----------------------------------------------------------------------
+
+    def acquire(self, timeout: float | None = None) -> None:
+        self.lock.acquire(timeout)
+        if self.hdr[REPAIR]:
+            self._repair()
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def _repair(self) -> None:
+        """A holder died inside the lock: forget whatever it was half-way through writing."""
+        total, reserved = int(self.hdr[TOTAL]), int(self.hdr[RESERVED])
+        if reserved > total:
+            slots = np.arange(total, reserved) % self.capacity
+            self.arrays["abs"][slots] = -1
+        self.hdr[RESERVED] = total
+        self.hdr[REPAIR] = 0
+
+    # -- producer side ---------------------------------------------------------------------
+
+    def insert(self, block: Block) -> int:
+        """Copy ``block`` into the ring; call with the lock held. Returns its first abs number."""
+        a = self.arrays
+        c = self.capacity
+        n = block.n
+        start = int(self.hdr[TOTAL])
+        # Publish the reservation first: if we die mid-copy, the repair knows what to discard.
+        self.hdr[RESERVED] = start + n
+        s0 = start % c
+        first = min(n, c - s0)
+        # Invalidate before copying so a torn slot never matches its old absolute number.
+        a["abs"][s0 : s0 + first] = -1
+        if first < n:
+            a["abs"][: n - first] = -1
+        for name, values in block.data.items():
+            dst = a[name]
+            dst[s0 : s0 + first] = values[:first]
+            if first < n:
+                dst[: n - first] = values[first:]
+        links = np.where(block.rel_next >= 0, block.rel_next + start, -1)
+        self._put(a["next"], s0, first, links)
+        if block.rel_ep_end is not None:
+            self._put(a["ep_end"], s0, first, block.rel_ep_end + start)
+        if block.patches.shape[0]:
+            tail, head = block.patches[:, 0], block.patches[:, 1]
+            slot = tail % c
+            # Only patch a tail that is still stored; an overwritten one just loses its link.
+            ok = a["abs"][slot] == tail
+            a["next"][slot[ok]] = head[ok] + start
+        self._put(a["abs"], s0, first, np.arange(start, start + n, dtype=np.int64))
+        self.hdr[TOTAL] = start + n
+        self.fhdr[LAST_INSERT] = time.time()
+        return start
+
+    @staticmethod
+    def _put(dst: np.ndarray, s0: int, first: int, values: np.ndarray) -> None:
+        dst[s0 : s0 + first] = values[:first]
+        if first < values.shape[0]:
+            dst[: values.shape[0] - first] = values[first:]
+
+    # -- reader side -----------------------------------------------------------------------
+
+    def valid(self, j: np.ndarray, total: int) -> np.ndarray:
+        """Which absolute numbers ``j`` are still stored intact, given ``total`` inserts."""
+        ok = (j >= max(0, total - self.capacity)) & (j < total)
+        slot = np.where(ok, j, 0) % self.capacity
+        return ok & (self.arrays["abs"][slot] == j)
+
+    def size(self) -> int:
+        return int(min(self.hdr[TOTAL], self.capacity))
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.arrays = {}
+        for seg in self.segments.values():
+            seg.close()
+
+    def unlink(self) -> None:
+        for seg in self.segments.values():
+            seg.unlink()
+        for sem in self.semaphores.values():
+            sem.unlink()

@@ -1,0 +1,170 @@
+"""Producer-side staging: one vector step at a time in, contiguous chunks out.
+
+Each env copy stages its own steps; a flush concatenates the staged runs of several copies and
+inserts them as one block under one lock acquisition. Without HER a copy's run is flushed at
+its episode end or when it reaches ``chunk`` steps, and the link from the previous run's last
+step is patched to the new run's head at insert time. With HER a run is an entire episode
+(goals are looked up by offset inside it), so runs grow until the episode ends.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .config import Layout, ReplayError
+from .storage import DATA_FIELDS, LEARNER_PID, Block
+
+if TYPE_CHECKING:
+    from .replay import Replay
+
+
+class Writer:
+    def __init__(self, replay: Replay, num_envs: int, uid: int) -> None:
+        self.replay = replay
+        self.layout: Layout = replay.layout
+        self.num_envs = num_envs
+        self.whole_episodes = replay.cfg.her is not None
+        self.chunk = replay.cfg.chunk
+        self.cap = self.chunk if not self.whole_episodes else max(self.chunk, 64)
+        lay = self.layout
+        n = num_envs
+        self._shapes: dict[str, tuple[tuple[int, ...], type]] = {
+            "obs": ((lay.obs_dim,), np.float32),
+            "next_obs": ((lay.obs_dim,), np.float32),
+            "action": ((), np.int64) if lay.discrete else ((lay.act_dim,), np.float32),
+            "reward": ((lay.num_heads,), np.float32),
+            "terminated": ((), np.bool_),
+            "truncated": ((), np.bool_),
+            "episode": ((), np.int64),
+            "step": ((), np.int64),
+        }
+        if lay.logp:
+            self._shapes["logp"] = ((), np.float32)
+        if lay.goal_dim:
+            for name in ("achieved_goal", "desired_goal", "next_achieved_goal"):
+                self._shapes[name] = ((lay.goal_dim,), np.float32)
+        self.fields = [f for f in DATA_FIELDS if f in self._shapes]
+        self.stage = {f: np.zeros((n, self.cap, *s), dtype=d) for f, (s, d) in self._shapes.items()}
+        self.count = np.zeros(n, dtype=np.int64)
+        self.ep_step = np.zeros(n, dtype=np.int64)
+        # Episode ids: writer uid in the high bits, a per-writer counter below: globally unique.
+        self._next_episode = (uid << 32) + n
+        self.episode = (uid << 32) + np.arange(n, dtype=np.int64)
+        self.tail = np.full(n, -1, dtype=np.int64)  # abs number of each copy's last inserted step
+        self._rows = np.arange(n)
+        self.inserted = 0
+
+    def add(
+        self,
+        obs: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        logp: np.ndarray | None = None,
+        achieved_goal: np.ndarray | None = None,
+        desired_goal: np.ndarray | None = None,
+        next_achieved_goal: np.ndarray | None = None,
+    ) -> None:
+        """Stage one vector step (N rows); flushes by itself at episode ends and every chunk."""
+        n = self.num_envs
+        if self.whole_episodes and int(self.count.max()) >= self.cap:
+            self._grow()
+        pos = self.count
+        r = self._rows
+        st = self.stage
+        reward = np.asarray(reward, dtype=np.float32)
+        if reward.ndim == 1:
+            reward = reward[:, None]
+        values = {
+            "obs": obs,
+            "next_obs": next_obs,
+            "action": action,
+            "reward": reward,
+            "terminated": terminated,
+            "truncated": truncated,
+            "episode": self.episode,
+            "step": self.ep_step,
+        }
+        if self.layout.logp:
+            if logp is None:
+                raise ReplayError("this buffer stores logp: pass the behaviour log-probabilities")
+            values["logp"] = logp
+        if self.layout.goal_dim:
+            if achieved_goal is None or desired_goal is None or next_achieved_goal is None:
+                raise ReplayError(
+                    "goal buffer: pass achieved_goal, desired_goal and next_achieved_goal"
+                )
+            values["achieved_goal"] = achieved_goal
+            values["desired_goal"] = desired_goal
+            values["next_achieved_goal"] = next_achieved_goal
+        for name, v in values.items():
+            v = np.asarray(v)
+            if v.shape[0] != n:
+                raise ReplayError(f"{name} has {v.shape[0]} rows, the writer has {n} envs")
+            st[name][r, pos] = v
+        self.count += 1
+        self.ep_step += 1
+        done = np.asarray(terminated, dtype=bool) | np.asarray(truncated, dtype=bool)
+        if done.any():
+            ended = np.flatnonzero(done)
+            self.ep_step[ended] = 0
+            self.episode[ended] = self._next_episode + np.arange(ended.shape[0])
+            self._next_episode += ended.shape[0]
+        full = self.count >= self.chunk
+        if self.whole_episodes:
+            if done.any():
+                self._flush(done)
+        elif done.any() or full.any():
+            # One lock acquisition for every copy that has something staged.
+            self._flush(self.count > 0)
+
+    def flush(self) -> None:
+        """Insert what is staged. With HER only finished episodes are ever inserted, so this
+        is a no-op there (runs of unfinished episodes stay staged)."""
+        if not self.whole_episodes and self.count.any():
+            self._flush(self.count > 0)
+
+    def _grow(self) -> None:
+        self.cap *= 2
+        for name, arr in self.stage.items():
+            new = np.zeros((arr.shape[0], self.cap, *arr.shape[2:]), dtype=arr.dtype)
+            new[:, : arr.shape[1]] = arr
+            self.stage[name] = new
+
+    def _flush(self, which: np.ndarray) -> None:
+        envs = np.flatnonzero(which)
+        counts = self.count[envs]
+        n = int(counts.sum())
+        offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        # Rows of every flushed copy, concatenated in copy order.
+        env_of_row = np.repeat(envs, counts)
+        pos_of_row = np.arange(n) - np.repeat(offsets, counts)
+        data = {f: self.stage[f][env_of_row, pos_of_row] for f in self.fields}
+        rel_next = np.arange(1, n + 1, dtype=np.int64)
+        last_rows = offsets + counts - 1
+        rel_next[last_rows] = -1  # filled in by the next chunk's patch, or the episode ended
+        rel_ep_end = np.repeat(last_rows, counts) if self.whole_episodes else None
+        tails = self.tail[envs]
+        has_tail = tails >= 0
+        patches = np.stack([tails[has_tail], offsets[has_tail]], axis=1).astype(np.int64)
+        block = Block(data, rel_next, rel_ep_end, patches, n)
+        start = self.replay._insert(block, wait=self._may_wait())
+        last_done = self.stage["terminated"][envs, counts - 1] | self.stage["truncated"][
+            envs, counts - 1
+        ]
+        self.tail[envs] = np.where(last_done, -1, start + offsets + counts - 1)
+        self.count[envs] = 0
+        self.inserted += n
+
+    def _may_wait(self) -> bool:
+        # The serial backend samples from this very process: blocking here would deadlock it.
+        return int(self.replay.storage.hdr[LEARNER_PID]) != os.getpid()
+
+    def __repr__(self) -> str:
+        return f"Writer(num_envs={self.num_envs}, staged={int(self.count.sum())})"
+
