@@ -194,3 +194,45 @@ class DiscreteQ(nn.Module):
 def polyak_(target: Sequence[torch.Tensor], online: Sequence[torch.Tensor], tau: float) -> None:
     """target <- (1 - tau) * target + tau * online, in one fused call over all tensors."""
     torch._foreach_lerp_(list(target), list(online), tau)
+
+
+def sample_action(
+    actor: GaussianActor | CategoricalActor,
+    obs: torch.Tensor,
+    explore: bool,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Draw from a stochastic actor -> (env action, raw sample, log-prob of the raw sample).
+
+    Continuous: the env gets the sample clipped to [-1, 1], but the log-prob is that of the
+    unclipped sample, the one the Gaussian actually produced (clipping is the env's business).
+    ``explore = False`` takes the mode (mean / argmax).
+    """
+    out = actor(obs)
+    if isinstance(actor, CategoricalActor):
+        logp_all = torch.log_softmax(out, dim=-1)
+        if explore:
+            raw = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)
+        else:
+            raw = out.argmax(-1)
+        return raw, raw, logp_all.gather(-1, raw.unsqueeze(-1)).squeeze(-1)
+    log_std = actor.log_std.expand_as(out)
+    raw = out
+    if explore:
+        noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
+        raw = out + log_std.exp() * noise
+    return raw.clamp(-1.0, 1.0), raw, gaussian_log_prob(raw, out, log_std)
+
+
+def evaluate_actions(
+    actor: GaussianActor | CategoricalActor, obs: torch.Tensor, raw: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(raw | obs) and the policy entropy per state, both [B], with gradients."""
+    out = actor(obs)
+    if isinstance(actor, CategoricalActor):
+        logp_all = torch.log_softmax(out, dim=-1)
+        logp = logp_all.gather(-1, raw.long().unsqueeze(-1)).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return logp, entropy
+    log_std = actor.log_std.expand_as(out)
+    return gaussian_log_prob(raw, out, log_std), gaussian_entropy(log_std)

@@ -1,0 +1,270 @@
+"""PPO with the clipped surrogate objective (Schulman et al., 2017) and GAE(lambda).
+
+The agent learns from its own rollouts: ``observe`` stores every vector step of its ``num_envs``
+copies and, after ``n_steps`` steps per copy, runs ``n_epochs`` of minibatch updates on
+
+    L = - E[min(r A, clip(r, 1 - eps, 1 + eps) A)] + vf_coef E[(V - R)^2] - ent_coef E[H[pi]]
+
+with r = pi(a|s) / pi_old(a|s). Defaults are Stable-Baselines3's PPO defaults.
+
+Rewards with several task heads are summed with the task's head weights into one reward.
+Episode ends: a terminated step does not bootstrap; a truncated (time-limit) step bootstraps from
+V of its true final observation, ``Transitions.next_obs``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.nets import (
+    VCritic,
+    build_actor,
+    evaluate_actions,
+    resolve_device,
+    sample_action,
+    seeded,
+)
+from wheeler2.agent import ActOut, Agent, SpaceInfo, Transitions
+
+
+@dataclass
+class Params:
+    n_steps: int = 2048  # env steps per copy between updates (rollout = n_steps * num_envs)
+    batch_size: int = 64  # minibatch size
+    n_epochs: int = 10  # passes over each rollout
+    gamma: float = 0.99
+    gae_lambda: float = 0.95  # GAE bias/variance trade-off; 1 = Monte Carlo advantages
+    clip_range: float = 0.2  # eps of the clipped surrogate
+    clip_range_vf: float = 0.0  # clip value updates around the old values; 0 = off
+    ent_coef: float = 0.0  # entropy bonus
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    lr: float = 3e-4
+    lr_schedule: str = "constant"  # "constant" | "linear": lr decays to 0 over total_steps
+    clip_schedule: str = "constant"  # "constant" | "linear": clip_range decays to 0 likewise
+    total_steps: int = 0  # env steps this agent will take; filled by the engine; linear needs it
+    normalize_advantage: bool = True  # per minibatch
+    hidden: list[int] = field(default_factory=lambda: [64, 64])  # actor and critic layers
+    activation: str = "tanh"
+    log_std_init: float = 0.0  # initial log std of the Gaussian policy
+    ortho_init: bool = True  # orthogonal init, small policy head
+    device: str = "cpu"  # "cpu" | "cuda"
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    dones: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """Generalized advantage estimates over a [T, N] rollout.
+
+    ``next_values[t]`` is V of the true next observation of step t, so a truncated step
+    bootstraps from its final observation; ``terminated`` cuts the bootstrap, ``dones``
+    (terminated or truncated) cuts the recursion so no advantage leaks into the next episode.
+
+        delta_t = r_t + gamma (1 - term_t) V(s'_t) - V(s_t)
+        A_t     = delta_t + gamma lam (1 - done_t) A_{t+1}
+    """
+    not_term = 1.0 - terminated.float()
+    not_done = 1.0 - dones.float()
+    deltas = rewards + gamma * not_term * next_values - values
+    adv = torch.empty_like(deltas)
+    last = torch.zeros_like(deltas[0])
+    for t in reversed(range(len(deltas))):
+        last = deltas[t] + gamma * lam * not_done[t] * last
+        adv[t] = last
+    return adv
+
+
+def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, clip: float) -> torch.Tensor:
+    """PPO's L^CLIP = E[min(r A, clip(r, 1 - eps, 1 + eps) A)], the objective to *maximize*."""
+    return torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv).mean()
+
+
+class PPO(Agent):
+    Params = Params
+    uses_replay = False
+
+    def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
+        super().__init__(space, params, resolve_device(device, params.device), seed)
+        p = params
+        for name in ("lr_schedule", "clip_schedule"):
+            if getattr(p, name) not in ("constant", "linear"):
+                raise ValueError(f"{name} must be 'constant' or 'linear'")
+            if getattr(p, name) == "linear" and p.total_steps <= 0:
+                raise ValueError(f"{name} = 'linear' needs total_steps > 0")
+        with seeded(seed):
+            self.policy = build_actor(
+                space.obs_dim, space.act_dim, space.discrete, p.hidden, p.activation,
+                p.log_std_init, p.ortho_init,
+            ).to(self.device)
+            self.critic = VCritic(space.obs_dim, p.hidden, p.activation, p.ortho_init)
+        self.critic.to(self.device)
+        self.params_list = list(self.policy.parameters()) + list(self.critic.parameters())
+        self.opt = torch.optim.Adam(self.params_list, lr=p.lr, eps=1e-5)
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.head_w = torch.tensor(space.head_weights, dtype=torch.float32, device=self.device)
+        self.env_steps = 0
+        self.updates = 0
+        self.t = 0  # steps stored in the current rollout
+        self.rollout: dict[str, torch.Tensor] | None = None
+
+    @property
+    def actor(self) -> nn.Module:
+        return self.policy
+
+    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+        with torch.inference_mode():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            action, raw, logp = sample_action(self.policy, x, explore, self.gen)
+            value = self.critic(x)
+        extras = {"value": value.cpu().numpy()}
+        if not self.space.discrete:
+            extras["raw_action"] = raw.cpu().numpy()  # for the update's log-prob
+        return ActOut(action=action.cpu().numpy(), logp=logp.cpu().numpy(), extras=extras)
+
+    def observe(self, step: Transitions) -> dict[str, float] | None:
+        n, dev = len(step.obs), self.device
+        if self.rollout is None or self.rollout["obs"].shape[1] != n:
+            self.rollout = self._empty_rollout(n)
+            self.t = 0
+        buf, t = self.rollout, self.t
+        buf["obs"][t] = torch.as_tensor(step.obs, device=dev)
+        buf["next_obs"][t] = torch.as_tensor(step.next_obs, device=dev)
+        raw = step.act_out.extras.get("raw_action", step.action)
+        buf["action"][t] = torch.as_tensor(raw, device=dev)
+        if step.act_out.logp is not None:
+            buf["logp"][t] = torch.as_tensor(step.act_out.logp, device=dev)
+        else:  # actions not drawn by act(explore=True): score them under the current policy
+            with torch.no_grad():
+                buf["logp"][t] = evaluate_actions(self.policy, buf["obs"][t], buf["action"][t])[0]
+        buf["reward"][t] = torch.as_tensor(step.reward, device=dev).reshape(n, -1) @ self.head_w
+        buf["terminated"][t] = torch.as_tensor(step.terminated, device=dev)
+        buf["done"][t] = torch.as_tensor(step.terminated | step.truncated, device=dev)
+        self.env_steps += n
+        self.t += 1
+        if self.t < self.params.n_steps:
+            return None
+        self.t = 0
+        return self._update()
+
+    def _empty_rollout(self, n: int) -> dict[str, torch.Tensor]:
+        T, dev, s = self.params.n_steps, self.device, self.space
+        act_shape = (T, n) if s.discrete else (T, n, s.act_dim)
+        return {
+            "obs": torch.zeros(T, n, s.obs_dim, device=dev),
+            "next_obs": torch.zeros(T, n, s.obs_dim, device=dev),
+            "action": torch.zeros(act_shape, device=dev, dtype=torch.long if s.discrete else None),
+            "logp": torch.zeros(T, n, device=dev),
+            "reward": torch.zeros(T, n, device=dev),
+            "terminated": torch.zeros(T, n, device=dev),
+            "done": torch.zeros(T, n, device=dev),
+        }
+
+    def _schedule(self, value: float, kind: str) -> float:
+        if kind == "constant":
+            return value
+        return value * max(0.0, 1.0 - self.env_steps / self.params.total_steps)
+
+    def _update(self) -> dict[str, float]:
+        p, buf = self.params, self.rollout
+        assert buf is not None
+        lr = self._schedule(p.lr, p.lr_schedule)
+        clip = self._schedule(p.clip_range, p.clip_schedule)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+
+        T, n = buf["reward"].shape
+        with torch.no_grad():
+            # Values under the current critic, both ends of every step, in two batched passes.
+            values = self.critic(buf["obs"].flatten(0, 1)).view(T, n)
+            next_values = self.critic(buf["next_obs"].flatten(0, 1)).view(T, n)
+            adv = gae(
+                buf["reward"], values, next_values, buf["terminated"], buf["done"],
+                p.gamma, p.gae_lambda,
+            )
+            returns = adv + values
+        obs, action = buf["obs"].flatten(0, 1), buf["action"].flatten(0, 1)
+        old_logp, adv, returns = buf["logp"].flatten(), adv.flatten(), returns.flatten()
+        old_values = values.flatten()
+
+        size = T * n
+        stats = torch.zeros(5, device=self.device)
+        num_minibatches = 0
+        for _ in range(p.n_epochs):
+            perm = torch.randperm(size, generator=self.gen, device=self.device)
+            for start in range(0, size, p.batch_size):
+                mb = perm[start : start + p.batch_size]
+                logp, entropy = evaluate_actions(self.policy, obs[mb], action[mb])
+                log_ratio = logp - old_logp[mb]
+                ratio = log_ratio.exp()
+                a = adv[mb]
+                if p.normalize_advantage and len(mb) > 1:
+                    a = (a - a.mean()) / (a.std() + 1e-8)
+                policy_loss = -clipped_surrogate(ratio, a, clip)
+
+                v = self.critic(obs[mb])
+                v_err = (v - returns[mb]).pow(2)
+                if p.clip_range_vf > 0:
+                    # Pessimistic value clipping as in the reference PPO2 implementation.
+                    v_clip = old_values[mb] + (v - old_values[mb]).clamp(
+                        -p.clip_range_vf, p.clip_range_vf
+                    )
+                    v_err = torch.max(v_err, (v_clip - returns[mb]).pow(2))
+                value_loss = v_err.mean()
+                entropy = entropy.mean()
+
+                loss = policy_loss + p.vf_coef * value_loss - p.ent_coef * entropy
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.params_list, p.max_grad_norm)
+                self.opt.step()
+
+                with torch.no_grad():
+                    approx_kl = (ratio - 1.0 - log_ratio).mean()  # Schulman's low-variance KL
+                    clip_frac = ((ratio - 1.0).abs() > clip).float().mean()
+                    stats += torch.stack(
+                        [policy_loss, value_loss, entropy, approx_kl, clip_frac]
+                    ).detach()
+                num_minibatches += 1
+        self.updates += 1
+        stats = (stats / num_minibatches).tolist()
+        var_ret = returns.var()
+        explained = 1.0 - (returns - old_values).var() / var_ret if var_ret > 0 else 0.0
+        return {
+            "policy_loss": stats[0],
+            "value_loss": stats[1],
+            "entropy": stats[2],
+            "approx_kl": stats[3],
+            "clip_fraction": stats[4],
+            "explained_variance": float(explained),
+            "lr": lr,
+            "clip_range": clip,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        # The rollout in progress is not saved: a resumed agent starts a fresh one.
+        return {
+            "policy": self.policy.state_dict(),
+            "critic": self.critic.state_dict(),
+            "opt": self.opt.state_dict(),
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.critic.load_state_dict(state["critic"])
+        self.opt.load_state_dict(state["opt"])
+        self.env_steps = int(state["env_steps"])
+        self.updates = int(state["updates"])
+        self.t = 0
