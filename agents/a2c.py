@@ -1,0 +1,186 @@
+"""Synchronous advantage actor-critic, A2C (Mnih et al., 2016, batched as in OpenAI baselines).
+
+Every ``n_steps`` vector steps of its ``num_envs`` copies the agent takes one gradient step on
+
+    L = - E[(R_t - V(s_t)) log pi(a_t|s_t)] + vf_coef E[(R_t - V(s_t))^2] - ent_coef E[H[pi]]
+
+with the n-step return R_t = r_t + gamma r_{t+1} + ... + gamma^k V(s_{t+k}), cut at episode ends.
+The env copies run on across updates (no reset between rollouts): the last step of a rollout
+bootstraps from V of the observation after it. A terminated step does not bootstrap; a truncated
+one bootstraps from V of its true final observation. Rewards of several task heads are summed
+with the task's head weights. Defaults are Stable-Baselines3's A2C defaults.
+
+This file is also the proof of the plugin interface: it needs nothing from the engine beyond
+``wheeler2.agent``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from agents.nets import (
+    VCritic,
+    build_actor,
+    evaluate_actions,
+    resolve_device,
+    sample_action,
+    seeded,
+)
+from wheeler2.agent import ActOut, Agent, SpaceInfo, Transitions
+
+
+@dataclass
+class Params:
+    n_steps: int = 5  # vector steps between updates
+    gamma: float = 0.99
+    lr: float = 7e-4
+    ent_coef: float = 0.0  # entropy bonus
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    rms_prop_eps: float = 1e-5  # RMSprop as in the paper; eps large for stability
+    normalize_advantage: bool = False
+    hidden: list[int] = field(default_factory=lambda: [64, 64])  # actor and critic layers
+    activation: str = "tanh"
+    log_std_init: float = 0.0
+    ortho_init: bool = True
+    device: str = "cpu"  # "cpu" | "cuda"
+
+
+def nstep_returns(
+    rewards: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    dones: torch.Tensor,
+    gamma: float,
+) -> torch.Tensor:
+    """n-step returns over a [T, N] rollout, computed backwards.
+
+    ``next_values[t]`` is V of the true next observation of step t. Where an episode ended at
+    step t (``dones``) the return restarts from that value (ignored when ``terminated``);
+    the last step of the rollout bootstraps from ``next_values[T-1]``.
+
+        R_t = r_t + gamma (1 - term_t) * (V(s'_t) if done_t or t = T-1 else R_{t+1})
+    """
+    not_term = 1.0 - terminated.float()
+    returns = torch.empty_like(rewards)
+    carry = next_values[-1]
+    for t in reversed(range(len(rewards))):
+        carry = torch.where(dones[t].bool(), next_values[t], carry)
+        carry = rewards[t] + gamma * not_term[t] * carry
+        returns[t] = carry
+    return returns
+
+
+class A2C(Agent):
+    Params = Params
+    uses_replay = False
+
+    def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
+        super().__init__(space, params, resolve_device(device, params.device), seed)
+        p = params
+        with seeded(seed):
+            self.policy = build_actor(
+                space.obs_dim, space.act_dim, space.discrete, p.hidden, p.activation,
+                p.log_std_init, p.ortho_init,
+            ).to(self.device)
+            self.critic = VCritic(space.obs_dim, p.hidden, p.activation, p.ortho_init)
+        self.critic.to(self.device)
+        self.params_list = list(self.policy.parameters()) + list(self.critic.parameters())
+        self.opt = torch.optim.RMSprop(self.params_list, lr=p.lr, alpha=0.99, eps=p.rms_prop_eps)
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.head_w = torch.tensor(space.head_weights, dtype=torch.float32, device=self.device)
+        self.env_steps = 0
+        self.updates = 0
+        self.steps: list[dict[str, np.ndarray]] = []  # the current rollout, up to n_steps
+
+    @property
+    def actor(self) -> nn.Module:
+        return self.policy
+
+    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+        with torch.inference_mode():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            action, raw, logp = sample_action(self.policy, x, explore, self.gen)
+            value = self.critic(x)
+        extras = {"value": value.cpu().numpy()}
+        if not self.space.discrete:
+            extras["raw_action"] = raw.cpu().numpy()
+        return ActOut(action=action.cpu().numpy(), logp=logp.cpu().numpy(), extras=extras)
+
+    def observe(self, step: Transitions) -> dict[str, float] | None:
+        self.env_steps += len(step.obs)
+        # Copies: the engine may reuse its arrays for the next vector step.
+        self.steps.append(
+            {
+                "obs": np.array(step.obs, np.float32),
+                "next_obs": np.array(step.next_obs, np.float32),
+                # The unclipped Gaussian sample, where act() recorded it, is what pi produced.
+                "action": np.array(step.act_out.extras.get("raw_action", step.action)),
+                "reward": np.array(step.reward, np.float32).reshape(len(step.obs), -1),
+                "terminated": np.array(step.terminated, np.float32),
+                "done": np.array(step.terminated | step.truncated, np.float32),
+            }
+        )
+        if len(self.steps) < self.params.n_steps:
+            return None
+        metrics = self._update(self.steps)
+        self.steps = []
+        return metrics
+
+    def _update(self, steps: list[dict[str, np.ndarray]]) -> dict[str, float]:
+        p, dev = self.params, self.device
+
+        def stack(key: str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            return torch.as_tensor(np.stack([s[key] for s in steps]), dtype=dtype, device=dev)
+
+        obs = stack("obs")  # [T, N, obs_dim]
+        next_obs = stack("next_obs")
+        action = stack("action", torch.long if self.space.discrete else torch.float32)
+        rewards = stack("reward") @ self.head_w  # [T, N]
+        terminated = stack("terminated")
+        dones = stack("done")
+
+        with torch.no_grad():
+            next_values = self.critic(next_obs)
+            returns = nstep_returns(rewards, next_values, terminated, dones, p.gamma).flatten()
+
+        logp, entropy = evaluate_actions(self.policy, obs.flatten(0, 1), action.flatten(0, 1))
+        values = self.critic(obs.flatten(0, 1))
+        adv = returns - values.detach()
+        if p.normalize_advantage and len(adv) > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        policy_loss = -(adv * logp).mean()
+        value_loss = (returns - values).pow(2).mean()
+        entropy = entropy.mean()
+        loss = policy_loss + p.vf_coef * value_loss - p.ent_coef * entropy
+
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.params_list, p.max_grad_norm)
+        self.opt.step()
+        self.updates += 1
+        stats = torch.stack([policy_loss, value_loss, entropy]).detach().tolist()
+        return {"policy_loss": stats[0], "value_loss": stats[1], "entropy": stats[2]}
+
+    def state_dict(self) -> dict[str, Any]:
+        # The partial rollout is not saved: a resumed agent starts a fresh one.
+        return {
+            "policy": self.policy.state_dict(),
+            "critic": self.critic.state_dict(),
+            "opt": self.opt.state_dict(),
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.critic.load_state_dict(state["critic"])
+        self.opt.load_state_dict(state["opt"])
+        self.env_steps = int(state["env_steps"])
+        self.updates = int(state["updates"])
+        self.steps = []
