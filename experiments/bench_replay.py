@@ -204,7 +204,7 @@ def case_b(capacity: int, seconds: float, rate: float) -> list[tuple]:
     fill_cpprb(rb, capacity // 10)
     base, base_ins = run_with_producers(std, produce_cpprb, rb, rate,
                                         lambda s: loop_cpprb(rb, s), seconds)
-    del rb
+    rb = None  # free its shared memory before ours is allocated
     layout = Layout(obs_dim=OBS, act_dim=ACT)
     cfg = ReplayConfig(capacity=capacity, batch_size=BATCH, updates_per_insert=0, min_size=1)
     mp = multiprocess.get_context("spawn")

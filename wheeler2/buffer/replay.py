@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from .config import Layout, ReplayConfig, ReplayError
 from .gate import RatioGate
@@ -199,11 +198,13 @@ class Replay:
         elif self.layout.goal_dim:
             raw["goal"] = np.take(a["desired_goal"], slot0, axis=0)
         n = self.cfg.n_step
-        if n == 1 and her is None:
+        if n == 1:
             # The common case without window bookkeeping.
             raw["reward"] = np.take(a["reward"], slot0, axis=0)
             raw["terminated"] = np.take(a["terminated"], slot0)
             raw["next_obs"] = np.take(a["next_obs"], slot0, axis=0)
+            if her is not None:
+                raw["next_achieved_goal"] = np.take(a["next_achieved_goal"], slot0, axis=0)
             return raw
         win = gather_window(self.storage, slot0, total, n, extra)
         raw["window"] = win
@@ -214,6 +215,13 @@ class Replay:
         win = raw.get("window")
         if win is None:
             reward = raw["reward"]
+            if "relabelled" in raw:
+                # A one-step window is the sample itself: relabel in place, no stacking.
+                extra = {name: raw[name][None] for name in self._her_extra}
+                alive = np.ones((1, reward.shape[0]), dtype=bool)
+                reward = relabel_rewards(
+                    self.relabel, reward[None], alive, raw["relabelled"], raw["goal"], extra
+                )[0]
             discount = np.where(raw["terminated"], 0.0, self.gamma).astype(np.float32)
         else:
             rewards = win.reward
@@ -259,7 +267,13 @@ class Replay:
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """Stored items (in slot order), counters and priorities, as tensors and scalars."""
+        """Stored items (in slot order), counters and priorities, as tensors and scalars.
+
+        Tensors rather than numpy arrays because ``torch.load(weights_only=True)`` refuses
+        numpy's pickles. torch is imported here only: members that just write never pay for it.
+        """
+        import torch
+
         st = self.storage
         st.acquire()
         try:
@@ -291,6 +305,8 @@ class Replay:
                 f"replay checkpoint is for capacity {state['capacity']} and {state['layout']}, "
                 f"this buffer has capacity {self.cfg.capacity} and {self.layout!r}"
             )
+        import torch
+
         st = self.storage
         specs = field_specs(self.layout, self.cfg)
         st.acquire()

@@ -1,0 +1,114 @@
+"""Importance weights, alpha applied once, max priority for new items, uniform mode, the
+sample's keys and dtypes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from wheeler2.buffer import Layout, Replay, ReplayConfig
+
+
+def _fill(replay: Replay, n: int, discrete: bool = False) -> None:
+    w = replay.writer(num_envs=1)
+    for t in range(n):
+        act = np.array([t % 3]) if discrete else np.full((1, 2), t, np.float32)
+        w.add(np.full((1, 3), t, np.float32), act, np.full((1, 1), t, np.float32),
+              np.full((1, 3), t + 1, np.float32), np.array([False]), np.array([False]),
+              logp=np.array([-float(t)], np.float32))
+    w.flush()
+
+
+@pytest.fixture
+def replay():
+    cfg = ReplayConfig(capacity=8, batch_size=64, alpha=0.6, beta=0.4, eps=1e-6,
+                       updates_per_insert=0, min_size=1)
+    r = Replay.create(Layout(obs_dim=3, act_dim=2, logp=True), cfg, gamma=0.9, seed=3)
+    yield r
+    r.close()
+
+
+def test_importance_weights_by_hand(replay: Replay) -> None:
+    _fill(replay, 6)
+    replay.sample()  # first sample: the sampler learns of the 6 items
+    td = np.array([0.5, -2.0, 0.0, 1.0, 3.0, -0.1])
+    replay.update_priorities(np.arange(6), td)
+    batch = replay.sample()
+    alpha, beta, n = 0.6, 0.4, 6
+    p = (np.abs(td) + 1e-6) ** alpha  # alpha once: priorities are |td| + eps
+    prob = p / p.sum()
+    w_all = (n * prob) ** -beta
+    want = w_all[batch["index"]] / w_all.max()
+    np.testing.assert_allclose(batch["weight"], want, rtol=1e-5)
+    assert batch["weight"].max() <= 1.0
+    # The tree holds priority ** alpha, not priority ** (alpha ** 2) or priority itself.
+    np.testing.assert_allclose(replay.sampler.tree.leaves[:6], p)
+
+
+def test_new_items_get_the_max_priority(replay: Replay) -> None:
+    _fill(replay, 3)
+    replay.sample()
+    replay.update_priorities(np.arange(3), np.array([0.2, 4.0, 1.0]))
+    _fill(replay, 1)
+    replay.sample()
+    assert replay.sampler.tree.leaves[3] == pytest.approx((4.0 + 1e-6) ** 0.6)
+    # A stale update (its slot was overwritten since) is ignored.
+    _fill(replay, 8)
+    replay.sample()
+    before = replay.sampler.tree.leaves.copy()
+    replay.update_priorities(np.array([0]), np.array([100.0]))
+    np.testing.assert_array_equal(replay.sampler.tree.leaves, before)
+
+
+def test_beta_anneals_linearly_to_one() -> None:
+    cfg = ReplayConfig(capacity=16, batch_size=32, beta=0.4, beta_steps=10,
+                       updates_per_insert=0, min_size=1)
+    with Replay.create(Layout(obs_dim=3, act_dim=2, logp=True), cfg, gamma=0.9) as r:
+        _fill(r, 4)
+        r.sample()
+        r.update_priorities(np.arange(4), np.array([1.0, 2.0, 3.0, 4.0]))
+        p = (np.arange(1, 5) + 1e-6) ** 0.6
+        for _ in range(12):
+            batch = r.sample()
+            u = r.stats()["updates"]
+            beta = 0.4 + 0.6 * min(1.0, u / 10)
+            want = (p[batch["index"]] / p.min()) ** -beta
+            np.testing.assert_allclose(batch["weight"], want, rtol=1e-5)
+
+
+def test_uniform_sampling_has_unit_weights_and_uniform_frequencies() -> None:
+    cfg = ReplayConfig(capacity=10, batch_size=500, prioritized=False, updates_per_insert=0,
+                       min_size=1)
+    with Replay.create(Layout(obs_dim=3, act_dim=2, logp=True), cfg, gamma=0.9) as r:
+        _fill(r, 14)  # wrapped: items 4..13 are stored
+        counts = np.zeros(14)
+        for _ in range(20):
+            batch = r.sample()
+            assert np.all(batch["weight"] == 1.0)
+            np.add.at(counts, batch["index"], 1)
+            np.testing.assert_array_equal(batch["obs"][:, 0], batch["index"])
+        assert counts[:4].sum() == 0
+        assert counts[4:].min() > 0.7 * counts[4:].mean()
+
+
+def test_sample_keys_and_dtypes(replay: Replay) -> None:
+    _fill(replay, 5)
+    b = replay.sample(batch_size=16)
+    assert set(b) == {"obs", "action", "reward", "next_obs", "discount", "weight", "index",
+                      "logp"}
+    assert b["obs"].shape == (16, 3) and b["reward"].shape == (16, 1)
+    for key in ("obs", "action", "reward", "next_obs", "discount", "weight", "logp"):
+        assert b[key].dtype == np.float32, key
+    assert b["index"].dtype == np.int64
+    np.testing.assert_array_equal(b["reward"][:, 0], b["obs"][:, 0])
+    np.testing.assert_array_equal(b["logp"], -b["obs"][:, 0])
+    np.testing.assert_allclose(b["discount"], 0.9)
+
+
+def test_discrete_actions_are_int64() -> None:
+    cfg = ReplayConfig(capacity=8, batch_size=8, updates_per_insert=0, min_size=1)
+    with Replay.create(Layout(obs_dim=3, act_dim=3, discrete=True, logp=True), cfg, 0.9) as r:
+        _fill(r, 6, discrete=True)
+        b = r.sample()
+        assert b["action"].dtype == np.int64 and b["action"].shape == (8,)
+        np.testing.assert_array_equal(b["action"], b["obs"][:, 0].astype(np.int64) % 3)
