@@ -1,0 +1,145 @@
+"""Double DQN (van Hasselt et al., 2016) for discrete actions.
+
+The online network picks the next action, the target network evaluates it:
+
+    y    = r + discount * Q'(s', argmax_a Q(s', a))
+    L    = mean_i  w_i * huber(y_i - Q(s_i, a_i))         (w = importance weights)
+
+Several task reward heads are not given one Q each here: their rewards are summed with the
+task's head weights into one reward, r = sum_h c_h r_h, and a single Q learns that sum (which,
+Q being linear in the reward, is the weighted sum of the heads' Q values).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from agents.nets import DiscreteQ, polyak_, resolve_device, seeded
+from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SpaceInfo, Transitions
+
+
+@dataclass
+class Params:
+    gamma: float = 0.99  # discount (the buffer applies it for n-step returns)
+    lr: float = 1e-4
+    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    learning_starts: int = 1000  # env steps before the first gradient step
+    eps_start: float = 1.0  # epsilon-greedy exploration, decayed linearly ...
+    eps_end: float = 0.05
+    eps_decay_steps: int = 10_000  # ... over this many env steps
+    target_update: int = 1000  # gradient steps between target updates
+    tau: float = 1.0  # 1 = hard copy every target_update steps; < 1 = Polyak blend
+    double: bool = True  # double-Q target; False = max over the target network
+    loss: str = "huber"  # "huber" | "mse"
+    max_grad_norm: float = 10.0  # 0 = off
+    device: str = "cpu"  # "cpu" | "cuda"
+
+
+def double_q_target(
+    reward: torch.Tensor,
+    discount: torch.Tensor,
+    q_next_online: torch.Tensor,
+    q_next_target: torch.Tensor,
+) -> torch.Tensor:
+    """y = r + discount * Q'(s', argmax_a Q(s', a)) for [B] rewards and [B, A] Q values."""
+    best = q_next_online.argmax(-1, keepdim=True)
+    return reward + discount * q_next_target.gather(-1, best).squeeze(-1)
+
+
+class DQN(Agent):
+    Params = Params
+    uses_replay = True
+
+    def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
+        super().__init__(space, params, resolve_device(device, params.device), seed)
+        if not space.discrete:
+            raise ValueError("DQN needs a discrete action space")
+        if params.loss not in ("huber", "mse"):
+            raise ValueError(f"loss must be 'huber' or 'mse', got {params.loss!r}")
+        with seeded(seed):
+            self.q = DiscreteQ(space.obs_dim, space.act_dim, params.hidden).to(self.device)
+        self.q_target = copy.deepcopy(self.q).requires_grad_(False)
+        self.opt = torch.optim.Adam(self.q.parameters(), lr=params.lr)
+        self.q_params = list(self.q.parameters())
+        self.target_params = list(self.q_target.parameters())
+        self.head_w = torch.tensor(space.head_weights, dtype=torch.float32, device=self.device)
+        self.rng = np.random.default_rng(seed)
+        self.env_steps = 0
+        self.updates = 0
+
+    @property
+    def actor(self) -> nn.Module:
+        return self.q
+
+    @property
+    def epsilon(self) -> float:
+        p = self.params
+        frac = min(1.0, self.env_steps / max(1, p.eps_decay_steps))
+        return p.eps_start + frac * (p.eps_end - p.eps_start)
+
+    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+        with torch.inference_mode():
+            q = self.q(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
+        action = q.argmax(-1).cpu().numpy()
+        if explore:
+            rand = self.rng.random(len(action)) < self.epsilon
+            action[rand] = self.rng.integers(0, self.space.act_dim, int(rand.sum()))
+        return ActOut(action=action.astype(np.int64, copy=False))
+
+    def observe(self, step: Transitions) -> dict[str, float] | None:
+        self.env_steps += len(step.obs)
+        return None
+
+    def learn(self, batch: Batch) -> LearnOut:
+        p = self.params
+        action = batch.action.long().reshape(-1, 1)
+        with torch.no_grad():
+            reward = batch.reward.reshape(len(action), -1) @ self.head_w  # heads -> one reward
+            q_next_target = self.q_target(batch.next_obs)
+            q_next_online = self.q(batch.next_obs) if p.double else q_next_target
+            y = double_q_target(reward, batch.discount, q_next_online, q_next_target)
+        q = self.q(batch.obs).gather(-1, action).squeeze(-1)
+        if p.loss == "huber":
+            per_sample = F.smooth_l1_loss(q, y, reduction="none")
+        else:
+            per_sample = (q - y).pow(2)
+        loss = (batch.weight * per_sample).mean()
+
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if p.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(self.q_params, p.max_grad_norm)
+        self.opt.step()
+        self.updates += 1
+        if self.updates % p.target_update == 0:
+            polyak_(self.target_params, self.q_params, p.tau)
+
+        td_error = (y - q.detach()).abs()
+        stats = torch.stack([loss.detach(), q.detach().mean()]).tolist()
+        return LearnOut(
+            metrics={"loss": stats[0], "q_mean": stats[1], "epsilon": self.epsilon},
+            td_error=td_error.cpu().numpy(),
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "q": self.q.state_dict(),
+            "q_target": self.q_target.state_dict(),
+            "opt": self.opt.state_dict(),
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.q.load_state_dict(state["q"])
+        self.q_target.load_state_dict(state["q_target"])
+        self.opt.load_state_dict(state["opt"])
+        self.env_steps = int(state["env_steps"])
+        self.updates = int(state["updates"])
