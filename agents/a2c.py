@@ -85,8 +85,13 @@ class A2C(Agent):
         p = params
         with seeded(seed):
             self.policy = build_actor(
-                space.obs_dim, space.act_dim, space.discrete, p.hidden, p.activation,
-                p.log_std_init, p.ortho_init,
+                space.obs_dim,
+                space.act_dim,
+                space.discrete,
+                p.hidden,
+                p.activation,
+                p.log_std_init,
+                p.ortho_init,
             ).to(self.device)
             self.critic = VCritic(space.obs_dim, p.hidden, p.activation, p.ortho_init)
         self.critic.to(self.device)

@@ -108,9 +108,7 @@ class DDPG(Agent):
         self.head_q_mean = torch.zeros(space.num_heads, device=dev)
         self.head_q_sq = torch.ones(space.num_heads, device=dev)
 
-        self.noise = ActionNoise(
-            p.noise, p.noise_std, p.ou_theta, p.ou_dt, space.act_dim, seed + 1
-        )
+        self.noise = ActionNoise(p.noise, p.noise_std, p.ou_theta, p.ou_dt, space.act_dim, seed + 1)
         self.rng = np.random.default_rng(seed + 2)
         self.env_steps = 0
         self.updates = 0

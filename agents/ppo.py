@@ -104,8 +104,13 @@ class PPO(Agent):
                 raise ValueError(f"{name} = 'linear' needs total_steps > 0")
         with seeded(seed):
             self.policy = build_actor(
-                space.obs_dim, space.act_dim, space.discrete, p.hidden, p.activation,
-                p.log_std_init, p.ortho_init,
+                space.obs_dim,
+                space.act_dim,
+                space.discrete,
+                p.hidden,
+                p.activation,
+                p.log_std_init,
+                p.ortho_init,
             ).to(self.device)
             self.critic = VCritic(space.obs_dim, p.hidden, p.activation, p.ortho_init)
         self.critic.to(self.device)
@@ -189,8 +194,13 @@ class PPO(Agent):
             values = self.critic(buf["obs"].flatten(0, 1)).view(T, n)
             next_values = self.critic(buf["next_obs"].flatten(0, 1)).view(T, n)
             adv = gae(
-                buf["reward"], values, next_values, buf["terminated"], buf["done"],
-                p.gamma, p.gae_lambda,
+                buf["reward"],
+                values,
+                next_values,
+                buf["terminated"],
+                buf["done"],
+                p.gamma,
+                p.gae_lambda,
             )
             returns = adv + values
         obs, action = buf["obs"].flatten(0, 1), buf["action"].flatten(0, 1)

@@ -1,0 +1,225 @@
+"""PPO: GAE and the clipped objective by hand, rollout bookkeeping, and a CartPole check."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from agents.ppo import PPO, Params, clipped_surrogate, gae
+from wheeler2.agent import SpaceInfo, Transitions
+
+
+def test_gae_by_hand_with_terminated_and_truncated_steps():
+    gamma, lam = 0.9, 0.8
+    # Column 0: step 1 terminated, step 2 truncated (its final obs is worth 7, the reset obs
+    # that follows is worth values[3] = 2: bootstrapping from the reset obs would be wrong).
+    # Column 1: no episode end, so the recursion runs through all four steps.
+    rewards = torch.tensor([[1.0, 1.0], [2.0, 1.0], [3.0, 1.0], [4.0, 1.0]])
+    values = torch.tensor([[0.5, 0.0], [1.0, 0.0], [1.5, 0.0], [2.0, 0.0]])
+    next_values = torch.tensor([[1.0, 0.0], [9.0, 0.0], [7.0, 0.0], [3.0, 0.0]])
+    terminated = torch.tensor([[0, 0], [1, 0], [0, 0], [0, 0]], dtype=torch.bool)
+    truncated = torch.tensor([[0, 0], [0, 0], [1, 0], [0, 0]], dtype=torch.bool)
+
+    adv = gae(rewards, values, next_values, terminated, terminated | truncated, gamma, lam)
+
+    # delta_0 = 1 + .9 * 1 - .5 = 1.4   delta_1 = 2 - 1 = 1 (no bootstrap)
+    # delta_2 = 3 + .9 * 7 - 1.5 = 7.8  delta_3 = 4 + .9 * 3 - 2 = 4.7
+    # A_3 = 4.7; A_2 = 7.8 (episode ended); A_1 = 1.0; A_0 = 1.4 + .72 * 1.0 = 2.12
+    # column 1: delta = 1 everywhere; A_3 = 1, A_2 = 1.72, A_1 = 2.2384, A_0 = 2.611648
+    expected = torch.tensor([[2.12, 2.611648], [1.0, 2.2384], [7.8, 1.72], [4.7, 1.0]])
+    torch.testing.assert_close(adv, expected)
+
+
+def test_clipped_surrogate_by_hand():
+    ratio = torch.tensor([0.5, 1.1, 1.5, 0.5, 1.1, 1.5], requires_grad=True)
+    adv = torch.tensor([2.0, 2.0, 2.0, -1.0, -1.0, -1.0])
+    # A > 0: min(r A, clip(r) A) = [min(1, 1.6), 2.2, min(3, 2.4)] = [1, 2.2, 2.4]
+    # A < 0: [min(-.5, -.8), -1.1, min(-1.5, -1.2)] = [-.8, -1.1, -1.5]
+    per_sample = [1.0, 2.2, 2.4, -0.8, -1.1, -1.5]
+    for i, want in enumerate(per_sample):
+        got = clipped_surrogate(ratio[i : i + 1], adv[i : i + 1], 0.2)
+        assert got.item() == pytest.approx(want), i
+    objective = clipped_surrogate(ratio, adv, 0.2)
+    assert objective.item() == pytest.approx(sum(per_sample) / 6)
+    objective.backward()
+    # Where the clipped term is the minimum the sample gives no gradient: that is the point.
+    expected_grad = torch.tensor([2.0, 2.0, 0.0, 0.0, -1.0, -1.0]) / 6
+    torch.testing.assert_close(ratio.grad, expected_grad)
+
+
+def _step(agent: PPO, obs: np.ndarray, rng: np.random.Generator, n: int) -> Transitions:
+    out = agent.act(obs, explore=True)
+    nxt = rng.normal(size=obs.shape).astype(np.float32)
+    term = rng.random(n) < 0.1
+    trunc = ~term & (rng.random(n) < 0.1)
+    reset = np.where((term | trunc)[:, None], rng.normal(size=obs.shape), nxt).astype(np.float32)
+    reward = rng.normal(size=(n, agent.space.num_heads)).astype(np.float32)
+    return Transitions(obs, out.action, reward, nxt, term, trunc, reset, out)
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_rollout_update_cycle(discrete):
+    space = SpaceInfo(
+        obs_dim=3, act_dim=2, discrete=discrete, heads=("a", "b"), head_weights=(1.0, 0.5)
+    )
+    agent = PPO(space, Params(n_steps=8, batch_size=16, n_epochs=2, hidden=[16], log_std_init=1.0))
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(4, 3)).astype(np.float32)
+    before = [p.detach().clone() for p in agent.actor.parameters()]
+    results = []
+    for _ in range(16):
+        step = _step(agent, obs, rng, 4)
+        if not discrete:
+            assert np.abs(step.action).max() <= 1.0
+            assert np.abs(step.act_out.extras["raw_action"]).max() > 1.0  # clipped for the env
+        assert step.act_out.extras["value"].shape == (4,)
+        results.append(agent.observe(step))
+        obs = step.reset_obs
+    updates = [i for i, m in enumerate(results) if m is not None]
+    assert updates == [7, 15]  # after n_steps vector steps, twice
+    assert agent.env_steps == 64 and agent.updates == 2
+    assert {"policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"} <= set(results[7])
+    after = list(agent.actor.parameters())
+    assert any(not torch.equal(b, a) for b, a in zip(before, after))
+
+
+def test_first_epoch_ratio_is_one():
+    """The stored behaviour log-prob (of the unclipped sample) matches the policy before the
+    first gradient step: with one epoch of one minibatch nothing is clipped."""
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=False)
+    params = Params(n_steps=8, batch_size=32, n_epochs=1, hidden=[16], log_std_init=1.0)
+    agent = PPO(space, params)
+    rng = np.random.default_rng(1)
+    obs = rng.normal(size=(4, 3)).astype(np.float32)
+    metrics = None
+    while metrics is None:
+        step = _step(agent, obs, rng, 4)
+        metrics = agent.observe(step)
+        obs = step.reset_obs
+    assert metrics["approx_kl"] == pytest.approx(0.0, abs=1e-7)
+    assert metrics["clip_fraction"] == 0.0
+
+
+def test_linear_schedules():
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
+    with pytest.raises(ValueError):
+        PPO(space, Params(lr_schedule="linear"))
+    params = Params(
+        n_steps=4,
+        batch_size=8,
+        n_epochs=1,
+        hidden=[8],
+        lr=1e-3,
+        lr_schedule="linear",
+        clip_schedule="linear",
+        total_steps=32,
+    )
+    agent = PPO(space, params)
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(2, 3)).astype(np.float32)
+    seen = []
+    for _ in range(16):
+        step = _step(agent, obs, rng, 2)
+        m = agent.observe(step)
+        obs = step.reset_obs
+        if m is not None:
+            seen.append((m["lr"], m["clip_range"]))
+    # progress measured after each rollout, as in SB3: 1 - 8/32, 1 - 16/32, ...
+    np.testing.assert_allclose(seen, [(1e-3 * f, 0.2 * f) for f in (0.75, 0.5, 0.25, 0.0)])
+
+
+def test_state_dict_round_trip():
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=False)
+    params = Params(n_steps=4, batch_size=8, n_epochs=1, hidden=[8])
+    agent = PPO(space, params, seed=0)
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(2, 3)).astype(np.float32)
+    for _ in range(8):
+        step = _step(agent, obs, rng, 2)
+        agent.observe(step)
+        obs = step.reset_obs
+    buf = io.BytesIO()
+    torch.save(agent.state_dict(), buf)
+    buf.seek(0)
+    other = PPO(space, params, seed=1)
+    other.load_state_dict(torch.load(buf, weights_only=True))
+    for (n, a), (_, b) in zip(
+        agent.state_dict()["policy"].items(), other.state_dict()["policy"].items()
+    ):
+        assert torch.equal(a, b), n
+    assert other.env_steps == 16 and other.updates == 2
+    assert str(other.opt.state_dict()) == str(agent.opt.state_dict())
+
+
+# ------------------------------------------------------------------------------------------
+# learning check
+
+
+def run_cartpole(seed: int, total: int = 100_000, num_envs: int = 8) -> tuple[int, float]:
+    """rl-zoo CartPole-v1 PPO hyperparameters; evaluate 10 greedy episodes every 8 updates.
+
+    Returns (env steps when the eval mean first reached 475 or -1, training wall seconds).
+    """
+    import time
+
+    import gymnasium as gym
+
+    params = Params(
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        ent_coef=0.0,
+        lr=1e-3,
+        lr_schedule="linear",
+        clip_range=0.2,
+        clip_schedule="linear",
+        total_steps=total,
+    )
+    agent = PPO(SpaceInfo(obs_dim=4, act_dim=2, discrete=True), params, seed=seed)
+    envs = [gym.make("CartPole-v1") for _ in range(num_envs)]
+    eval_env = gym.make("CartPole-v1")
+    obs = np.stack([e.reset(seed=seed * 100 + i)[0] for i, e in enumerate(envs)])
+    obs = obs.astype(np.float32)
+
+    def evaluate() -> float:
+        returns = []
+        for i in range(10):
+            o, _ = eval_env.reset(seed=10_000 + i)
+            done, ret = False, 0.0
+            while not done:
+                a = agent.act(o[None].astype(np.float32), explore=False).action[0]
+                o, r, term, trunc, _ = eval_env.step(int(a))
+                ret, done = ret + r, term or trunc
+            returns.append(ret)
+        return float(np.mean(returns))
+
+    steps, wall, start = 0, 0.0, time.perf_counter()
+    while steps < total:
+        out = agent.act(obs, explore=True)
+        nxt, reset = np.empty_like(obs), np.empty_like(obs)
+        reward = np.zeros((num_envs, 1), np.float32)
+        term, trunc = np.zeros(num_envs, bool), np.zeros(num_envs, bool)
+        for i, env in enumerate(envs):
+            o, reward[i, 0], term[i], trunc[i], _ = env.step(int(out.action[i]))
+            nxt[i] = o
+            reset[i] = env.reset()[0] if term[i] or trunc[i] else o
+        metrics = agent.observe(Transitions(obs, out.action, reward, nxt, term, trunc, reset, out))
+        obs, steps = reset, steps + num_envs
+        if metrics is not None and agent.updates % 8 == 0:
+            wall += time.perf_counter() - start
+            if evaluate() >= 475:
+                return steps, wall
+            start = time.perf_counter()
+    return -1, wall
+
+
+@pytest.mark.slow
+def test_ppo_solves_cartpole():
+    steps, wall = run_cartpole(seed=0)
+    print(f"PPO CartPole-v1: eval >= 475 at {steps} env steps, {wall:.1f} s training")
+    assert 0 < steps <= 100_000
