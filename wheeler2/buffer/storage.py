@@ -161,28 +161,29 @@ class Storage:
         start = int(self.hdr[TOTAL])
         # Publish the reservation first: if we die mid-copy, the repair knows what to discard.
         self.hdr[RESERVED] = start + n
-        s0 = start % c
-        first = min(n, c - s0)
+        # A block larger than the ring keeps only its newest `capacity` rows (the others would
+        # be overwritten by this very insert); links into the dropped rows then fail validity.
+        drop = max(0, n - c)
+        m = n - drop
+        s0 = (start + drop) % c
+        first = min(m, c - s0)
         # Invalidate before copying so a torn slot never matches its old absolute number.
         a["abs"][s0 : s0 + first] = -1
-        if first < n:
-            a["abs"][: n - first] = -1
+        if first < m:
+            a["abs"][: m - first] = -1
         for name, values in block.data.items():
-            dst = a[name]
-            dst[s0 : s0 + first] = values[:first]
-            if first < n:
-                dst[: n - first] = values[first:]
+            self._put(a[name], s0, first, values[drop:])
         links = np.where(block.rel_next >= 0, block.rel_next + start, -1)
-        self._put(a["next"], s0, first, links)
+        self._put(a["next"], s0, first, links[drop:])
         if block.rel_ep_end is not None:
-            self._put(a["ep_end"], s0, first, block.rel_ep_end + start)
+            self._put(a["ep_end"], s0, first, block.rel_ep_end[drop:] + start)
         if block.patches.shape[0]:
             tail, head = block.patches[:, 0], block.patches[:, 1]
             slot = tail % c
             # Only patch a tail that is still stored; an overwritten one just loses its link.
             ok = a["abs"][slot] == tail
             a["next"][slot[ok]] = head[ok] + start
-        self._put(a["abs"], s0, first, np.arange(start, start + n, dtype=np.int64))
+        self._put(a["abs"], s0, first, np.arange(start + drop, start + n, dtype=np.int64))
         self.hdr[TOTAL] = start + n
         self.fhdr[LAST_INSERT] = time.time()
         return start
