@@ -1,0 +1,278 @@
+"""DDPG: multi-head targets and losses by hand, soft updates, noise, checkpoints, Pendulum."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from agents.ddpg import DDPG, Params
+from wheeler2.agent import ActOut, Batch, SpaceInfo, Transitions
+
+TWO_HEADS = SpaceInfo(
+    obs_dim=2, act_dim=1, discrete=False, heads=("a", "b"), head_weights=(1.0, 0.5)
+)
+
+
+def _set(linear: torch.nn.Linear, weight: list[float], bias: float) -> None:
+    with torch.no_grad():
+        linear.weight.copy_(torch.tensor([weight]))
+        linear.bias.fill_(bias)
+
+
+def _linear_agent(**overrides) -> DDPG:
+    """Two heads, no hidden layers: mu(s) = tanh(W s + b), Q_h(s, a) = w_h . [s, a] + b_h."""
+    params = Params(hidden=[], learning_starts=0, **overrides)
+    agent = DDPG(TWO_HEADS, params)
+    _set(agent.actor_net.head, [1.0, 0.0], 0.0)
+    _set(agent.actor_target.head, [0.5, -0.5], 0.0)
+    _set(agent.critic.nets[0].head, [0.5, 0.5, 0.5], 0.0)
+    _set(agent.critic.nets[1].head, [1.0, -1.0, 0.0], 0.2)
+    _set(agent.critic_target.nets[0].head, [1.0, 0.0, 2.0], 0.1)
+    _set(agent.critic_target.nets[1].head, [0.0, 1.0, -1.0], 0.0)
+    return agent
+
+
+def _batch() -> Batch:
+    return Batch(
+        obs=torch.tensor([[1.0, 0.0], [0.0, 1.0]]),
+        action=torch.tensor([[0.5], [-0.5]]),
+        reward=torch.tensor([[1.0, 0.0], [0.0, 2.0]]),
+        next_obs=torch.tensor([[1.0, 1.0], [2.0, 0.0]]),
+        discount=torch.tensor([0.9, 0.0]),
+        weight=torch.tensor([1.0, 2.0]),
+        index=np.arange(2),
+    )
+
+
+def test_two_head_critic_targets_and_loss_by_hand():
+    agent = _linear_agent(lr_critic=0.0, lr_actor=0.0)
+    out = agent.learn(_batch())
+    # mu'(s') = tanh(.5 s1 - .5 s2) = [0, tanh(1)];  Q'_a(s'_1) = 1.1, Q'_b(s'_1) = 1
+    # y = [[1 + .9 * 1.1, 0 + .9 * 1], [0, 2]] (second sample: discount 0, no bootstrap)
+    # Q(s, a) = [[.75, 1.2], [.25, -.8]]  ->  td = [[1.24, -.3], [-.25, 2.8]]
+    # head losses (importance weights 1, 2): a: (1.5376 + 2 * .0625) / 2, b: (.09 + 2 * 7.84) / 2
+    assert out.metrics["critic_loss/a"] == pytest.approx(0.8313, abs=1e-5)
+    assert out.metrics["critic_loss/b"] == pytest.approx(7.885, abs=1e-5)
+    assert out.metrics["critic_loss"] == pytest.approx(0.8313 + 7.885, abs=1e-5)
+    assert out.metrics["q_mean"] == pytest.approx((0.75 + 1.2 + 0.25 - 0.8) / 4, abs=1e-6)
+    # priorities: head-weighted mean of |td|: [(1.24 + .5 * .3) / 1.5, (.25 + .5 * 2.8) / 1.5]
+    np.testing.assert_allclose(out.td_error, [1.39 / 1.5, 1.65 / 1.5], rtol=1e-5)
+    assert out.td_error.shape == (2,)
+
+
+def test_actor_loss_is_the_weighted_sum_of_head_values():
+    agent = _linear_agent(lr_critic=0.0)  # the critic stays as set, so the loss is checkable
+    out = agent.learn(_batch())
+    # mu(s) = tanh(s1) = [tanh(1), 0]
+    # s_1: Q_a = .5 + .5 tanh(1), Q_b = 1 + .2;  s_2: Q_a = .5, Q_b = -1 + .2
+    t = np.tanh(1.0)
+    q_a = np.array([0.5 + 0.5 * t, 0.5])
+    q_b = np.array([1.2, -0.8])
+    assert out.metrics["actor_loss"] == pytest.approx(-np.mean(1.0 * q_a + 0.5 * q_b), abs=1e-6)
+    # The same quantity through the agent's nets after the step, with autograd's gradient on W:
+    # dL/dW = -mean_i (sum_h c_h dQ_h/da) (1 - mu^2) s_i = -mean_i (.5 + 0) (1 - mu_i^2) s_i
+    grad_w0 = -0.5 * (0.5 * (1 - t**2) * 1.0)
+    assert agent.actor_net.head.weight.grad[0, 0].item() == pytest.approx(grad_w0, abs=1e-6)
+
+
+def test_shared_critic_has_one_output_per_head():
+    agent = DDPG(TWO_HEADS, Params(hidden=[8], critic="shared"))
+    assert len(agent.critic.nets) == 1 and agent.critic.nets[0].head.out_features == 2
+    out = agent.learn(_batch())
+    assert {"critic_loss/a", "critic_loss/b"} <= set(out.metrics)
+
+
+def test_soft_update_formula():
+    tau = 0.1
+    agent = DDPG(TWO_HEADS, Params(hidden=[8], tau=tau))
+    with torch.no_grad():  # targets different from the online nets, so the blend is visible
+        for p in agent.target_params:
+            p.add_(1.0)
+    old_target = [p.detach().clone() for p in agent.target_params]
+    agent.learn(_batch())
+    online = agent.online_params
+    assert len(online) == len(old_target)
+    for target, old, new in zip(agent.target_params, old_target, online):
+        torch.testing.assert_close(target, (1 - tau) * old + tau * new.detach())
+
+
+def test_policy_delay():
+    agent = DDPG(TWO_HEADS, Params(hidden=[8], policy_delay=2))
+    actor0 = [p.detach().clone() for p in agent.actor_params]
+    agent.learn(_batch())
+    assert all(torch.equal(a, b) for a, b in zip(actor0, agent.actor_params))
+    agent.learn(_batch())
+    assert any(not torch.equal(a, b) for a, b in zip(actor0, agent.actor_params))
+
+
+def test_random_actions_until_learning_starts_and_noise():
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=False)
+    agent = DDPG(space, Params(hidden=[8], learning_starts=6, noise="ou", noise_std=0.5))
+    obs = np.zeros((3, 3), np.float32)
+    greedy = agent.act(obs, explore=False).action
+    first = agent.act(obs, explore=True).action
+    assert first.dtype == np.float32 and first.shape == (3, 2)
+    assert not np.allclose(first, greedy)  # uniform, not the policy
+    step = Transitions(
+        obs,
+        first,
+        np.zeros((3, 1), np.float32),
+        obs,
+        np.zeros(3, bool),
+        np.zeros(3, bool),
+        obs,
+        ActOut(first),
+    )
+    agent.observe(step)
+    agent.observe(step)  # 6 env steps: the policy acts from now on, with OU noise
+    assert agent.env_steps == 6
+    noisy = agent.act(obs, explore=True).action
+    assert np.abs(noisy).max() <= 1.0
+    assert agent.noise.state is not None and np.abs(agent.noise.state).sum() > 0
+    done = Transitions(
+        obs,
+        noisy,
+        np.zeros((3, 1), np.float32),
+        obs,
+        np.array([True, False, False]),
+        np.array([False, False, True]),
+        obs,
+        ActOut(noisy),
+    )
+    agent.observe(done)
+    assert np.all(agent.noise.state[[0, 2]] == 0) and np.all(agent.noise.state[1] != 0)
+
+
+def _assert_same(a, b, where: str = "") -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _assert_same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def test_checkpoint_round_trip_restores_weights_and_optimizers():
+    params = Params(hidden=[8, 8], normalize_heads=True, learning_starts=0)
+    agent = DDPG(TWO_HEADS, params, seed=0)
+    for _ in range(3):
+        agent.learn(_batch())
+    agent.env_steps = 123
+    buf = io.BytesIO()
+    torch.save(agent.state_dict(), buf)
+    buf.seek(0)
+    restored = DDPG(TWO_HEADS, params, seed=1)
+    restored.load_state_dict(torch.load(buf, weights_only=True))
+    _assert_same(agent.state_dict(), restored.state_dict())
+    assert restored.actor_opt.state_dict()["state"]  # Adam moments really came back
+    # Same state -> same next step, bit for bit.
+    out_a, out_b = agent.learn(_batch()), restored.learn(_batch())
+    assert out_a.metrics == out_b.metrics
+    _assert_same(agent.state_dict(), restored.state_dict())
+
+
+def test_normalize_heads_balances_scales():
+    space = SpaceInfo(
+        obs_dim=2, act_dim=1, discrete=False, heads=("a", "b"), head_weights=(1.0, 1.0)
+    )
+    agent = DDPG(space, Params(hidden=[8], normalize_heads=True))
+    batch = _batch()
+    batch.reward = torch.tensor([[1.0, 1000.0], [0.0, 2000.0]])
+    for _ in range(20):
+        out = agent.learn(batch)
+    assert np.isfinite(out.metrics["actor_loss"])
+    assert (agent.head_q_sq > 0).all()
+
+
+# ------------------------------------------------------------------------------------------
+# learning check
+
+
+def run_pendulum(seed: int, total: int, learning_starts: int, eval_every: int = 2000):
+    """DDPG with zoo hyperparameters on Pendulum-v1, one env, a tiny uniform numpy buffer.
+
+    Returns a list of (env steps, mean return of 10 greedy episodes, training wall seconds).
+    """
+    import time
+
+    import gymnasium as gym
+
+    env, eval_env = gym.make("Pendulum-v1"), gym.make("Pendulum-v1")
+    agent = DDPG(SpaceInfo(3, 1, False), Params(learning_starts=learning_starts), seed=seed)
+    gamma, batch_size = agent.params.gamma, 256
+    store = {
+        "obs": np.zeros((total, 3), np.float32),
+        "action": np.zeros((total, 1), np.float32),
+        "reward": np.zeros((total, 1), np.float32),
+        "next_obs": np.zeros((total, 3), np.float32),
+        "discount": np.zeros(total, np.float32),
+    }
+    ones = np.ones(batch_size, np.float32)
+    rng = np.random.default_rng(seed)
+
+    def evaluate() -> float:
+        returns = []
+        for i in range(10):
+            o, _ = eval_env.reset(seed=10_000 + i)
+            done, ret = False, 0.0
+            while not done:
+                a = agent.act(o[None].astype(np.float32), explore=False).action[0]
+                o, r, term, trunc, _ = eval_env.step(2.0 * a)  # [-1, 1] -> Box [-2, 2]
+                ret, done = ret + r, term or trunc
+            returns.append(ret)
+        return float(np.mean(returns))
+
+    curve, wall = [], 0.0
+    obs, _ = env.reset(seed=seed)
+    start = time.perf_counter()
+    for t in range(total):
+        out = agent.act(obs[None].astype(np.float32), explore=True)
+        nxt, r, term, trunc, _ = env.step(2.0 * out.action[0])
+        for key, value in (
+            ("obs", obs),
+            ("action", out.action[0]),
+            ("reward", r),
+            ("next_obs", nxt),
+            ("discount", gamma * (1.0 - term)),
+        ):
+            store[key][t] = value
+        agent.observe(
+            Transitions(
+                obs[None],
+                out.action,
+                np.array([[r]], np.float32),
+                nxt[None],
+                np.array([term]),
+                np.array([trunc]),
+                nxt[None],
+                out,
+            )
+        )
+        obs = env.reset()[0] if term or trunc else nxt
+        if t + 1 >= learning_starts:
+            idx = rng.integers(0, t + 1, batch_size)
+            sample = {k: v[idx] for k, v in store.items()} | {"weight": ones, "index": idx}
+            agent.learn(Batch.from_numpy(sample, "cpu"))
+        if (t + 1) % eval_every == 0:
+            wall += time.perf_counter() - start
+            curve.append((t + 1, evaluate(), wall))
+            start = time.perf_counter()
+    return curve
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_ddpg_learns_pendulum():
+    curve = run_pendulum(seed=0, total=12_000, learning_starts=1000)
+    for steps, ret, wall in curve:
+        print(f"DDPG Pendulum-v1: {steps} env steps, eval {ret:.1f}, {wall:.1f} s training")
+    assert max(ret for _, ret, _ in curve) > -400
