@@ -150,9 +150,10 @@ class Replay:
         hdr = st.hdr
         st.acquire()
         try:
+            # Announce the learner before waiting: producers start honouring the gate now.
+            hdr[LEARNER_PID] = os.getpid()
             self.gate.wait_learner(timeout)
             hdr[UPDATES] += 1
-            hdr[LEARNER_PID] = os.getpid()
             st.fhdr[LAST_UPDATE] = time.time()
             if hdr[SLEEP_PRODUCER]:
                 st.updated.notify_all()

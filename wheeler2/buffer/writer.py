@@ -162,8 +162,10 @@ class Writer:
         self.inserted += n
 
     def _may_wait(self) -> bool:
-        # The serial backend samples from this very process: blocking here would deadlock it.
-        return int(self.replay.storage.hdr[LEARNER_PID]) != os.getpid()
+        # Only wait for a learner that exists and lives in another process: the serial
+        # backend samples from this very process, and blocking here would deadlock it.
+        learner = int(self.replay.storage.hdr[LEARNER_PID])
+        return learner != 0 and learner != os.getpid()
 
     def __repr__(self) -> str:
         return f"Writer(num_envs={self.num_envs}, staged={int(self.count.sum())})"

@@ -1,0 +1,78 @@
+"""The ratio gate with two producer processes: updates per insert held at the target."""
+
+from __future__ import annotations
+
+import multiprocess
+import numpy as np
+import pytest
+
+from wheeler2.buffer import Layout, Replay, ReplayConfig, ReplayTimeout
+
+TARGET = 0.5
+MIN_SIZE = 500
+PER_PRODUCER = 12_000
+
+
+def produce(handle, seed: int) -> None:  # noqa: ANN001
+    replay = Replay.attach(handle)
+    rng = np.random.default_rng(seed)
+    w = replay.writer(num_envs=4)
+    obs = np.zeros((4, 3), np.float32)
+    while w.inserted < PER_PRODUCER:
+        done = rng.random(4) < 0.02
+        w.add(obs, np.zeros((4, 1), np.float32), np.zeros((4, 1)), obs, done, np.zeros(4, bool))
+    replay.close()
+
+
+def test_gate_holds_updates_per_insert_with_two_producers() -> None:
+    cfg = ReplayConfig(capacity=50_000, batch_size=32, updates_per_insert=TARGET,
+                       min_size=MIN_SIZE, chunk=16, gate_tolerance=128, timeout_s=30)
+    ctx = multiprocess.get_context("spawn")
+    with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
+        procs = [ctx.Process(target=produce, args=(replay.handle(), i)) for i in range(2)]
+        for p in procs:
+            p.start()
+        ratios = []
+        try:
+            while any(p.is_alive() for p in procs) or replay.can_sample():
+                if not any(p.is_alive() for p in procs) and not replay.can_sample():
+                    break
+                try:
+                    replay.sample(timeout=2.0)
+                except ReplayTimeout:
+                    continue  # producers finished while we waited
+                s = replay.stats()
+                assert s["updates"] <= TARGET * (s["inserts"] - MIN_SIZE) + 1, "learner ran ahead"
+                if s["inserts"] - MIN_SIZE >= 8000:
+                    ratios.append(s["updates"] / (s["inserts"] - MIN_SIZE))
+        finally:
+            for p in procs:
+                p.join(timeout=30)
+        assert all(p.exitcode == 0 for p in procs)
+        assert replay.stats()["inserts"] >= 2 * PER_PRODUCER
+        ratios = np.array(ratios)
+        assert len(ratios) > 1000
+        assert np.all(np.abs(ratios / TARGET - 1) <= 0.05), (ratios.min(), ratios.max())
+
+
+def test_learner_times_out_clearly_without_producers() -> None:
+    cfg = ReplayConfig(capacity=100, batch_size=4, updates_per_insert=1.0, min_size=10)
+    with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
+        assert not replay.can_sample()
+        with pytest.raises(ReplayTimeout, match="no insert for .*producer may have died"):
+            replay.sample(timeout=0.3)
+
+
+def test_serial_writer_never_blocks_on_its_own_learner() -> None:
+    # The serial backend writes and samples from one process: flushes must not wait on the gate.
+    cfg = ReplayConfig(capacity=1000, batch_size=4, updates_per_insert=0.01, min_size=10,
+                       gate_tolerance=0, chunk=1, timeout_s=1)
+    with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
+        w = replay.writer(num_envs=1)
+        obs = np.zeros((1, 3), np.float32)
+        for _ in range(300):
+            w.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool),
+                  np.zeros(1, bool))
+            if replay.can_sample():
+                replay.sample()
+        assert replay.stats()["inserts"] == 300

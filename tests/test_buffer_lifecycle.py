@@ -1,0 +1,232 @@
+"""Lifecycle: dead producers (SIGKILL, even inside the lock) never hang the learner, members
+never unlink, the owner leaves nothing in /dev/shm on close, error, Ctrl-C or SIGTERM, the
+handle pickles, and a checkpoint round-trips through torch.load(weights_only=True)."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import dill
+import multiprocess
+import numpy as np
+import pytest
+import torch
+
+from wheeler2.buffer import Layout, Replay, ReplayConfig
+from wheeler2.buffer.storage import RESERVED, TOTAL
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYOUT = Layout(obs_dim=2, act_dim=1)
+
+
+def _shm(prefix: str) -> list[str]:
+    return [f for f in os.listdir("/dev/shm") if prefix in f]
+
+
+def _add(w, t: int, n: int = 1) -> None:  # noqa: ANN001
+    """Step t of every copy; obs = (t, copy) so a sample can be checked against its index."""
+    obs = np.stack([np.full(n, t), np.arange(n)], 1).astype(np.float32)
+    w.add(obs, np.zeros((n, 1)), np.full((n, 1), t), obs + [1, 0], np.zeros(n, bool),
+          np.zeros(n, bool))
+
+
+def die_holding_the_lock(handle, ready) -> None:  # noqa: ANN001
+    replay = Replay.attach(handle)
+    st = replay.storage
+    st.acquire()
+    total = int(st.hdr[TOTAL])
+    st.hdr[RESERVED] = total + 5  # a chunk reserved and half copied...
+    slots = np.arange(total, total + 5) % replay.cfg.capacity
+    st.arrays["abs"][slots] = -1
+    st.arrays["obs"][slots] = -999.0
+    ready.set()
+    time.sleep(600)  # ...when SIGKILL arrives
+
+
+def keep_inserting(handle, seed: int) -> None:  # noqa: ANN001
+    replay = Replay.attach(handle)
+    w = replay.writer(num_envs=4)
+    t = 0
+    while True:
+        _add(w, 10_000 * (seed + 1) + t, 4)
+        t += 1
+
+
+def _check_batch(b: dict) -> None:
+    assert np.all(b["obs"] > -999), "a half-written slot was sampled"
+    np.testing.assert_array_equal(b["next_obs"][:, 0], b["obs"][:, 0] + 1)
+    np.testing.assert_array_equal(b["reward"][:, 0], b["obs"][:, 0])
+
+
+def test_producer_killed_inside_the_lock_does_not_hang_the_learner() -> None:
+    cfg = ReplayConfig(capacity=64, batch_size=128, min_size=1, updates_per_insert=0,
+                       chunk=4, timeout_s=20)
+    ctx = multiprocess.get_context("spawn")
+    with Replay.create(LAYOUT, cfg, gamma=0.9) as replay:
+        w = replay.writer(num_envs=2)
+        for t in range(40):  # wraps: 80 inserts into 64 slots
+            _add(w, t, 2)
+        w.flush()
+        replay.sample()
+        ready = ctx.Event()
+        p = ctx.Process(target=die_holding_the_lock, args=(replay.handle(), ready))
+        p.start()
+        assert ready.wait(30)
+        os.kill(p.pid, signal.SIGKILL)
+        time.sleep(0.2)  # not reaped yet: a zombie holds the lock
+        t0 = time.monotonic()
+        for _ in range(20):
+            _check_batch(replay.sample())
+        assert time.monotonic() - t0 < 5.0
+        p.join()
+        # The buffer goes on: inserts land where the dead chunk was, samples stay consistent.
+        for t in range(40, 60):
+            _add(w, t, 2)
+        w.flush()
+        for _ in range(20):
+            _check_batch(replay.sample())
+        assert replay.stats()["inserts"] == 120
+
+
+def test_producers_killed_at_random_moments_leave_the_buffer_usable() -> None:
+    cfg = ReplayConfig(capacity=2048, batch_size=64, min_size=64, updates_per_insert=0,
+                       chunk=8, timeout_s=20)
+    ctx = multiprocess.get_context("spawn")
+    rng = np.random.default_rng(0)
+    with Replay.create(LAYOUT, cfg, gamma=0.9) as replay:
+        survivor = ctx.Process(target=keep_inserting, args=(replay.handle(), 0))
+        survivor.start()
+        try:
+            for i in range(4):
+                victim = ctx.Process(target=keep_inserting, args=(replay.handle(), i + 1))
+                victim.start()
+                replay.sample(timeout=30)
+                time.sleep(rng.uniform(0.05, 0.3))
+                os.kill(victim.pid, signal.SIGKILL)
+                before = replay.stats()["inserts"]
+                t0 = time.monotonic()
+                for _ in range(50):
+                    _check_batch(replay.sample(timeout=10))
+                assert time.monotonic() - t0 < 10.0
+                victim.join()
+            deadline = time.monotonic() + 10
+            while replay.stats()["inserts"] <= before and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert replay.stats()["inserts"] > before, "the surviving producer got stuck"
+        finally:
+            survivor.kill()
+            survivor.join()
+
+
+def attach_and_exit(handle) -> None:  # noqa: ANN001
+    replay = Replay.attach(handle)
+    w = replay.writer(num_envs=1)
+    _add(w, 7)
+    w.flush()
+    replay.close()
+
+
+def test_members_never_unlink_and_owner_close_leaves_nothing() -> None:
+    cfg = ReplayConfig(capacity=16, batch_size=4, min_size=1, updates_per_insert=0)
+    replay = Replay.create(LAYOUT, cfg, gamma=0.9)
+    prefix = replay.handle().prefix
+    assert _shm(prefix)
+    ctx = multiprocess.get_context("spawn")
+    p = ctx.Process(target=attach_and_exit, args=(replay.handle(),))
+    p.start()
+    p.join()
+    assert p.exitcode == 0
+    time.sleep(0.2)
+    replay.sample()  # still there after the member left
+    n = len(_shm(prefix))
+    assert n == len(_shm(prefix)) and n > 0
+    replay.close()
+    assert _shm(prefix) == []
+
+
+OWNER = textwrap.dedent("""
+    import os, signal, sys, time
+    sys.path.insert(0, {root!r})
+    from wheeler2.buffer import Layout, Replay, ReplayConfig
+    r = Replay.create(Layout(obs_dim=2, act_dim=1), ReplayConfig(capacity=32), gamma=0.9)
+    print(r.handle().prefix, flush=True)
+    how = sys.argv[1]
+    if how == "error":
+        raise RuntimeError("boom")
+    if how == "sigint":
+        os.kill(os.getpid(), signal.SIGINT)
+    if how == "sigterm":
+        os.kill(os.getpid(), signal.SIGTERM)
+    if how == "forgotten":
+        del r
+        time.sleep(0.1)
+        sys.exit(0)
+    time.sleep(30)
+""")
+
+
+@pytest.mark.parametrize("how", ["normal", "error", "sigint", "sigterm", "forgotten"])
+def test_owner_exit_unlinks_every_segment(how: str) -> None:
+    script = OWNER.format(root=str(ROOT))
+    if how == "normal":
+        script = script.replace("time.sleep(30)", "sys.exit(0)")
+    proc = subprocess.run([sys.executable, "-c", script, how], capture_output=True, text=True,
+                          timeout=60)
+    prefix = proc.stdout.split()[0]
+    assert prefix.startswith("w2r_")
+    assert _shm(prefix) == [], proc.stderr
+
+
+def test_handle_pickles_with_pickle_and_dill() -> None:
+    cfg = ReplayConfig(capacity=16, batch_size=4, min_size=1, updates_per_insert=0)
+    with Replay.create(LAYOUT, cfg, gamma=0.9) as replay:
+        for dumps, loads in ((pickle.dumps, pickle.loads), (dill.dumps, dill.loads)):
+            member = Replay.attach(loads(dumps(replay.handle())))
+            w = member.writer(num_envs=1)
+            _add(w, 3)
+            w.flush()
+            member.close()
+        assert replay.stats()["inserts"] == 2
+        with pytest.raises(TypeError):
+            pickle.dumps(replay)
+
+
+def test_checkpoint_round_trip_through_weights_only_load() -> None:
+    cfg = ReplayConfig(capacity=32, batch_size=16, min_size=1, updates_per_insert=0, n_step=2)
+    with Replay.create(LAYOUT, cfg, gamma=0.9, seed=5) as a:
+        w = a.writer(num_envs=2)
+        for t in range(25):  # wraps
+            _add(w, t, 2)
+        w.flush()
+        b = a.sample()
+        a.update_priorities(b["index"], np.arange(16.0))
+        buf = io.BytesIO()
+        torch.save(a.state_dict(), buf)
+        state = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+        with Replay.create(LAYOUT, cfg, gamma=0.9, seed=5) as c:
+            c.load_state_dict(state)
+            assert c.stats() == a.stats()
+            np.testing.assert_array_equal(c.sampler.tree.leaves, a.sampler.tree.leaves)
+            assert c.sampler.tree.total == pytest.approx(a.sampler.tree.total)
+            for key in ("obs", "reward", "next_obs", "discount"):
+                np.testing.assert_array_equal(
+                    c.storage.arrays[key] if key in c.storage.arrays else 0,
+                    a.storage.arrays[key] if key in a.storage.arrays else 0,
+                )
+            # Writers after a load continue episodes' ids without collisions and links work.
+            w2 = c.writer(num_envs=2)
+            for t in range(25, 30):
+                _add(w2, t, 2)
+            w2.flush()
+            s = c.sample()
+            k = np.round(np.log(s["discount"]) / np.log(0.9)).astype(int)
+            np.testing.assert_array_equal(s["next_obs"][:, 0], s["obs"][:, 0] + k)
+            assert np.all((k >= 1) & (k <= 2))
