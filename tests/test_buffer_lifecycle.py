@@ -51,6 +51,33 @@ def die_holding_the_lock(handle, ready) -> None:  # noqa: ANN001
     time.sleep(600)  # ...when SIGKILL arrives
 
 
+def die_before_naming_itself(handle, ready) -> None:  # noqa: ANN001
+    replay = Replay.attach(handle)
+    replay.storage.lock._sem.acquire()  # killed before the holder pid is written
+    ready.set()
+    time.sleep(600)
+
+
+def test_holder_killed_before_writing_its_pid_is_recovered() -> None:
+    cfg = ReplayConfig(capacity=64, batch_size=32, min_size=1, updates_per_insert=0,
+                       timeout_s=30)
+    ctx = multiprocess.get_context("spawn")
+    with Replay.create(LAYOUT, cfg, gamma=0.9) as replay:
+        w = replay.writer(num_envs=2)
+        for t in range(10):
+            _add(w, t, 2)
+        w.flush()
+        ready = ctx.Event()
+        p = ctx.Process(target=die_before_naming_itself, args=(replay.handle(), ready))
+        p.start()
+        assert ready.wait(30)
+        os.kill(p.pid, signal.SIGKILL)
+        p.join()
+        t0 = time.monotonic()
+        _check_batch(replay.sample())
+        assert time.monotonic() - t0 < 10.0
+
+
 def keep_inserting(handle, seed: int) -> None:  # noqa: ANN001
     replay = Replay.attach(handle)
     w = replay.writer(num_envs=4)

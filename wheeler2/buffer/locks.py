@@ -6,7 +6,10 @@ member that dies inside ``wait`` hangs the notifier. Both are rebuilt here from 
 
 * the lock records its holder's pid in shared memory; a waiter that cannot get the lock checks
   whether the holder still lives and, if not, releases the lock on its behalf and flags a repair
-  (the storage then discards the half-written chunk);
+  (the storage then discards the half-written chunk). A holder killed in the instant between
+  taking the semaphore and writing its pid (or clearing it and releasing) leaves no name: the
+  lock then looks held by nobody, and after ``_ORPHAN_S`` without any acquisition it is taken
+  back the same way (a live holder needs microseconds for that step, not seconds);
 * the condition counts its sleepers in shared memory and ``notify_all`` releases that many
   semaphore tokens without waiting for anybody; tokens left over by a dead or timed-out sleeper
   only cause a spurious wake-up, which every waiter tolerates by re-checking its predicate.
@@ -23,6 +26,7 @@ from .config import ReplayTimeout
 from .shm import NamedSemaphore
 
 _SLICE_S = 0.25  # how often a blocked acquirer looks for a dead holder
+_ORPHAN_S = 3.0  # held by nobody known for this long, with no acquisition: the holder is gone
 
 
 def pid_alive(pid: int) -> bool:
@@ -47,8 +51,9 @@ def pid_alive(pid: int) -> bool:
 
 
 class RobustLock:
-    """Mutex over a named semaphore; ``state[holder]`` is the holder's pid, ``state[repair]`` is
-    set to 1 when the lock was taken back from a dead holder."""
+    """Mutex over a named semaphore; ``state[holder]`` is the holder's pid, ``state[gen]``
+    counts acquisitions, ``state[repair]`` is set to 1 when the lock was taken back from a dead
+    holder."""
 
     def __init__(
         self,
@@ -56,6 +61,7 @@ class RobustLock:
         guard: NamedSemaphore,
         state: np.ndarray,
         holder: int,
+        gen: int,
         repair: int,
         timeout_s: float,
     ) -> None:
@@ -63,36 +69,54 @@ class RobustLock:
         self._guard = guard  # serialises the rescue so the dead holder's lock is released once
         self._state = state
         self._holder = holder
+        self._gen = gen
         self._repair = repair
         self.timeout_s = timeout_s
 
     def acquire(self, timeout: float | None = None) -> None:
-        sem_acquire = self._sem.acquire
-        if not sem_acquire(False):
+        if not self._sem.acquire(False):
             self._acquire_slow(self.timeout_s if timeout is None else timeout)
-        self._state[self._holder] = os.getpid()
+        state = self._state
+        state[self._holder] = os.getpid()
+        state[self._gen] += 1
 
     def _acquire_slow(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+        now = time.monotonic()
+        deadline = now + timeout
+        seen = (int(self._state[self._holder]), int(self._state[self._gen]))
+        seen_since = now
         while True:
             if self._sem.acquire(True, _SLICE_S):
                 return
-            holder = int(self._state[self._holder])
+            holder, gen = int(self._state[self._holder]), int(self._state[self._gen])
+            now = time.monotonic()
+            if (holder, gen) != seen:
+                seen, seen_since = (holder, gen), now
             if holder > 0 and not pid_alive(holder):
-                self._rescue(holder)
+                self._rescue(holder, gen)
                 continue
-            if time.monotonic() > deadline:
+            if holder == 0 and now - seen_since > _ORPHAN_S:
+                self._rescue(0, gen)
+                seen_since = now
+                continue
+            if now > deadline:
                 raise ReplayTimeout(
                     f"replay lock held for more than {timeout:.0f} s by pid {holder}: "
                     "a producer or the learner may be stuck or have died"
                 )
 
-    def _rescue(self, dead: int) -> None:
+    def _rescue(self, dead: int, gen: int) -> None:
         if not self._guard.acquire(True, 5.0):
             return
         try:
-            # Re-check under the guard: another waiter may have rescued the lock already.
-            if int(self._state[self._holder]) == dead and self._sem.value() == 0:
+            # Re-check under the guard: another waiter may have rescued the lock already, or
+            # somebody may have acquired it since (the generation moved).
+            state = self._state
+            if (
+                int(state[self._holder]) == dead
+                and int(state[self._gen]) == gen
+                and self._sem.value() == 0
+            ):
                 self._state[self._holder] = 0
                 self._state[self._repair] = 1
                 self._sem.release()

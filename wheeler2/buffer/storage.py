@@ -26,11 +26,12 @@ RESERVED = 1  # TOTAL + rows being copied right now (> TOTAL only inside an inse
 UPDATES = 2  # learner gradient steps (samples) so far
 WRITER_UID = 3  # last writer id handed out (episode ids are uid << 32 | counter)
 HOLDER = 4  # pid holding the lock
-REPAIR = 5  # set when the lock was taken back from a dead holder
+LOCK_GEN = 5  # lock acquisitions so far (tells a stuck lock from a busy one)
 SLEEP_LEARNER = 6  # processes waiting for inserts
 SLEEP_PRODUCER = 7  # processes waiting for updates
 SYNCED = 8  # inserts the prioritized sampler has given leaves to (for checkpoints)
 LEARNER_PID = 9  # the process that samples; its own writers never block on the gate
+REPAIR = 10  # set when the lock was taken back from a dead holder
 INT_HEADER = 16
 # Float header slots.
 LAST_INSERT = 0  # wall time of the last insert
@@ -128,7 +129,9 @@ class Storage:
             self.fhdr[LAST_INSERT] = self.fhdr[LAST_UPDATE] = time.time()
             self.fhdr[MAX_PRIORITY] = 1.0
         sem = self.semaphores
-        self.lock = RobustLock(sem["lock"], sem["guard"], self.hdr, HOLDER, REPAIR, cfg.timeout_s)
+        self.lock = RobustLock(
+            sem["lock"], sem["guard"], self.hdr, HOLDER, LOCK_GEN, REPAIR, cfg.timeout_s
+        )
         self.inserted = SharedCondition(self.lock, sem["ins"], self.hdr, SLEEP_LEARNER)
         self.updated = SharedCondition(self.lock, sem["upd"], self.hdr, SLEEP_PRODUCER)
 
