@@ -58,9 +58,9 @@ def gather_window(
             break
     # alive is monotone along k, so the last step taken is the deepest alive one.
     flat = slots.reshape(-1)
-    reward = np.take(a["reward"], flat, axis=0).reshape(n, b, -1)
+    reward = storage.gather("reward", flat).reshape(n, b, -1)
     terminated = np.take(a["terminated"], flat).reshape(n, b)
-    extras = {name: np.take(a[name], flat, axis=0).reshape(n, b, -1) for name in extra}
+    extras = {name: storage.gather(name, flat).reshape(n, b, -1) for name in extra}
     return Window(slots, alive, reward, terminated, slot, extras)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from .config import Layout, ReplayConfig, ReplayError
 from .gate import RatioGate
-from .her import Relabel, choose_goals, relabel_rewards
+from .her import Relabel, call_relabel, choose_goals, relabel_rewards
 from .nstep import fold_returns, gather_window
 from .sampler import PrioritizedSampler, UniformSampler
 from .shm import new_prefix, register_cleanup, unregister_cleanup
@@ -32,7 +32,6 @@ from .storage import (
     WRITER_UID,
     Block,
     Storage,
-    field_specs,
 )
 from .writer import Writer
 
@@ -186,43 +185,61 @@ class Replay:
 
     def _gather(self, j: np.ndarray, total: int) -> dict[str, Any]:
         """Copy out everything the batch needs; lock held, ``j`` valid."""
-        a = self.storage.arrays
+        st = self.storage
+        a = st.arrays
         slot0 = j % self.cfg.capacity
-        raw: dict[str, Any] = {"obs": np.take(a["obs"], slot0, axis=0)}
-        raw["action"] = np.take(a["action"], slot0, axis=0)
+        # One gather brings every float field of the sampled rows (see packed_columns).
+        rows0 = np.take(st.packed, slot0, axis=0)
+        cols = st.columns
+
+        def col(name: str) -> np.ndarray:
+            lo, hi = cols[name]
+            return rows0[:, lo:hi]
+
+        raw: dict[str, Any] = {"obs": col("obs")}
+        raw["action"] = np.take(a["action"], slot0) if self.layout.discrete else col("action")
         if self.layout.logp:
-            raw["logp"] = np.take(a["logp"], slot0)
+            raw["logp"] = col("logp")[:, 0]
         her = self.cfg.her
         extra = self._her_extra if her is not None else ()
         if her is not None:
-            raw["goal"], raw["relabelled"] = choose_goals(self.storage, her, j, total, self._rng)
+            raw["goal"], raw["relabelled"] = choose_goals(
+                st, her, j, total, self._rng, col("desired_goal").copy()
+            )
+            rows = raw["relabelled"]
         elif self.layout.goal_dim:
-            raw["goal"] = np.take(a["desired_goal"], slot0, axis=0)
+            raw["goal"] = col("desired_goal")
         n = self.cfg.n_step
         if n == 1:
             # The common case without window bookkeeping.
-            raw["reward"] = np.take(a["reward"], slot0, axis=0)
+            raw["reward"] = col("reward").copy()  # relabelling writes into it
             raw["terminated"] = np.take(a["terminated"], slot0)
-            raw["next_obs"] = np.take(a["next_obs"], slot0, axis=0)
+            raw["next_obs"] = col("next_obs")
             if her is not None:
-                raw["next_achieved_goal"] = np.take(a["next_achieved_goal"], slot0, axis=0)
+                # Only the relabelled rows need the achieved goal for their new reward.
+                raw["next_achieved_goal"] = col("next_achieved_goal")[rows]
             return raw
         win = gather_window(self.storage, slot0, total, n, extra)
         raw["window"] = win
-        raw["next_obs"] = np.take(a["next_obs"], win.last, axis=0)
+        raw["next_obs"] = st.gather("next_obs", win.last)
         return raw
 
     def _finish(self, raw: dict[str, Any], j: np.ndarray, weight: np.ndarray) -> dict:
         win = raw.get("window")
         if win is None:
             reward = raw["reward"]
-            if "relabelled" in raw:
-                # A one-step window is the sample itself: relabel in place, no stacking.
-                extra = {name: raw[name][None] for name in self._her_extra}
-                alive = np.ones((1, reward.shape[0]), dtype=bool)
-                reward = relabel_rewards(
-                    self.relabel, reward[None], alive, raw["relabelled"], raw["goal"], extra
-                )[0]
+            rows = raw.get("relabelled")
+            if rows is not None and rows.shape[0]:
+                # A one-step window is the sample itself: relabel those rows in place.
+                reward[rows] = call_relabel(
+                    self.relabel,
+                    raw["obs"][rows],
+                    raw["action"][rows],
+                    raw["next_obs"][rows],
+                    raw["next_achieved_goal"],
+                    raw["goal"][rows],
+                    reward.shape[1],
+                )
             discount = np.where(raw["terminated"], 0.0, self.gamma).astype(np.float32)
         else:
             rewards = win.reward
@@ -309,14 +326,13 @@ class Replay:
         import torch
 
         st = self.storage
-        specs = field_specs(self.layout, self.cfg)
         st.acquire()
         try:
             for name, value in state["arrays"].items():
                 if name not in st.arrays:
                     continue  # e.g. priorities saved from a prioritized buffer into a uniform one
                 arr = value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-                st.arrays[name][...] = arr.astype(specs[name][1], copy=False)
+                st.arrays[name][...] = arr.astype(st.arrays[name].dtype, copy=False)
             hdr = st.hdr
             hdr[TOTAL] = hdr[1] = state["total"]  # RESERVED = TOTAL: nothing in flight
             hdr[UPDATES] = state["updates"]

@@ -40,15 +40,35 @@ MAX_PRIORITY = 2  # running max of raw priorities (before alpha)
 FLOAT_HEADER = 8
 
 
+def packed_columns(layout: Layout) -> dict[str, tuple[int, int]]:
+    """name -> (first, last + 1) column of the float32 fields packed into one row per slot.
+
+    A batch gathers rows at random, and each row of each array costs a cache miss: packing
+    obs, next_obs, action, reward, logp and goals side by side turns five to eight random
+    gathers into one (the arrays the rest of the code sees are column views of it).
+    """
+    widths = [("obs", layout.obs_dim), ("next_obs", layout.obs_dim)]
+    if not layout.discrete:
+        widths.append(("action", layout.act_dim))
+    widths.append(("reward", layout.num_heads))
+    if layout.logp:
+        widths.append(("logp", 1))
+    if layout.goal_dim:
+        widths += [(g, layout.goal_dim) for g in ("desired_goal", "next_achieved_goal",
+                                                   "achieved_goal")]
+    cols, at = {}, 0
+    for name, width in widths:
+        cols[name] = (at, at + width)
+        at += width
+    return cols
+
+
 def field_specs(layout: Layout, cfg: ReplayConfig) -> dict[str, tuple[tuple[int, ...], type]]:
-    """name -> (shape, dtype) of every shared array."""
+    """name -> (shape, dtype) of every shared segment (float fields live in ``packed``)."""
     c = cfg.capacity
-    act = ((c,), np.int64) if layout.discrete else ((c, layout.act_dim), np.float32)
+    width = max(hi for _, hi in packed_columns(layout).values())
     specs: dict[str, tuple[tuple[int, ...], type]] = {
-        "obs": ((c, layout.obs_dim), np.float32),
-        "next_obs": ((c, layout.obs_dim), np.float32),
-        "action": act,
-        "reward": ((c, layout.num_heads), np.float32),
+        "packed": ((c, width), np.float32),
         "terminated": ((c,), np.bool_),
         "truncated": ((c,), np.bool_),
         "abs": ((c,), np.int64),
@@ -56,13 +76,9 @@ def field_specs(layout: Layout, cfg: ReplayConfig) -> dict[str, tuple[tuple[int,
         "episode": ((c,), np.int64),
         "step": ((c,), np.int64),
     }
-    if layout.logp:
-        specs["logp"] = ((c,), np.float32)
+    if layout.discrete:
+        specs["action"] = ((c,), np.int64)
     if layout.goal_dim:
-        g = layout.goal_dim
-        specs["achieved_goal"] = ((c, g), np.float32)
-        specs["desired_goal"] = ((c, g), np.float32)
-        specs["next_achieved_goal"] = ((c, g), np.float32)
         specs["ep_end"] = ((c,), np.int64)  # absolute number of the episode's last step
     if cfg.prioritized:
         specs["priority"] = ((padded_size(c),), np.float64)  # priority ** alpha per slot
@@ -121,6 +137,11 @@ class Storage:
                 self.unlink()
             raise
         self.arrays = {name: seg.array for name, seg in self.segments.items()}
+        self.packed = self.arrays.pop("packed")
+        self.columns = packed_columns(layout)
+        for name, (lo, hi) in self.columns.items():
+            view = self.packed[:, lo:hi]
+            self.arrays[name] = view[:, 0] if name == "logp" else view
         self.hdr = self.arrays["hdr"]
         self.fhdr = self.arrays["fhdr"]
         if create:
@@ -205,6 +226,16 @@ class Storage:
         slot = np.where(ok, j, 0) % self.capacity
         return ok & (self.arrays["abs"][slot] == j)
 
+    def gather(self, name: str, index: np.ndarray) -> np.ndarray:
+        """Rows ``index`` of field ``name``. Float fields are column views of ``packed``, and
+        ``np.take`` on a strided view first copies the whole view: index ``packed`` instead."""
+        cols = self.columns.get(name)
+        if cols is None:
+            return np.take(self.arrays[name], index, axis=0)
+        lo, hi = cols
+        out = self.packed[index, lo:hi]
+        return out[..., 0] if name == "logp" else out
+
     def size(self) -> int:
         return int(min(self.hdr[TOTAL], self.capacity))
 
@@ -212,6 +243,7 @@ class Storage:
 
     def close(self) -> None:
         self.arrays = {}
+        self.packed = None  # type: ignore[assignment]
         for seg in self.segments.values():
             seg.close()
 
