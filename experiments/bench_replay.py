@@ -109,6 +109,16 @@ def loop_cpprb(rb: object, seconds: float) -> float:
     return n * BATCH / (time.perf_counter() - t0)
 
 
+def interleaved(first: object, second: object, seconds: float, rounds: int = 4) -> tuple:
+    """Mean rates of two loops run in alternating slices, so that load from other processes
+    on the machine hits both alike."""
+    a = b = 0.0
+    for _ in range(rounds):
+        a += first(seconds / rounds)
+        b += second(seconds / rounds)
+    return a / rounds, b / rounds
+
+
 # -- producers (module level so spawn can import them) ---------------------------------------
 
 
@@ -184,13 +194,13 @@ def case_a(capacity: int, seconds: float) -> list[tuple]:
 
     rb = cpprb.PrioritizedReplayBuffer(capacity, cpprb_env(), alpha=0.6)
     fill_cpprb(rb, capacity)
-    base = loop_cpprb(rb, seconds)
-    del rb
     layout = Layout(obs_dim=OBS, act_dim=ACT)
     cfg = ReplayConfig(capacity=capacity, batch_size=BATCH, updates_per_insert=0, min_size=1)
     with Replay.create(layout, cfg, gamma=0.99) as replay:
         fill_wheeler(replay, capacity)
-        ours = loop_wheeler(replay, seconds)
+        base, ours = interleaved(lambda s: loop_cpprb(rb, s), lambda s: loop_wheeler(replay, s),
+                                 seconds)
+    rb = None  # free it before the next case allocates
     return [("(a) 1 process: sample + update_priorities", "cpprb PrioritizedReplayBuffer",
              base, 1.0, ""), ("", "wheeler2 Replay", ours, ours / base, ">= 1.0x")]
 
@@ -231,8 +241,8 @@ def case_c(capacity: int, seconds: float) -> list[tuple]:
         plain = Replay.attach(dataclasses.replace(her.handle(),
                                                   cfg=dataclasses.replace(cfg, her=None)))
         try:
-            base = loop_wheeler(plain, seconds / 2, update=False)
-            ours = loop_wheeler(her, seconds / 2, update=False)
+            base, ours = interleaved(lambda s: loop_wheeler(plain, s, update=False),
+                                     lambda s: loop_wheeler(her, s, update=False), seconds)
         finally:
             plain.close()
     return [("(c) goal buffer: sample only", "wheeler2 plain prioritized", base, 1.0, ""),

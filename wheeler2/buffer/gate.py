@@ -10,8 +10,10 @@ conditions (woken by the other side's progress) rather than polling, and give up
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from .config import ReplayConfig, ReplayTimeout
+from .locks import SharedCondition
 from .storage import LAST_INSERT, LAST_UPDATE, TOTAL, UPDATES, Storage
 
 _WAIT_SLICE_S = 1.0  # wake up now and then to check the progress clocks
@@ -50,8 +52,9 @@ class RatioGate:
         """With the lock held: block until the learner may update (the lock is kept)."""
         if self.learner_may_update():
             return
+        why = "a producer may have died"
         self._wait(self.learner_may_update, self.storage.inserted, LAST_INSERT, timeout, "insert",
-                   "a producer may have died")
+                   why)
 
     def wait_producer(self) -> None:
         """With the lock held: block until producers may insert again."""
@@ -60,7 +63,15 @@ class RatioGate:
         self._wait(self.producer_may_insert, self.storage.updated, LAST_UPDATE, None, "update",
                    "the learner may have died or stopped sampling")
 
-    def _wait(self, ready, cond, clock: int, timeout: float | None, what: str, why: str) -> None:
+    def _wait(
+        self,
+        ready: Callable[[], bool],
+        cond: SharedCondition,
+        clock: int,
+        timeout: float | None,
+        what: str,
+        why: str,
+    ) -> None:
         limit = self.timeout_s if timeout is None else timeout
         fhdr = self.storage.fhdr
         started = time.time()

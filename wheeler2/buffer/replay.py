@@ -64,11 +64,10 @@ class Replay:
             storage = self.storage
             self._cleanup_key = register_cleanup(self, lambda: _destroy(storage))
         self.gate = RatioGate(self.storage, self.cfg)
-        self._rng = np.random.default_rng(
-            None if create else np.random.SeedSequence([handle.seed, os.getpid()])
-        )
-        if create:
-            self._rng = np.random.default_rng(handle.seed)
+        # The owner is reproducible from the seed; members mix in their pid so that two
+        # processes sampling the same buffer never draw identical batches.
+        seed = handle.seed if create else [handle.seed, os.getpid()]
+        self._rng = np.random.default_rng(seed)
         self._sampler: PrioritizedSampler | UniformSampler | None = None
         self._closed = False
         self._her_extra = ("obs", "action", "next_obs", "next_achieved_goal")
