@@ -76,3 +76,22 @@ def test_serial_writer_never_blocks_on_its_own_learner() -> None:
             if replay.can_sample():
                 replay.sample()
         assert replay.stats()["inserts"] == 300
+
+
+def test_blocking_writer_waits_for_the_learner_and_times_out_clearly() -> None:
+    from wheeler2.buffer.storage import LEARNER_PID
+
+    cfg = ReplayConfig(capacity=1000, batch_size=4, updates_per_insert=1.0, min_size=10,
+                       gate_tolerance=5, chunk=1, timeout_s=0.5)
+    with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
+        replay.storage.hdr[LEARNER_PID] = 1  # a learner elsewhere that never samples
+        obs = np.zeros((1, 3), np.float32)
+        free = replay.writer(num_envs=1, block=False)
+        for _ in range(50):
+            free.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool),
+                     np.zeros(1, bool))
+        assert replay.stats()["inserts"] == 50
+        gated = replay.writer(num_envs=1)
+        with pytest.raises(ReplayTimeout, match="no update for .*learner may have died"):
+            gated.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool),
+                      np.zeros(1, bool))

@@ -98,8 +98,13 @@ class Replay:
     def handle(self) -> ReplayHandle:
         return self._handle
 
-    def writer(self, num_envs: int) -> Writer:
-        """Producer-side staging for ``num_envs`` env copies (one per producing member)."""
+    def writer(self, num_envs: int, block: bool | None = None) -> Writer:
+        """Producer-side staging for ``num_envs`` env copies (one per producing member).
+
+        ``block``: whether flushes wait on the ratio gate. ``None`` (default) waits only once a
+        learner in another process has started sampling, so a process that both writes and
+        samples (serial backend, a learner that also acts) never waits for itself.
+        """
         self._check_open()
         st = self.storage
         st.acquire()
@@ -108,7 +113,7 @@ class Replay:
             uid = int(st.hdr[WRITER_UID])
         finally:
             st.release()
-        return Writer(self, num_envs, uid)
+        return Writer(self, num_envs, uid, block)
 
     # -- producer side ---------------------------------------------------------------------
 

@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
 
 class Writer:
-    def __init__(self, replay: Replay, num_envs: int, uid: int) -> None:
+    def __init__(self, replay: Replay, num_envs: int, uid: int, block: bool | None = None) -> None:
         self.replay = replay
+        self.block = block
         self.layout: Layout = replay.layout
         self.num_envs = num_envs
         self.whole_episodes = replay.cfg.her is not None
@@ -164,6 +165,8 @@ class Writer:
     def _may_wait(self) -> bool:
         # Only wait for a learner that exists and lives in another process: the serial
         # backend samples from this very process, and blocking here would deadlock it.
+        if self.block is not None:
+            return self.block
         learner = int(self.replay.storage.hdr[LEARNER_PID])
         return learner != 0 and learner != os.getpid()
 
