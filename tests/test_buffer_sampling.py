@@ -100,6 +100,12 @@ def test_sample_keys_and_dtypes(replay: Replay) -> None:
     for key in ("obs", "action", "reward", "next_obs", "discount", "weight", "logp"):
         assert b[key].dtype == np.float32, key
     assert b["index"].dtype == np.int64
+    assert all(v.flags.c_contiguous for v in b.values())
+    from wheeler2.agent import Batch
+
+    batch = Batch.from_numpy(b, "cpu")  # the learner's view of a sample
+    assert batch.obs.shape == (16, 3) and batch.logp is not None
+    batch.obs.view(-1)
     np.testing.assert_array_equal(b["reward"][:, 0], b["obs"][:, 0])
     np.testing.assert_array_equal(b["logp"], -b["obs"][:, 0])
     np.testing.assert_allclose(b["discount"], 0.9)

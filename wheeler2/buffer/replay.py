@@ -256,17 +256,19 @@ class Replay:
         if "goal" in raw:
             obs = np.concatenate([obs, raw["goal"]], axis=1)
             next_obs = np.concatenate([next_obs, raw["goal"]], axis=1)
+        # Column slices of the packed gather are strided; learners may .view() them.
+        contiguous = np.ascontiguousarray
         out = {
-            "obs": obs,
-            "action": raw["action"],
+            "obs": contiguous(obs),
+            "action": contiguous(raw["action"]),
             "reward": reward,
-            "next_obs": next_obs,
+            "next_obs": contiguous(next_obs),
             "discount": discount,
             "weight": weight,
             "index": j,
         }
         if "logp" in raw:
-            out["logp"] = raw["logp"]
+            out["logp"] = contiguous(raw["logp"])
         return out
 
     def update_priorities(self, index: np.ndarray, td_error: np.ndarray) -> None:
