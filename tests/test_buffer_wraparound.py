@@ -16,7 +16,7 @@ def relabel(obs, action, next_obs, achieved_goal, desired_goal):  # noqa: ANN001
     return np.ones((obs.shape[0], 1), np.float32)  # keeps "reward 1 per step" after relabelling
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     capacity=st.integers(3, 40),
     num_envs=st.integers(1, 3),
