@@ -139,3 +139,18 @@ def replay_config(config: Any, learner_params: Any, chunk: int | None = None) ->
         her=her,
         chunk=int(chunk if chunk is not None else b.chunk),
     )
+
+
+def set_torch_threads() -> int:
+    """One intra-op thread per process unless ``WHEELER2_TORCH_THREADS`` says otherwise.
+
+    The networks here are small (a 256 x 400 matmul): a second OpenMP thread gains little and,
+    when the other core is busy with an env or another member, each op waits for it; measured
+    here, a DDPG update took 15-23 ms with 2 threads on a loaded 2-core machine against ~1 ms
+    with 1.
+    """
+    import os
+
+    n = max(1, int(os.environ.get("WHEELER2_TORCH_THREADS", "1")))
+    torch.set_num_threads(n)
+    return n

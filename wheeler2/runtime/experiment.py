@@ -6,7 +6,6 @@ writes and when, so every backend produces the same run directory.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -90,7 +89,10 @@ class Recorder:
         self.schedule.start(state.env_steps)
         self.threshold = getattr(exp, "eval_threshold", None)
         self.log = RunLog(
-            run_dir, progress=bool(getattr(exp, "progress", True)), total_steps=int(exp.total_steps)
+            run_dir,
+            progress=bool(getattr(exp, "progress", True)),
+            total_steps=int(exp.total_steps),
+            wall_offset_s=state.wall_s,
         )
         self._t0 = time.perf_counter()
         (run_dir / "checkpoints").mkdir(exist_ok=True)
@@ -173,7 +175,7 @@ class Recorder:
         try:
             from wheeler2.plot import write_curve
 
-            write_curve(self.run_dir)
+            write_curve(self.run_dir, threshold=self.threshold)
         except Exception as exc:  # a missing curve must not lose the run's results
             print(f"warning: could not draw curve.png: {exc}")
         self.log.close()
@@ -186,7 +188,3 @@ def load_resume_state(run_dir: Path) -> tuple[RunState, dict[str, Any]]:
         raise FileNotFoundError(f"{path}: no checkpoint to resume from")
     payload = ckpt.load(path)
     return RunState.from_dict(payload["run"]), payload
-
-
-def read_summary(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / "summary.json").read_text())
