@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 
 class Writer:
+    """Stages one producer's vector steps and inserts them in blocks; get it from
+    ``Replay.writer(num_envs)``. Not shared between processes: each producer makes its own."""
+
     def __init__(self, replay: Replay, num_envs: int, uid: int, block: bool | None = None) -> None:
         self.replay = replay
         self.block = block
