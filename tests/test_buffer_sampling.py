@@ -118,3 +118,12 @@ def test_discrete_actions_are_int64() -> None:
         b = r.sample()
         assert b["action"].dtype == np.int64 and b["action"].shape == (8,)
         np.testing.assert_array_equal(b["action"], b["obs"][:, 0].astype(np.int64) % 3)
+
+
+def test_non_finite_td_errors_do_not_poison_the_tree(replay: Replay) -> None:
+    _fill(replay, 4)
+    replay.sample()
+    replay.update_priorities(np.arange(4), np.array([1.0, np.nan, np.inf, 2.0]))
+    assert np.isfinite(replay.sampler.tree.total)
+    np.testing.assert_allclose(replay.sampler.tree.leaves[1], replay.sampler.tree.leaves[2])
+    assert np.all(np.isfinite(replay.sample()["weight"]))

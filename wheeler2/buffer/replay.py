@@ -144,7 +144,9 @@ class Replay:
         """The ratio gate without blocking (the serial backend's check)."""
         return self.gate.learner_may_update()
 
-    def sample(self, batch_size: int | None = None, timeout: float | None = None) -> dict:
+    def sample(
+        self, batch_size: int | None = None, timeout: float | None = None
+    ) -> dict[str, np.ndarray]:
         """One batch; blocks while the learner is ahead of the inserts (ratio gate)."""
         self._check_open()
         b = int(batch_size or self.cfg.batch_size)
@@ -228,7 +230,9 @@ class Replay:
         raw["next_obs"] = st.gather("next_obs", win.last)
         return raw
 
-    def _finish(self, raw: dict[str, Any], j: np.ndarray, weight: np.ndarray) -> dict:
+    def _finish(
+        self, raw: dict[str, Any], j: np.ndarray, weight: np.ndarray
+    ) -> dict[str, np.ndarray]:
         win = raw.get("window")
         if win is None:
             reward = raw["reward"]

@@ -122,6 +122,11 @@ class PrioritizedSampler:
             if j.shape[0] == 0:
                 return
         fhdr = self.storage.fhdr
+        bad = ~np.isfinite(prio)
+        if bad.any():
+            # One NaN leaf would poison every sum above it; a diverging learner's items keep
+            # the max priority instead, so they are revisited rather than lost.
+            prio[bad] = fhdr[MAX_PRIORITY]
         top = float(prio.max())
         if top > fhdr[MAX_PRIORITY]:
             fhdr[MAX_PRIORITY] = top
