@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from wheeler2.config import Config, ConfigDeprecationWarning, ConfigError, load
+from wheeler2.runtime.experiment import MemberFailed
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -191,6 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except MemberFailed as exc:
+        # The coordinator already printed the member's own traceback; ours adds nothing.
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except Exception:  # noqa: BLE001 - anything else is a bug: show where it happened
         traceback.print_exc()
         return EXIT_ERROR

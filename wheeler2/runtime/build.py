@@ -138,6 +138,9 @@ def replay_config(config: Any, learner_params: Any, chunk: int | None = None) ->
         min_size=min_size,
         her=her,
         chunk=int(chunk if chunk is not None else b.chunk),
+        # How far producers may run ahead of the learner: enough to absorb a slow update or an
+        # eval, small against the run so the measured ratio tracks the target throughout.
+        gate_tolerance=max(int(b.batch_size), min(2048, int(config.experiment.total_steps) // 50)),
     )
 
 

@@ -7,6 +7,7 @@ writes and when, so every backend produces the same run directory.
 from __future__ import annotations
 
 import math
+import signal
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,6 +17,26 @@ from typing import Any
 from wheeler2 import checkpoint as ckpt
 from wheeler2.log import RunLog, write_summary
 from wheeler2.runtime.evaluation import EvalResult
+
+
+def shield_shutdown() -> None:
+    """Ignore further Ctrl-C / SIGTERM while the run writes its last checkpoint and summary.
+
+    People press Ctrl-C twice; a second interrupt must not tear the checkpoint it asked for.
+    Callers restore the previous handlers when the run returns.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("\nstopping: writing the last checkpoint and summary ...", flush=True)
+
+
+class MemberFailed(RuntimeError):
+    """A member raised or died; the run was stopped and checkpointed."""
+
+    def __init__(self, member: str, detail: str) -> None:
+        self.member = member
+        self.detail = detail
+        super().__init__(f"member {member!r} failed: {detail.strip().splitlines()[-1]}")
 
 
 def new_run_dir(config: Any) -> Path:

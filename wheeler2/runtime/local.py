@@ -13,7 +13,7 @@ detected) and never a lock that the other members need.
 
 from __future__ import annotations
 
-import os
+import json
 import signal
 import time
 import traceback
@@ -25,19 +25,16 @@ import multiprocess as mp
 from multiprocess.connection import wait
 
 from wheeler2.runtime import build
-from wheeler2.runtime.experiment import Recorder, RunState, load_resume_state
+from wheeler2.runtime.experiment import (
+    MemberFailed,
+    Recorder,
+    RunState,
+    load_resume_state,
+    shield_shutdown,
+)
 
 STOP_GRACE_S = 10.0  # members get this long to finish a step and send a final state
 REPORT_EVERY_S = 2.0
-
-
-class MemberFailed(RuntimeError):
-    """A member raised or died; the run was stopped and checkpointed."""
-
-    def __init__(self, member: str, detail: str) -> None:
-        self.member = member
-        self.detail = detail
-        super().__init__(f"member {member!r} failed: {detail}")
 
 
 @dataclass
@@ -47,7 +44,6 @@ class MemberArgs:
     config: Any
     plan: build.MemberPlan
     slot: int
-    threads: int
     replay: Any
     weights: Any
     counters: Any
@@ -129,7 +125,7 @@ def _member_loop(args: MemberArgs) -> None:
                 break
             args.counters[args.slot] += member.step()
             if trainer is not None:
-                trainer.train_available()
+                trainer.train_available(max_updates=publish_every)
                 if trainer.updates >= next_publish:
                     publisher.publish(agent.actor)
                     next_publish = trainer.updates + publish_every
@@ -148,6 +144,13 @@ def _member_loop(args: MemberArgs) -> None:
             if now >= next_report:
                 next_report = now + REPORT_EVERY_S
                 conn.send(("figures", plan.name, _figures(member, trainer, client)))
+        if trainer is not None and not args.stop.is_set():
+            # The budget is spent: take the updates the gate still owes (producers run at most
+            # its tolerance ahead), then the closing eval, so the curve ends on the final actor.
+            trainer.train_available()
+            total = sum(args.counters[:])
+            result = evaluate(agent, eval_env, int(config.experiment.seed) + 7)
+            conn.send(("eval", plan.name, total, result, agent.state_dict()))
         conn.send(("figures", plan.name, _figures(member, trainer, client)))
         conn.send(("final", plan.name, agent.state_dict(), member.stats.env_steps))
     finally:
@@ -212,7 +215,7 @@ def run_local(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
     procs: dict[str, Any] = {}
     conns: dict[Any, str] = {}
     recorder = None
-    old_term = signal.getsignal(signal.SIGTERM)
+    old_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if payload.get("replay") is not None:
             replay.load_state_dict(payload["replay"])
@@ -223,7 +226,6 @@ def run_local(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
         counters = ctx.Array("q", [int(member_steps.get(p.name, 0)) for p in plans], lock=False)
         stop = ctx.Event()
         request = ctx.Value("q", 0, lock=False)
-        threads = max(1, (os.cpu_count() or 1) // len(plans))
         recorder = Recorder(config, run_dir, state)
         for p in plans:
             reader, writer_end = ctx.Pipe(duplex=False)
@@ -231,7 +233,6 @@ def run_local(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
                 config=config,
                 plan=p,
                 slot=p.index,
-                threads=threads,
                 replay=replay.handle(),
                 weights=publisher.handle(),
                 counters=counters,
@@ -250,10 +251,15 @@ def run_local(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
             writer_end.close()
             procs[p.name] = proc
             conns[reader] = p.name
+        # Which process is which member, for a person (or a test) looking at the run from outside.
+        (run_dir / "members.json").write_text(
+            json.dumps({name: proc.pid for name, proc in procs.items()}, indent=1)
+        )
         team = _Team(config, recorder, procs, conns, counters, stop, request, payload)
         return team.supervise()
     finally:
-        signal.signal(signal.SIGTERM, old_term)
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
         for proc in procs.values():
             if proc.is_alive():
                 proc.terminate()
@@ -321,6 +327,7 @@ class _Team:
                     self.recorder.progress(self.env_steps, self.figures)
         except KeyboardInterrupt:
             interrupted = True
+        shield_shutdown()
         self.stop.set()
         self._drain(STOP_GRACE_S)
         self.recorder.state.env_steps = self.env_steps

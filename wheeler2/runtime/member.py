@@ -148,10 +148,11 @@ class Trainer:
             self._sums[k] = self._sums.get(k, 0.0) + float(v)
         self._count += 1
 
-    def train_available(self) -> int:
-        """Take every gradient step the ratio gate allows now, without blocking (serial)."""
+    def train_available(self, max_updates: int | None = None) -> int:
+        """Take the gradient steps the ratio gate allows now (at most ``max_updates``), without
+        blocking: the caller also acts, evaluates and publishes between calls."""
         done = 0
-        while self.replay.can_sample():
+        while (max_updates is None or done < max_updates) and self.replay.can_sample():
             self._step(self.replay.sample())
             done += 1
         return done

@@ -3,13 +3,14 @@ and the fastest choice for a lone learner: no process boundary, no lock contenti
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
 from wheeler2 import checkpoint as ckpt
 from wheeler2.runtime import build
 from wheeler2.runtime.evaluation import evaluate
-from wheeler2.runtime.experiment import Recorder, RunState, load_resume_state
+from wheeler2.runtime.experiment import Recorder, RunState, load_resume_state, shield_shutdown
 from wheeler2.runtime.member import Member, Trainer
 
 
@@ -45,6 +46,8 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
         relabel=heads.relabel if her else None,
         seed=int(exp.seed),
     )
+    old_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     publisher = clients = None
     members: list[Member] = []
     eval_env = None
@@ -118,6 +121,7 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
                     _log_figures(recorder, state.env_steps, members, trainer)
         except KeyboardInterrupt:
             interrupted = True
+            shield_shutdown()
         _log_figures(recorder, state.env_steps, members, trainer)
         recorder.save_checkpoint(checkpoint_payload())
         summary = recorder.finish(figures(), interrupted=interrupted)
@@ -125,6 +129,8 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
             raise KeyboardInterrupt
         return summary
     finally:
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
         for m in members:
             m.close()
         if eval_env is not None:
@@ -135,6 +141,10 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
         if publisher is not None:
             publisher.close()
         replay.close()
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _log_figures(
