@@ -163,9 +163,7 @@ class Trainer:
 
     def pop_metrics(self) -> dict[str, float]:
         """Mean of each metric since the last call (keeps logging off the per-update path)."""
-        if not self._count:
-            return {}
-        out = {k: v / self._count for k, v in self._sums.items()}
+        out = {k: v / self._count for k, v in self._sums.items()} if self._count else {}
         out["updates"] = float(self.updates)
         self._sums.clear()
         self._count = 0

@@ -96,9 +96,6 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
                 out["replay"] = replay.state_dict()
             return out
 
-        def figures() -> dict[str, dict[str, float]]:
-            return {m.name: m.figures() for m in members}
-
         try:
             while state.env_steps < exp.total_steps:
                 for m in members:
@@ -122,9 +119,9 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
         except KeyboardInterrupt:
             interrupted = True
             shield_shutdown()
-        _log_figures(recorder, state.env_steps, members, trainer)
+        final = _log_figures(recorder, state.env_steps, members, trainer)
         recorder.save_checkpoint(checkpoint_payload())
-        summary = recorder.finish(figures(), interrupted=interrupted)
+        summary = recorder.finish(final, interrupted=interrupted)
         if interrupted:
             raise KeyboardInterrupt
         return summary
@@ -149,7 +146,7 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 def _log_figures(
     recorder: Recorder, env_steps: int, members: list[Member], trainer: Trainer
-) -> None:
+) -> dict[str, dict[str, float]]:
     figures = {}
     for m in members:
         values = m.figures()
@@ -160,3 +157,4 @@ def _log_figures(
         recorder.scalars(m.name, env_steps, values)
         figures[m.name] = values
     recorder.progress(env_steps, figures)
+    return figures
