@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -68,8 +69,9 @@ def member_main(args: MemberArgs) -> None:
         try:
             conn.send(("error", args.plan.name, traceback.format_exc()))
         except Exception:
-            pass
-        raise
+            traceback.print_exc()  # the pipe is gone: stderr is the last place to say it
+        # The coordinator prints the traceback it was sent; a plain exit avoids a second copy.
+        sys.exit(1)
     finally:
         conn.close()
 

@@ -54,6 +54,8 @@ class Member:
         self._obs, self._ag, self._dg = first.obs, first.achieved_goal, first.desired_goal
         self._ep_return = np.zeros(env.num_envs, np.float64)
         self.last_metrics: dict[str, float] = {}
+        self._store_logp = writer is not None and bool(writer.layout.logp)
+        self._no_logp = np.full(env.num_envs, np.nan, np.float32)
 
     def step(self) -> int:
         """One vector step of every copy. Returns the number of env steps taken."""
@@ -85,6 +87,10 @@ class Member:
         if metrics:
             self.last_metrics.update(metrics)
         if self.writer is not None:
+            logp = out.logp
+            if logp is None and self._store_logp:
+                # A deterministic policy has no behaviour probability: NaN says "unknown".
+                logp = self._no_logp
             self.writer.add(
                 obs,
                 out.action,
@@ -92,7 +98,7 @@ class Member:
                 st.final_obs,
                 st.terminated,
                 st.truncated,
-                logp=out.logp,
+                logp=logp,
                 achieved_goal=ag,
                 desired_goal=dg,
                 next_achieved_goal=st.final_achieved_goal,

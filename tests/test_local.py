@@ -1,0 +1,169 @@
+"""The local backend's lifecycle, from outside, as a user meets it: a member killed, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from wheeler2 import checkpoint as ckpt
+
+TEAM = """
+[experiment]
+name = "team"
+seed = 1
+total_steps = {total}
+eval_every = 1_000
+eval_episodes = 2
+backend = "local"
+progress = false
+
+[env]
+id = "Pendulum-v1"
+
+[buffer]
+capacity = 20_000
+batch_size = 32
+
+[[team]]
+name = "target"
+algo = "ddpg"
+role = "learner"
+[team.params]
+learning_starts = 200
+hidden = [32, 32]
+
+[[team]]
+name = "explorer"
+algo = "{explorer}"
+role = "explorer"
+count = 2
+sync = {{ every = 100, keep = ["actor.head"], alpha = 1.0 }}
+[team.params]
+hidden = [32, 32]
+{explorer_params}
+"""
+
+EXPLORER_PARAMS = {"ddpg": "learning_starts = 200", "ppo": "n_steps = 64\nbatch_size = 32"}
+
+
+def write_team(tmp_path: Path, total: int, explorer: str = "ppo") -> Path:
+    path = tmp_path / "team.toml"
+    path.write_text(
+        TEAM.format(total=total, explorer=explorer, explorer_params=EXPLORER_PARAMS[explorer])
+    )
+    return path
+
+
+def start(cfg: Path, out: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "wheeler2", "run", str(cfg), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_running(out: Path, proc: subprocess.Popen, timeout: float = 120) -> tuple[Path, dict]:
+    """Until every member has reported figures at least once (they import torch first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        runs = list(out.glob("*/members.json"))
+        if runs:
+            run = runs[0].parent
+            members = json.loads(runs[0].read_text())
+            rows = (
+                (run / "metrics.csv").read_text().splitlines()[1:]
+                if (run / "metrics.csv").exists()
+                else []
+            )
+            if {r.split(",")[2] for r in rows} >= set(members):
+                return run, members
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("members never reported")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is gone for every purpose that matters here.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def leftover_shm(pid: int) -> list[str]:
+    return [n for n in os.listdir("/dev/shm") if f"_{pid}_" in n]
+
+
+def test_killed_explorer_stops_team_with_exit_1(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    proc = start(write_team(tmp_path, total=1_000_000), out)
+    run, members = wait_running(out, proc)
+    os.kill(members["explorer-1"], signal.SIGKILL)
+    t0 = time.monotonic()
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1, output
+    assert time.monotonic() - t0 < 15
+    assert "explorer-1" in output and "failed" in output
+    assert not [n for n, pid in members.items() if alive(pid)], "member processes left behind"
+    assert leftover_shm(proc.pid) == []
+    assert (run / "checkpoints" / "latest.pt").exists()
+
+
+def test_member_that_raises_is_named_with_its_traceback(tmp_path: Path) -> None:
+    cfg = write_team(tmp_path, total=1_000_000)
+    # An env kwarg Pendulum does not take: every member raises while building its env.
+    cfg.write_text(
+        cfg.read_text().replace('id = "Pendulum-v1"', 'id = "Pendulum-v1"\nkwargs = { g = "x" }')
+    )
+    out = tmp_path / "runs"
+    proc = start(cfg, out)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1, output
+    assert "failed" in output and "Traceback" in output
+    assert leftover_shm(proc.pid) == []
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
+def test_interrupt_checkpoints_and_resumes(tmp_path: Path, sig: int, code: int) -> None:
+    out = tmp_path / "runs"
+    proc = start(write_team(tmp_path, total=6_000), out)
+    run, members = wait_running(out, proc)
+    proc.send_signal(sig)
+    t0 = time.monotonic()
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == code, output
+    assert time.monotonic() - t0 < 15, "members must stop within 10 s"
+    assert not [n for n, pid in members.items() if alive(pid)]
+    assert leftover_shm(proc.pid) == []
+    payload = ckpt.load(run / "checkpoints" / "latest.pt")
+    assert set(payload["members"]) == set(members)
+    stopped_at = payload["run"]["env_steps"]
+    assert 0 < stopped_at < 6_000
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["interrupted"] is True
+
+    res = subprocess.run(
+        [sys.executable, "-m", "wheeler2", "resume", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] >= 6_000
+    assert summary["interrupted"] is False
+    assert summary["eval"], "the resumed run evaluated the learner"
