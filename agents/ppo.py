@@ -152,7 +152,8 @@ class PPO(Agent):
         else:  # actions not drawn by act(explore=True): score them under the current policy
             with torch.no_grad():
                 buf["logp"][t] = evaluate_actions(self.policy, buf["obs"][t], buf["action"][t])[0]
-        buf["reward"][t] = torch.as_tensor(step.reward, device=dev).reshape(n, -1) @ self.head_w
+        reward = torch.as_tensor(step.reward, dtype=torch.float32, device=dev).reshape(n, -1)
+        buf["reward"][t] = reward @ self.head_w  # heads -> one reward
         buf["terminated"][t] = torch.as_tensor(step.terminated, device=dev)
         buf["done"][t] = torch.as_tensor(step.terminated | step.truncated, device=dev)
         self.env_steps += n
