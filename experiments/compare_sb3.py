@@ -51,7 +51,7 @@ PROBLEMS = {
         "cfg": ROOT / "cfg" / "cartpole_ppo.toml",
         "threshold": 475.0,
         "above": lambda r, t: r >= t,
-        "total_steps": 60_000,
+        "total_steps": 100_000,
         "eval_every": 2_048,
     },
 }
@@ -136,12 +136,15 @@ def run_sb3(algo: str, seed: int, stop_at_threshold: bool) -> Outcome:
     )
 
 
-def run_wheeler2(algo: str, seed: int, out: Path) -> Outcome:
+def run_wheeler2(algo: str, seed: int, out: Path, stop_at_threshold: bool) -> Outcome:
     from wheeler2.config import load
     from wheeler2.runtime import run_experiment
 
     prob = PROBLEMS[algo]
-    config = load(prob["cfg"], overrides=["experiment.progress=false"], seed=seed, out=str(out))
+    overrides = ["experiment.progress=false"]
+    if stop_at_threshold:
+        overrides.append("experiment.stop_at_threshold=true")
+    config = load(prob["cfg"], overrides=overrides, seed=seed, out=str(out))
     t0 = time.perf_counter()
     run_dir = run_experiment(config)
     wall = time.perf_counter() - t0
@@ -214,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     rows = []
     for seed in args.seeds:
-        w = run_wheeler2(args.algo, seed, Path(args.out))
+        w = run_wheeler2(args.algo, seed, Path(args.out), stop_at_threshold=not args.full)
         s = run_sb3(args.algo, seed, stop_at_threshold=not args.full)
         print(f"seed {seed}: wheeler2 {w}\n        SB3      {s}", flush=True)
         rows.append((w, s))

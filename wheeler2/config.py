@@ -86,6 +86,7 @@ class ExperimentConfig:
     checkpoint_every: int = 0  # filled with eval_every when the file leaves it out
     progress: bool = True
     eval_threshold: float | None = None
+    stop_at_threshold: bool = False  # end the run at the first eval above eval_threshold
     ray_address: str | None = None
 
 
@@ -670,6 +671,7 @@ def _experiment(reader: _Reader, data: Any, path: Path) -> ExperimentConfig:
             "checkpoint_every": (_integer(gt=0), None),
             "progress": (_boolean, True),
             "eval_threshold": (_number(), None),
+            "stop_at_threshold": (_boolean, False),
             "ray_address": (_string(), None),
         },
         scope="experiment",

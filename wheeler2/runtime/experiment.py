@@ -123,6 +123,15 @@ class Recorder:
     def wall_s(self) -> float:
         return self.state.wall_s + time.perf_counter() - self._t0
 
+    @property
+    def solved(self) -> bool:
+        """The run asked to stop at the threshold, and an eval passed it."""
+        exp = self.config.experiment
+        return (
+            bool(getattr(exp, "stop_at_threshold", False))
+            and self.state.steps_to_threshold is not None
+        )
+
     def eval_due(self, env_steps: int) -> bool:
         return env_steps >= self.schedule.next_eval
 

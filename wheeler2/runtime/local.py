@@ -91,10 +91,10 @@ def _member_loop(args: MemberArgs) -> None:
     agent = build.make_agent(config, plan, build.space_info(env.info, heads), seed)
     if args.state is not None:
         agent.load_state_dict(args.state)
-    replay = Replay.attach(args.replay)
+    replay = None if args.replay is None else Replay.attach(args.replay)
     learner = plan.role == "learner"
     # The learner also acts; its own inserts must never wait on the gate, which waits on it.
-    writer = replay.writer(num_envs=num_envs, block=not learner)
+    writer = None if replay is None else replay.writer(num_envs=num_envs, block=not learner)
     member = Member(plan.name, plan.role, agent, env, heads, writer, seed)
     member.stats.env_steps = args.env_steps
     trainer = publisher = client = eval_env = None
@@ -102,7 +102,7 @@ def _member_loop(args: MemberArgs) -> None:
     eval_every = int(config.experiment.eval_every)
     next_eval = args.next_eval
     if learner:
-        trainer = Trainer(agent, replay)
+        trainer = Trainer(agent, replay) if replay is not None else None
         publisher = WeightPublisher.attach(args.weights)
         eval_env = build.make_env(config, int(config.experiment.eval_episodes), args.eval_seed)
     elif plan.spec.sync is not None:
@@ -126,11 +126,15 @@ def _member_loop(args: MemberArgs) -> None:
             if total >= total_steps:
                 break
             args.counters[args.slot] += member.step()
-            if trainer is not None:
-                trainer.train_available(max_updates=publish_every)
-                if trainer.updates >= next_publish:
+            if learner:
+                if trainer is not None:
+                    trainer.train_available(max_updates=publish_every)
+                # Off-policy learners publish every `publish_every` updates, on-policy ones
+                # (which update inside step) every `publish_every` vector steps.
+                progress = trainer.updates if trainer is not None else member.stats.env_steps
+                if progress >= next_publish:
                     publisher.publish(agent.actor)
-                    next_publish = trainer.updates + publish_every
+                    next_publish = progress + publish_every
                 if total >= next_eval:
                     result = evaluate(agent, eval_env, int(config.experiment.seed) + 7)
                     conn.send(("eval", plan.name, total, result, agent.state_dict()))
@@ -146,10 +150,11 @@ def _member_loop(args: MemberArgs) -> None:
             if now >= next_report:
                 next_report = now + REPORT_EVERY_S
                 conn.send(("figures", plan.name, _figures(member, trainer, client)))
-        if trainer is not None and not args.stop.is_set():
+        if learner and not args.stop.is_set():
             # The budget is spent: take the updates the gate still owes (producers run at most
             # its tolerance ahead), then the closing eval, so the curve ends on the final actor.
-            trainer.train_available()
+            if trainer is not None:
+                trainer.train_available()
             total = sum(args.counters[:])
             result = evaluate(agent, eval_env, int(config.experiment.seed) + 7)
             conn.send(("eval", plan.name, total, result, agent.state_dict()))
@@ -159,10 +164,9 @@ def _member_loop(args: MemberArgs) -> None:
         member.close()
         if eval_env is not None:
             eval_env.close()
-        for res in (client, publisher):
+        for res in (client, publisher, replay):
             if res is not None:
                 res.close()
-        replay.close()
 
 
 def _figures(member: Any, trainer: Any, client: Any) -> dict[str, float]:
@@ -206,20 +210,22 @@ def run_local(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
                 check_sync(learner.actor, explorer.actor, list(p.spec.sync.keep), p.team)
     her = config.buffer.her is not None
     ctx = mp.get_context("spawn")
-    replay = Replay.create(
-        build.replay_layout(info, heads, logp=uses_logp),
-        build.replay_config(config, lead.spec.params),
-        gamma=float(learner.params.gamma),
-        relabel=heads.relabel if her else None,
-        seed=int(exp.seed),
-    )
+    replay = None
+    if learner.uses_replay:
+        replay = Replay.create(
+            build.replay_layout(info, heads, logp=uses_logp),
+            build.replay_config(config, lead.spec.params),
+            gamma=float(learner.params.gamma),
+            relabel=heads.relabel if her else None,
+            seed=int(exp.seed),
+        )
     publisher = None
     procs: dict[str, Any] = {}
     conns: dict[Any, str] = {}
     recorder = None
     old_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if payload.get("replay") is not None:
+        if payload.get("replay") is not None and replay is not None:
             replay.load_state_dict(payload["replay"])
         publisher = WeightPublisher.create(learner.actor)
         publisher.publish(learner.actor)
@@ -235,7 +241,7 @@ def run_local(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
                 config=config,
                 plan=p,
                 slot=p.index,
-                replay=replay.handle(),
+                replay=None if replay is None else replay.handle(),
                 weights=publisher.handle(),
                 counters=counters,
                 stop=stop,
@@ -274,7 +280,8 @@ def run_local(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
             conn.close()
         if publisher is not None:
             publisher.close()
-        replay.close()
+        if replay is not None:
+            replay.close()
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -320,7 +327,7 @@ class _Team:
             while len(self.finished) < len(self.procs):
                 self._read(timeout=0.1)
                 failed = self._find_failure()
-                if failed:
+                if failed or self.recorder.solved:
                     break
                 self.recorder.state.env_steps = self.env_steps
                 if self.pending is None and self.recorder.checkpoint_due(self.env_steps):

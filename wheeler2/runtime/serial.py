@@ -37,15 +37,18 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
     }
     learner = agents[lead.name]
     her = config.buffer.her is not None
-    # One process: insert every step (chunk 1) so a transition is sampleable at once, as in a
-    # classic loop; HER needs whole episodes, which the writer then collects by itself.
-    replay = Replay.create(
-        build.replay_layout(info, heads, logp=any(not a.uses_replay for a in agents.values())),
-        build.replay_config(config, lead.spec.params, chunk=None if her else 1),
-        gamma=float(learner.params.gamma),
-        relabel=heads.relabel if her else None,
-        seed=int(exp.seed),
-    )
+    # An on-policy learner learns from its own rollouts: no central replay to fill.
+    replay = None
+    if learner.uses_replay:
+        # One process: insert every step (chunk 1) so a transition is sampleable at once, as in
+        # a classic loop; HER needs whole episodes, which the writer then collects by itself.
+        replay = Replay.create(
+            build.replay_layout(info, heads, logp=any(not a.uses_replay for a in agents.values())),
+            build.replay_config(config, lead.spec.params, chunk=None if her else 1),
+            gamma=float(learner.params.gamma),
+            relabel=heads.relabel if her else None,
+            seed=int(exp.seed),
+        )
     old_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     signal.signal(signal.SIGTERM, _raise_interrupt)
     publisher = clients = None
@@ -63,14 +66,14 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
                     agents[p.name],
                     env,
                     heads,
-                    replay.writer(num_envs=num_envs),
+                    None if replay is None else replay.writer(num_envs=num_envs),
                     build.member_seed(config, p),
                 )
             )
         if payload:
             for name, agent in agents.items():
                 agent.load_state_dict(payload["members"][name])
-            if "replay" in payload:
+            if "replay" in payload and replay is not None:
                 replay.load_state_dict(payload["replay"])
             ckpt.set_rng_state(payload["rng"])
         syncing = [
@@ -85,22 +88,23 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
                 )
                 for m, s in syncing
             }
-        trainer = Trainer(learner, replay)
+        trainer = Trainer(learner, replay) if replay is not None else None
         eval_env = build.make_env(config, int(exp.eval_episodes), int(exp.seed) + 99_991)
         recorder = Recorder(config, run_dir, state)
         next_sync = {m.name: s.every for m, s in syncing}
 
         def checkpoint_payload() -> dict[str, Any]:
             out: dict[str, Any] = {"members": {n: a.state_dict() for n, a in agents.items()}}
-            if config.buffer.checkpoint:
+            if config.buffer.checkpoint and replay is not None:
                 out["replay"] = replay.state_dict()
             return out
 
         try:
-            while state.env_steps < exp.total_steps:
+            while state.env_steps < exp.total_steps and not recorder.solved:
                 for m in members:
                     state.env_steps += m.step()
-                trainer.train_available()
+                if trainer is not None:
+                    trainer.train_available()
                 for m, s in syncing:
                     if m.stats.env_steps >= next_sync[m.name]:
                         publisher.publish(learner.actor)
@@ -137,7 +141,8 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
                 c.close()
         if publisher is not None:
             publisher.close()
-        replay.close()
+        if replay is not None:
+            replay.close()
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -145,12 +150,12 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def _log_figures(
-    recorder: Recorder, env_steps: int, members: list[Member], trainer: Trainer
+    recorder: Recorder, env_steps: int, members: list[Member], trainer: Trainer | None
 ) -> dict[str, dict[str, float]]:
     figures = {}
     for m in members:
         values = m.figures()
-        if m.role == "learner":
+        if m.role == "learner" and trainer is not None:
             values.update(trainer.pop_metrics())
             stats = trainer.replay.stats()
             values["updates_per_insert"] = float(stats.get("updates_per_insert", 0.0))
