@@ -1,0 +1,366 @@
+"""Backend ``ray``: a two-node cluster on this machine, a killed actor, Ctrl-C, and checkpoints that
+move between the ray and local backends.
+
+The cluster each test starts lives in its own temp dir and every process of it carries that dir in
+``RAY_TMPDIR``; teardown stops exactly those processes, never another Ray on the machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="backend ray needs the optional extra: pip install .[ray]")
+
+from wheeler2 import checkpoint as ckpt  # noqa: E402
+from wheeler2.config import BufferConfig, MemberConfig, load  # noqa: E402
+from wheeler2.runtime import run_experiment  # noqa: E402
+from wheeler2.runtime.experiment import MemberFailed  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RAY_BIN = str(Path(sys.executable).with_name("ray"))
+
+TEAM = """
+[experiment]
+name = "rayteam"
+seed = 1
+total_steps = {total}
+eval_every = 1_000
+eval_episodes = 2
+backend = "ray"
+progress = false
+
+[env]
+id = "Pendulum-v1"
+
+[buffer]
+capacity = 20_000
+batch_size = 32
+
+[[team]]
+name = "target"
+algo = "ddpg"
+role = "learner"
+[team.params]
+learning_starts = 200
+hidden = [32, 32]
+
+[[team]]
+name = "explorer"
+algo = "ppo"
+role = "explorer"
+count = 2
+sync = {{ every = 100, keep = ["actor.head"], alpha = 1.0 }}
+[team.params]
+hidden = [32, 32]
+n_steps = 64
+batch_size = 32
+"""
+
+
+def write_team(tmp_path: Path, total: int) -> Path:
+    path = tmp_path / "team.toml"
+    path.write_text(TEAM.format(total=total))
+    return path
+
+
+# -- process bookkeeping ----------------------------------------------------------------------
+
+
+def processes_with_env(marker: str) -> list[int]:
+    """Pids of live processes whose environment holds ``marker`` (e.g. ``RAY_TMPDIR=/tmp/x``)."""
+    found = []
+    needle = marker.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{entry}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        if needle in env:
+            found.append(int(entry))
+    return found
+
+
+def stop_processes(marker: str, grace_s: float = 10.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in processes_with_env(marker):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while processes_with_env(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclasses.dataclass
+class Cluster:
+    address: str
+    tmpdir: str
+    worker_node: str  # node id of the node with the explorer_node resource
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """A head (3 CPUs) and a worker node (2 CPUs, resource explorer_node = 2) on this machine;
+    this test process is connected to it as a driver."""
+    # Short: Ray's unix socket paths live under it and must stay below 108 bytes.
+    tmpdir = tempfile.mkdtemp(prefix="w2ray", dir="/tmp")
+    marker = f"RAY_TMPDIR={tmpdir}"
+    env = dict(os.environ, RAY_TMPDIR=tmpdir, RAY_AUTH_MODE="disabled")
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    common = ["--disable-usage-stats", "--include-log-monitor=false"]
+    try:
+        subprocess.run(
+            [RAY_BIN, "start", "--head", f"--port={port}", "--num-cpus=3",
+             "--include-dashboard=false", "--node-ip-address=127.0.0.1", *common],
+            env=env, check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        subprocess.run(
+            [RAY_BIN, "start", f"--address={address}", "--num-cpus=2",
+             '--resources={"explorer_node": 2}', "--node-ip-address=127.0.0.1", *common],
+            env=env, check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        ray.init(address=address, namespace="wheeler2", log_to_driver=False,
+                 logging_level="error")  # fmt: skip
+        deadline = time.monotonic() + 60
+        while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        worker = next(
+            n["NodeID"] for n in ray.nodes() if n["Alive"] and "explorer_node" in n["Resources"]
+        )
+        yield Cluster(address, tmpdir, worker)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        stop_processes(marker)
+        leftover = processes_with_env(marker)
+        assert not leftover, f"cluster processes left behind: {leftover}"
+
+
+# -- configs that ask for more than the config file can say today ------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PinnedMember(MemberConfig):
+    """A [[team]] table with ``resources`` (not yet a config key). Pickles as a plain
+    MemberConfig: the driver reads the resources, the actors never need them."""
+
+    resources: dict[str, float] | None = None
+
+    def __reduce__(self) -> tuple:
+        base = [getattr(self, f.name) for f in dataclasses.fields(MemberConfig)]
+        return (MemberConfig, tuple(base))
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardedBuffer(BufferConfig):
+    """A [buffer] table with ``shards`` (not yet a config key)."""
+
+    shards: int = 1
+
+    def __reduce__(self) -> tuple:
+        base = [getattr(self, f.name) for f in dataclasses.fields(BufferConfig)]
+        return (BufferConfig, tuple(base))
+
+
+def pinned(config: Any, address: str, shards: int = 1) -> Any:
+    team = []
+    for m in config.team:
+        fields = {f.name: getattr(m, f.name) for f in dataclasses.fields(MemberConfig)}
+        res = {"explorer_node": 1.0} if m.role == "explorer" else None
+        team.append(PinnedMember(**fields, resources=res))
+    buffer = ShardedBuffer(
+        **{f.name: getattr(config.buffer, f.name) for f in dataclasses.fields(BufferConfig)},
+        shards=shards,
+    )
+    exp = dataclasses.replace(config.experiment, ray_address=address)
+    return dataclasses.replace(config, team=tuple(team), buffer=buffer, experiment=exp)
+
+
+# -- tests --------------------------------------------------------------------------------------
+
+
+def test_explorers_pinned_to_second_node_with_two_shards(tmp_path: Path, cluster: Cluster) -> None:
+    config = pinned(load(write_team(tmp_path, total=2_000)), cluster.address, shards=2)
+    run = run_experiment(config, tmp_path / "run")
+    placed = json.loads((run / "placement.json").read_text())
+    assert placed["explorer-0"]["node_id"] == cluster.worker_node
+    assert placed["explorer-1"]["node_id"] == cluster.worker_node
+    assert placed["target"]["node_id"] != cluster.worker_node
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] == 2_000
+    assert summary["members"]["explorer-0"]["node_id"] == cluster.worker_node
+    target = summary["members"]["target"]
+    # The gate held across both shards: about one update per insert after the warm-up.
+    assert target["updates"] > 1_000
+    assert 0.9 < target["updates_per_insert"] < 1.1
+    assert summary["eval"] and summary["eval"][-1]["env_steps"] == 2_000
+    payload = ckpt.load(run / "checkpoints" / "latest.pt")
+    assert set(payload["members"]) == {"target", "explorer-0", "explorer-1"}
+    assert sum(payload["member_steps"].values()) == 2_000
+
+
+def test_unplaceable_member_is_named(tmp_path: Path, cluster: Cluster) -> None:
+    config = load(write_team(tmp_path, total=1_000))
+    team = list(config.team)
+    team[1] = dataclasses.replace(team[1], num_gpus=1.0)  # the cluster has no GPU
+    config = dataclasses.replace(config, team=tuple(team))
+    config = dataclasses.replace(
+        config, experiment=dataclasses.replace(config.experiment, ray_address=cluster.address)
+    )
+    with pytest.raises(MemberFailed) as err:
+        run_experiment(config, tmp_path / "run")
+    assert err.value.member == "explorer-0"
+    assert "GPU" in err.value.detail
+
+
+def start(cfg: Path, out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "wheeler2", "run", str(cfg), "--out", str(out), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        env=env, start_new_session=True,
+    )  # fmt: skip
+
+
+def wait_running(out: Path, proc: subprocess.Popen, timeout: float = 120) -> tuple[Path, dict]:
+    """Until every member has reported figures at least once."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        runs = list(out.glob("*/placement.json"))
+        if runs:
+            run = runs[0].parent
+            placed = json.loads(runs[0].read_text())
+            metrics = run / "metrics.csv"
+            rows = metrics.read_text().splitlines()[1:] if metrics.exists() else []
+            if {r.split(",")[2] for r in rows} >= set(placed):
+                return run, placed
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("members never reported")
+
+
+def test_killed_explorer_actor_stops_team_with_exit_1(tmp_path: Path, cluster: Cluster) -> None:
+    out = tmp_path / "runs"
+    proc = start(write_team(tmp_path, total=1_000_000), out,
+                 "--set", f"experiment.ray_address={cluster.address}")  # fmt: skip
+    try:
+        run, placed = wait_running(out, proc)
+        ray.kill(ray.get_actor(placed["explorer-1"]["actor"], namespace="wheeler2"))
+        t0 = time.monotonic()
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, output
+    assert time.monotonic() - t0 < 20
+    assert "explorer-1" in output and "failed" in output
+    assert (run / "checkpoints" / "latest.pt").exists()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    # The run's other actors went with it.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(placed["target"]["actor"], namespace="wheeler2")
+        except ValueError:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("the learner's actor outlived the run")
+
+
+def test_sigint_checkpoints_and_resumes_under_local(tmp_path: Path) -> None:
+    """A run that starts its own Ray: Ctrl-C -> exit 130, a final checkpoint, no Ray process
+    left; the checkpoint then resumes under the local backend."""
+    ray_tmp = tempfile.mkdtemp(prefix="w2ray", dir="/tmp")
+    marker = f"RAY_TMPDIR={ray_tmp}"
+    env = dict(os.environ, RAY_TMPDIR=ray_tmp)
+    env.pop("RAY_ADDRESS", None)
+    out = tmp_path / "runs"
+    proc = start(write_team(tmp_path, total=6_000), out, env=env)
+    try:
+        run, placed = wait_running(out, proc)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        t0 = time.monotonic()
+        output, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 130, output
+        assert time.monotonic() - t0 < 30
+        deadline = time.monotonic() + 15
+        while processes_with_env(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert processes_with_env(marker) == [], "ray processes left behind"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        stop_processes(marker)
+    payload = ckpt.load(run / "checkpoints" / "latest.pt")
+    assert set(payload["members"]) == set(placed)
+    stopped_at = payload["run"]["env_steps"]
+    assert 0 < stopped_at < 6_000
+    assert sum(payload["member_steps"].values()) == stopped_at
+    assert json.loads((run / "summary.json").read_text())["interrupted"] is True
+
+    # The same run directory, continued by the local backend.
+    cfg = run / "config.toml"
+    cfg.write_text(cfg.read_text().replace('backend = "ray"', 'backend = "local"'))
+    res = subprocess.run([sys.executable, "-m", "wheeler2", "resume", str(run)],
+                         capture_output=True, text=True, timeout=240, cwd=ROOT)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] >= 6_000
+    assert summary["interrupted"] is False
+    assert summary["eval"][-1]["env_steps"] >= 6_000
+
+
+def test_local_checkpoint_resumes_under_ray(tmp_path: Path, cluster: Cluster) -> None:
+    config = load(write_team(tmp_path, total=1_000))
+    local = dataclasses.replace(
+        config, experiment=dataclasses.replace(config.experiment, backend="local")
+    )
+    run = run_experiment(local, tmp_path / "run")
+    before = ckpt.load(run / "checkpoints" / "latest.pt")
+    longer = dataclasses.replace(
+        config,
+        experiment=dataclasses.replace(
+            config.experiment, total_steps=2_000, ray_address=cluster.address
+        ),
+    )
+    run_experiment(longer, run, resume=True)
+    after = ckpt.load(run / "checkpoints" / "latest.pt")
+    assert after["run"]["env_steps"] == 2_000
+    for name, steps in before["member_steps"].items():
+        assert after["member_steps"][name] >= steps
+    # The learner went on from its checkpointed counters and weights rather than from scratch.
+    t0, t1 = before["members"]["target"], after["members"]["target"]
+    assert t1["updates"] > t0["updates"] > 0
+    key = next(iter(t1["actor"]))
+    assert not np.allclose(t0["actor"][key].numpy(), t1["actor"][key].numpy())
