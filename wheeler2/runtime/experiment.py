@@ -19,7 +19,7 @@ from wheeler2.log import RunLog, write_summary
 from wheeler2.runtime.evaluation import EvalResult
 
 
-def shield_shutdown() -> None:
+def shield_shutdown(quiet: bool = False) -> None:
     """Ignore further Ctrl-C / SIGTERM while the run writes its last checkpoint and summary.
 
     People press Ctrl-C twice; a second interrupt must not tear the checkpoint it asked for.
@@ -27,7 +27,8 @@ def shield_shutdown() -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    print("\nstopping: writing the last checkpoint and summary ...", flush=True)
+    if not quiet:
+        print("\nstopping: writing the last checkpoint and summary ...", flush=True)
 
 
 class MemberFailed(RuntimeError):

@@ -336,7 +336,7 @@ class _Team:
                     self.recorder.progress(self.env_steps, self.figures)
         except KeyboardInterrupt:
             interrupted = True
-        shield_shutdown()
+        shield_shutdown(quiet=not (interrupted or failed))
         self.stop.set()
         self._drain(STOP_GRACE_S)
         self.recorder.state.env_steps = self.env_steps
