@@ -82,6 +82,8 @@ class DDPG(Agent):
         super().__init__(space, params, resolve_device(device, params.device), seed)
         if space.discrete:
             raise ValueError("DDPG needs a continuous (Box) action space")
+        if params.policy_delay < 1:
+            raise ValueError(f"policy_delay must be >= 1, got {params.policy_delay}")
         p, dev = params, self.device
         self.head_names = space.heads
         with seeded(seed):
