@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from agents.nets import DeterministicActor, QCritic, polyak_, resolve_device, seeded
+from agents.normalize import make_obs_norm
 from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SpaceInfo, Transitions
 
 
@@ -41,6 +42,8 @@ class Params:
     max_grad_norm: float = 0.0  # gradient clipping of both nets; 0 = off
     critic: str = "separate"  # "separate": one MLP per head | "shared": one trunk, H outputs
     normalize_heads: bool = False  # divide each head's Q by its running std in the actor loss
+    normalize_obs: bool = False  # running mean/std of observed inputs (agents/normalize.py)
+    obs_clip: float = 5.0  # normalized inputs are clipped to [-obs_clip, obs_clip]
     head_norm_decay: float = 0.99  # EMA decay of those running Q statistics
     device: str = "cpu"  # "cpu" | "cuda"
 
@@ -110,6 +113,7 @@ class DDPG(Agent):
         self.head_q_mean = torch.zeros(space.num_heads, device=dev)
         self.head_q_sq = torch.ones(space.num_heads, device=dev)
 
+        self.obs_norm = make_obs_norm(p.normalize_obs, space.obs_dim, p.obs_clip, dev)
         self.noise = ActionNoise(p.noise, p.noise_std, p.ou_theta, p.ou_dt, space.act_dim, seed + 1)
         self.rng = np.random.default_rng(seed + 2)
         self.env_steps = 0
@@ -127,7 +131,8 @@ class DDPG(Agent):
             a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
             return ActOut(action=a)
         with torch.inference_mode():
-            a = self.actor_net(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
+            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            a = self.actor_net(self.obs_norm.normalize(x))
         a = a.cpu().numpy()
         if explore and self.params.noise != "none":
             a = np.clip(a + self.noise(n), -1.0, 1.0)
@@ -135,6 +140,7 @@ class DDPG(Agent):
 
     def observe(self, step: Transitions) -> dict[str, float] | None:
         self.env_steps += len(step.obs)
+        self.obs_norm.update(step.obs)  # acting data only: evaluation never calls observe
         done = np.logical_or(step.terminated, step.truncated)
         if done.any():
             self.noise.reset(done)
@@ -142,7 +148,8 @@ class DDPG(Agent):
 
     def learn(self, batch: Batch) -> LearnOut:
         p = self.params
-        obs, action, next_obs = batch.obs, batch.action, batch.next_obs
+        obs, action = self.obs_norm.normalize(batch.obs), batch.action
+        next_obs = self.obs_norm.normalize(batch.next_obs)
         with torch.no_grad():
             q_next = self.critic_target(next_obs, self.actor_target(next_obs))  # [B, H]
             y = batch.reward + batch.discount.unsqueeze(-1) * q_next
@@ -208,6 +215,7 @@ class DDPG(Agent):
             "head_q_sq": self.head_q_sq.clone(),
             "env_steps": self.env_steps,
             "updates": self.updates,
+            "obs_norm": self.obs_norm.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -221,6 +229,7 @@ class DDPG(Agent):
         self.head_q_sq.copy_(state["head_q_sq"])
         self.env_steps = int(state["env_steps"])
         self.updates = int(state["updates"])
+        self.obs_norm.load_state_dict(state.get("obs_norm", {}))
 
 
 def _frozen_copy(net: nn.Module) -> nn.Module:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from agents.nets import DiscreteQ, polyak_, resolve_device, seeded
+from agents.normalize import make_obs_norm
 from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SpaceInfo, Transitions
 
 
@@ -39,6 +40,8 @@ class Params:
     double: bool = True  # double-Q target; False = max over the target network
     loss: str = "huber"  # "huber" | "mse"
     max_grad_norm: float = 10.0  # 0 = off
+    normalize_obs: bool = False  # running mean/std of observed inputs (agents/normalize.py)
+    obs_clip: float = 5.0  # normalized inputs are clipped to [-obs_clip, obs_clip]
     device: str = "cpu"  # "cpu" | "cuda"
 
 
@@ -71,6 +74,9 @@ class DQN(Agent):
         self.target_params = list(self.q_target.parameters())
         self.head_w = torch.tensor(space.head_weights, dtype=torch.float32, device=self.device)
         self.rng = np.random.default_rng(seed)
+        self.obs_norm = make_obs_norm(
+            params.normalize_obs, space.obs_dim, params.obs_clip, self.device
+        )
         self.env_steps = 0
         self.updates = 0
 
@@ -86,7 +92,8 @@ class DQN(Agent):
 
     def act(self, obs: np.ndarray, explore: bool) -> ActOut:
         with torch.inference_mode():
-            q = self.q(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
+            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            q = self.q(self.obs_norm.normalize(x))
         action = q.argmax(-1).cpu().numpy()
         if explore:
             rand = self.rng.random(len(action)) < self.epsilon
@@ -95,17 +102,20 @@ class DQN(Agent):
 
     def observe(self, step: Transitions) -> dict[str, float] | None:
         self.env_steps += len(step.obs)
+        self.obs_norm.update(step.obs)  # acting data only: evaluation never calls observe
         return None
 
     def learn(self, batch: Batch) -> LearnOut:
         p = self.params
         action = batch.action.long().reshape(-1, 1)
+        obs = self.obs_norm.normalize(batch.obs)
+        next_obs = self.obs_norm.normalize(batch.next_obs)
         with torch.no_grad():
             reward = batch.reward.reshape(len(action), -1) @ self.head_w  # heads -> one reward
-            q_next_target = self.q_target(batch.next_obs)
-            q_next_online = self.q(batch.next_obs) if p.double else q_next_target
+            q_next_target = self.q_target(next_obs)
+            q_next_online = self.q(next_obs) if p.double else q_next_target
             y = double_q_target(reward, batch.discount, q_next_online, q_next_target)
-        q = self.q(batch.obs).gather(-1, action).squeeze(-1)
+        q = self.q(obs).gather(-1, action).squeeze(-1)
         if p.loss == "huber":
             per_sample = F.smooth_l1_loss(q, y, reduction="none")
         else:
@@ -135,6 +145,7 @@ class DQN(Agent):
             "opt": self.opt.state_dict(),
             "env_steps": self.env_steps,
             "updates": self.updates,
+            "obs_norm": self.obs_norm.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -143,3 +154,4 @@ class DQN(Agent):
         self.opt.load_state_dict(state["opt"])
         self.env_steps = int(state["env_steps"])
         self.updates = int(state["updates"])
+        self.obs_norm.load_state_dict(state.get("obs_norm", {}))

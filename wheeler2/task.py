@@ -8,6 +8,10 @@ batch of transitions::
 The head ``reward = "env"`` is the environment's own reward; for goal environments it is
 recomputed with the env's ``compute_reward`` when HER relabels a goal. A head's ``reward`` may
 also name a method of the task class or a ``"module:function"`` anywhere on the import path.
+
+A task class may also declare its heads itself with :func:`reward_head`; they are used when the
+TOML file lists no ``[[task.heads]]``. Every custom head is run once on a probe batch when the run
+is built (:func:`validate_heads`), so a wrong shape fails before any training, naming the head.
 """
 
 from __future__ import annotations
@@ -20,12 +24,44 @@ import numpy as np
 
 RewardFn = Callable[..., np.ndarray]
 
+_HEAD_ATTR = "_wheeler2_reward_head"
+
+
+def reward_head(weight: float = 1.0, name: str | None = None) -> Callable[[RewardFn], RewardFn]:
+    """Marks a task method as a reward head (its name defaults to the method's name)::
+
+    class Reach(Task):
+        @reward_head(weight=1.0)
+        def distance(self, obs, action, next_obs, achieved_goal, desired_goal, info):
+            return -np.linalg.norm(achieved_goal - desired_goal, axis=-1)
+    """
+
+    def mark(fn: RewardFn) -> RewardFn:
+        setattr(fn, _HEAD_ATTR, (name or fn.__name__, float(weight)))
+        return fn
+
+    return mark
+
 
 class Task:
     """Base class of user tasks (``tasks/*.py``). Subclasses add reward methods and ``success``."""
 
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = kwargs
+
+    @classmethod
+    def declared_heads(cls) -> list[tuple[str, str, float]]:
+        """``(head name, method name, weight)`` of every :func:`reward_head` method, in
+        definition order (base classes first)."""
+        out: list[tuple[str, str, float]] = []
+        seen: set[str] = set()
+        for klass in reversed(cls.__mro__):
+            for attr, value in vars(klass).items():
+                mark = getattr(value, _HEAD_ATTR, None)
+                if mark is not None and attr not in seen:
+                    seen.add(attr)
+                    out.append((mark[0], attr, mark[1]))
+        return out
 
     def success(
         self, achieved_goal: np.ndarray | None, desired_goal: np.ndarray | None, info: Any = None
@@ -112,3 +148,52 @@ def _checked(head: Head, value: Any, n: int) -> np.ndarray:
                 f"{n}; expected ({n},): one reward per transition"
             )
     return arr
+
+
+def validate_heads(heads: RewardHeads, env: Any, steps: int = 3, seed: int = 0) -> None:
+    """Run every custom head on a probe batch from a reset and ``steps`` random actions.
+
+    A head whose function returns the wrong shape, or non-finite rewards, raises ``ValueError``
+    naming the head here, when the run is built, instead of deep inside the first update (or,
+    for HER, the first relabelled sample). Several steps make the batch larger than one row, so
+    a function that returns a scalar cannot pass by accident.
+    """
+    if all(h.fn is None for h in heads.heads) and heads._goal_reward is None:
+        return
+    rng = np.random.default_rng(seed)
+    first = env.reset(seed=seed)
+    obs = first.obs
+    rows: dict[str, list[Any]] = {k: [] for k in ("obs", "act", "next", "ag", "dg", "info", "r")}
+    info_ = env.info
+    for _ in range(steps):
+        n = len(obs)
+        if info_.discrete:
+            action = rng.integers(0, info_.act_dim, n)
+        else:
+            action = rng.uniform(-1.0, 1.0, (n, info_.act_dim)).astype(np.float32)
+        st = env.step(action)
+        rows["obs"].append(obs)
+        rows["act"].append(action)
+        rows["next"].append(st.final_obs)
+        rows["ag"].append(st.final_achieved_goal)
+        rows["dg"].append(st.final_desired_goal)
+        rows["info"].extend(st.infos)
+        rows["r"].append(st.reward)
+        obs = st.obs
+
+    def cat(key: str) -> np.ndarray | None:
+        return None if rows[key][0] is None else np.concatenate(rows[key])
+
+    batch = (cat("obs"), cat("act"), cat("next"), cat("ag"), cat("dg"))
+    reward = heads.compute(*batch, rows["info"], cat("r"))
+    _check_finite(heads, reward, "its reward")
+    if batch[3] is not None:
+        # HER asks for the same rewards with other goals: the achieved goals of later steps.
+        relabelled = heads.relabel(*batch[:4], batch[3][::-1].copy())
+        _check_finite(heads, relabelled, "its HER-relabelled reward")
+
+
+def _check_finite(heads: RewardHeads, reward: np.ndarray, what: str) -> None:
+    for j, name in enumerate(heads.names):
+        if not np.all(np.isfinite(reward[:, j])):
+            raise ValueError(f"reward head {name!r}: {what} on a probe batch is not finite")

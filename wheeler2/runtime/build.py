@@ -15,8 +15,9 @@ import torch
 
 from wheeler2 import registry
 from wheeler2.agent import Agent, SpaceInfo
+from wheeler2.config import HeadConfig
 from wheeler2.env import EnvInfo, VecEnv
-from wheeler2.task import Head, RewardHeads, Task
+from wheeler2.task import Head, RewardHeads, Task, validate_heads
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,10 @@ def make_heads(config: Any, env: VecEnv, task: Task | None) -> RewardHeads:
     task_cfg = getattr(config, "task", None)
     head_specs = list(getattr(task_cfg, "heads", None) or [])
     goal_reward = getattr(env, "compute_reward", None) if env.info.goal_dim else None
+    # The TOML default (one "env" head) gives way to heads the task class declares itself.
+    only_default = [(h.name, h.reward) for h in head_specs] in ([], [("env", "env")])
+    if task is not None and only_default and task.declared_heads():
+        head_specs = [HeadConfig(n, m, w) for n, m, w in task.declared_heads()]
     if not head_specs:
         return RewardHeads([Head("env", 1.0, None)], goal_reward)
     heads = []
@@ -75,9 +80,23 @@ def make_heads(config: Any, env: VecEnv, task: Task | None) -> RewardHeads:
         elif task is not None and ":" not in h.reward and hasattr(task, h.reward):
             fn = getattr(task, h.reward)
         else:
-            fn = registry.resolve_object(h.reward)
+            fn = _task_method(task, h.reward) or registry.resolve_object(h.reward)
         heads.append(Head(h.name, float(h.weight), fn))
-    return RewardHeads(heads, goal_reward)
+    out = RewardHeads(heads, goal_reward)
+    if any(h.fn is not None for h in heads):
+        validate_heads(out, env)  # a wrong shape fails here, before training, naming the head
+    return out
+
+
+def _task_method(task: Task | None, spec: str) -> Any:
+    """``"module:Class.method"`` naming the run's own task class -> that task's bound method
+    (resolved as a plain attribute it would be an unbound function, missing ``self``)."""
+    module, _, attr = spec.partition(":")
+    owner, _, method = attr.rpartition(".")
+    cls = type(task)
+    if task is not None and owner and (cls.__module__, cls.__qualname__) == (module, owner):
+        return getattr(task, method)
+    return None
 
 
 def space_info(info: EnvInfo, heads: RewardHeads) -> SpaceInfo:

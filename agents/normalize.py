@@ -1,0 +1,97 @@
+"""Running observation normalization for off-policy learners (``normalize_obs = true``).
+
+Goal tasks such as FetchReach mix positions in metres with velocities and goals on other scales;
+normalizing each input dimension to zero mean and unit variance (clipped, so a rare outlier cannot
+saturate the first layer) lets one learning rate suit all of them. The statistics are updated only
+from the transitions the agent observes while acting, never from evaluation, and are part of the
+agent's ``state_dict`` so a resumed or evaluated checkpoint sees the same inputs it trained on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class RunningNorm:
+    """Per-dimension running mean / variance (parallel-merge form, exact in float64).
+
+    ``normalize`` returns ``clip((x - mean) / max(std, eps), -clip, clip)``; ``eps`` keeps a
+    constant dimension (a fixed goal coordinate) from being blown up.
+    """
+
+    def __init__(self, dim: int, clip: float = 5.0, eps: float = 1e-2, device: Any = "cpu"):
+        self.dim = int(dim)
+        self.clip = float(clip)
+        self.eps = float(eps)
+        self.device = torch.device(device)
+        self.count = 0
+        self.mean = np.zeros(self.dim, np.float64)
+        self.m2 = np.zeros(self.dim, np.float64)  # sum of squared deviations from the mean
+        self._refresh()
+
+    @property
+    def var(self) -> np.ndarray:
+        return self.m2 / self.count if self.count else np.ones(self.dim)
+
+    @property
+    def std(self) -> np.ndarray:
+        return np.sqrt(self.var)
+
+    def update(self, x: np.ndarray) -> None:
+        """Fold a batch ``[N, dim]`` of observed rows into the statistics."""
+        x = np.asarray(x, np.float64).reshape(-1, self.dim)
+        n = len(x)
+        if n == 0:
+            return
+        b_mean = x.mean(0)
+        b_m2 = ((x - b_mean) ** 2).sum(0)
+        total = self.count + n
+        delta = b_mean - self.mean
+        self.mean = self.mean + delta * (n / total)
+        self.m2 = self.m2 + b_m2 + delta**2 * (self.count * n / total)
+        self.count = total
+        self._refresh()
+
+    def _refresh(self) -> None:
+        # Cached tensors: normalize runs on every act and every update, update far less often.
+        self._mean_t = torch.as_tensor(self.mean, dtype=torch.float32, device=self.device)
+        self._inv_std_t = torch.as_tensor(
+            1.0 / np.maximum(self.std, self.eps), dtype=torch.float32, device=self.device
+        )
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self._mean_t) * self._inv_std_t).clamp_(-self.clip, self.clip)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "mean": self.mean.copy(), "m2": self.m2.copy()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not state:  # a checkpoint from before normalize_obs existed: keep fresh statistics
+            return
+        self.count = int(state["count"])
+        self.mean = np.asarray(state["mean"], np.float64).copy()
+        self.m2 = np.asarray(state["m2"], np.float64).copy()
+        self._refresh()
+
+
+class IdentityNorm:
+    """Stands in for :class:`RunningNorm` when ``normalize_obs = false``: no cost, no state."""
+
+    def update(self, x: np.ndarray) -> None:
+        pass
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def make_obs_norm(enabled: bool, dim: int, clip: float, device: Any) -> RunningNorm | IdentityNorm:
+    return RunningNorm(dim, clip=clip, device=device) if enabled else IdentityNorm()

@@ -1,0 +1,190 @@
+"""FetchReach-v4, DDPG + HER: wheeler2 against Stable-Baselines3, side by side in one run.
+
+    python experiments/fetch_her_vs_sb3.py --seeds 0 1
+
+Both sides use the same hyperparameters (buffer 1e6, batch 256, gamma 0.95, lr 1e-3, learning
+starts 1000, tau 0.05, 3 x 256 nets, Gaussian noise 0.2, HER future k = 4), one torch thread, and
+evaluate 20 deterministic episodes every 1,000 env steps (eval time counted in the wall-clock).
+A side stops at its first eval with success >= 0.9. The ratios are wheeler2 / SB3: below 1 means
+wheeler2 needs less. Needs the ``robotics`` extra. Writes experiments/results/fetch_her_vs_sb3.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "experiments" / "results"
+ENV_ID = "FetchReach-v4"
+THRESHOLD = 0.9
+EVAL_EVERY = 1_000
+EVAL_EPISODES = 20
+
+
+@dataclass
+class Outcome:
+    side: str
+    seed: int
+    steps: int | None  # env steps at the first eval with success >= THRESHOLD
+    wall: float | None  # seconds from the start to that eval (its own time included)
+    final_success: float
+    curve: list[tuple[int, float]]
+
+
+def run_sb3(seed: int, max_steps: int) -> Outcome:
+    import gymnasium as gym
+    import gymnasium_robotics
+    from stable_baselines3 import DDPG, HerReplayBuffer
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    gym.register_envs(gymnasium_robotics)
+    env = gym.make(ENV_ID)
+    eval_env = gym.make(ENV_ID)
+
+    def evaluate(model: DDPG) -> float:
+        hits = []
+        for ep in range(EVAL_EPISODES):
+            obs, _ = eval_env.reset(seed=seed + 99_991 + ep)
+            done = False
+            while not done:
+                action, _ = model.predict(obs, deterministic=True)
+                obs, _, term, trunc, info = eval_env.step(action)
+                done = term or trunc
+            hits.append(float(info["is_success"]))
+        return float(np.mean(hits))
+
+    class Evaluator(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.t0 = time.perf_counter()
+            self.curve: list[tuple[int, float]] = []
+            self.hit: tuple[int, float] | None = None
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps % EVAL_EVERY == 0:
+                s = evaluate(self.model)
+                self.curve.append((self.num_timesteps, s))
+                if s >= THRESHOLD:
+                    self.hit = (self.num_timesteps, time.perf_counter() - self.t0)
+                    return False
+            return True
+
+    cb = Evaluator()
+    model = DDPG(
+        "MultiInputPolicy",
+        env,
+        replay_buffer_class=HerReplayBuffer,
+        replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"),
+        buffer_size=1_000_000,
+        batch_size=256,
+        gamma=0.95,
+        learning_rate=1e-3,
+        learning_starts=1_000,
+        tau=0.05,
+        action_noise=NormalActionNoise(np.zeros(4), 0.2 * np.ones(4)),
+        policy_kwargs=dict(net_arch=[256, 256, 256]),
+        train_freq=1,
+        gradient_steps=1,
+        seed=seed,
+        device="cpu",
+    )
+    cb.t0 = time.perf_counter()
+    model.learn(total_timesteps=max_steps, callback=cb)
+    return Outcome(
+        "sb3", seed, *(cb.hit or (None, None)), cb.curve[-1][1] if cb.curve else 0.0, cb.curve
+    )
+
+
+def run_wheeler2(seed: int, max_steps: int, out: Path, normalize: bool) -> Outcome:
+    from wheeler2.config import load
+    from wheeler2.runtime import run_experiment
+
+    overrides = [
+        "experiment.progress=false",
+        f"experiment.total_steps={max_steps}",
+        f"experiment.eval_every={EVAL_EVERY}",
+        f"experiment.eval_episodes={EVAL_EPISODES}",
+        # success is not a return: stop at the threshold by the return it implies is not exact,
+        # so the run goes on and the first eval >= THRESHOLD is read from summary.json.
+    ]
+    if normalize:
+        overrides.append("team.target.params.normalize_obs=true")
+    config = load(
+        ROOT / "cfg" / "fetchreach_her.toml", overrides=overrides, seed=seed, out=str(out)
+    )
+    run_dir = run_experiment(config)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    curve = [(e["env_steps"], e["success"] or 0.0) for e in summary["eval"]]
+    hit = next((e for e in summary["eval"] if (e["success"] or 0.0) >= THRESHOLD), None)
+    return Outcome(
+        "wheeler2",
+        seed,
+        hit["env_steps"] if hit else None,
+        hit["wall_s"] if hit else None,
+        curve[-1][1] if curve else 0.0,
+        curve,
+    )
+
+
+def _fmt(x: float | int | None, spec: str = "") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def table(rows: list[tuple[Outcome, Outcome]]) -> str:
+    lines = [
+        f"FetchReach-v4, DDPG + HER, first eval with success >= {THRESHOLD} over "
+        f"{EVAL_EPISODES} episodes (every {EVAL_EVERY} env steps), torch threads "
+        f"{torch.get_num_threads()}",
+        "",
+        "| seed | wheeler2 steps | SB3 steps | steps ratio | wheeler2 s | SB3 s | wall ratio |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for w, s in rows:
+        sr = w.steps / s.steps if w.steps and s.steps else None
+        wr = w.wall / s.wall if w.wall and s.wall else None
+        lines.append(
+            f"| {w.seed} | {_fmt(w.steps)} | {_fmt(s.steps)} | {_fmt(sr, '.2f')} "
+            f"| {_fmt(w.wall, '.1f')} | {_fmt(s.wall, '.1f')} | {_fmt(wr, '.2f')} |"
+        )
+    lines += ["", "Success curves (env steps: success):", ""]
+    for w, s in rows:
+        for o in (w, s):
+            pts = ", ".join(f"{k}: {v:.2f}" for k, v in o.curve)
+            lines.append(f"- {o.side} seed {o.seed}: {pts}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--max-steps", type=int, default=10_000)
+    ap.add_argument("--no-normalize", action="store_true", help="wheeler2 without normalize_obs")
+    ap.add_argument("--out", default=str(ROOT / "runs" / "fetch_her_vs_sb3"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    rows = []
+    for seed in args.seeds:
+        w = run_wheeler2(seed, args.max_steps, Path(args.out), not args.no_normalize)
+        print(f"wheeler2 seed {seed}: steps {w.steps} wall {w.wall} curve {w.curve}", flush=True)
+        s = run_sb3(seed, args.max_steps)
+        print(f"sb3 seed {seed}: steps {s.steps} wall {s.wall} curve {s.curve}", flush=True)
+        rows.append((w, s))
+    text = table(rows)
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    suffix = "" if not args.no_normalize else "_nonorm"
+    (RESULTS / f"fetch_her_vs_sb3{suffix}.md").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
