@@ -1,0 +1,106 @@
+"""Observation normalization: exact running statistics, frozen in evaluation, checkpointed."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from agents.ddpg import DDPG
+from agents.ddpg import Params as DDPGParams
+from agents.dqn import DQN
+from agents.dqn import Params as DQNParams
+from agents.normalize import IdentityNorm, RunningNorm
+from wheeler2.agent import Transitions
+
+SPACE_C = dict(obs_dim=3, act_dim=2, discrete=False, heads=("env",), head_weights=(1.0,))
+
+
+def test_running_stats_match_numpy_over_uneven_batches() -> None:
+    rng = np.random.default_rng(0)
+    data = rng.normal([1.0, -50.0, 1e3], [0.1, 10.0, 300.0], (1000, 3))
+    norm = RunningNorm(3)
+    start = 0
+    for size in (1, 7, 300, 2, 690):
+        norm.update(data[start : start + size])
+        start += size
+    np.testing.assert_allclose(norm.mean, data.mean(0), rtol=1e-10)
+    np.testing.assert_allclose(norm.std, data.std(0), rtol=1e-10)
+    x = torch.as_tensor(data[:5], dtype=torch.float32)
+    expected = np.clip((data[:5] - data.mean(0)) / data.std(0), -5, 5)
+    np.testing.assert_allclose(norm.normalize(x).numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_clipping_and_constant_dimensions() -> None:
+    norm = RunningNorm(2, clip=5.0)
+    norm.update(np.array([[0.0, 3.0], [2.0, 3.0]]))  # second dimension never varies
+    out = norm.normalize(torch.tensor([[100.0, 3.5]])).numpy()
+    assert out[0, 0] == 5.0  # clipped
+    # std 0 is floored at eps = 1e-2: 0.5 / 1e-2 = 50, clipped to 5, never inf or nan
+    assert out[0, 1] == 5.0
+
+
+def _transitions(obs: np.ndarray, discrete: bool) -> Transitions:
+    n = len(obs)
+    action = np.zeros(n, np.int64) if discrete else np.zeros((n, 2), np.float32)
+    return Transitions(
+        obs=obs,
+        action=action,
+        reward=np.zeros((n, 1), np.float32),
+        next_obs=obs,
+        terminated=np.zeros(n, bool),
+        truncated=np.zeros(n, bool),
+        reset_obs=obs,
+        act_out=None,
+    )
+
+
+@pytest.mark.parametrize("algo", ["ddpg", "dqn"])
+def test_agent_updates_from_observed_data_only_and_round_trips(algo: str) -> None:
+    from wheeler2.agent import SpaceInfo
+
+    if algo == "ddpg":
+        space = SpaceInfo(**SPACE_C)
+        agent = DDPG(space, DDPGParams(hidden=[8], learning_starts=0, normalize_obs=True))
+    else:
+        space = SpaceInfo(**{**SPACE_C, "discrete": True})
+        agent = DQN(space, DQNParams(hidden=[8], normalize_obs=True))
+    rng = np.random.default_rng(1)
+    seen = rng.normal(10.0, 3.0, (64, 3)).astype(np.float32)
+    agent.observe(_transitions(seen, space.discrete))
+    mean, std = agent.obs_norm.mean.copy(), agent.obs_norm.std.copy()
+    np.testing.assert_allclose(mean, seen.astype(np.float64).mean(0), rtol=1e-6)
+
+    # Evaluation acts (explore=False) and exploring acts never move the statistics.
+    agent.act(rng.normal(-100.0, 50.0, (16, 3)).astype(np.float32), explore=False)
+    agent.act(rng.normal(-100.0, 50.0, (16, 3)).astype(np.float32), explore=True)
+    np.testing.assert_array_equal(agent.obs_norm.mean, mean)
+    np.testing.assert_array_equal(agent.obs_norm.std, std)
+
+    # The actor sees normalized inputs: shifting the stats changes its output.
+    probe = seen[:4]
+    before = agent.act(probe, explore=False).action.copy()
+
+    buf = io.BytesIO()
+    torch.save(agent.state_dict(), buf)
+    buf.seek(0)
+    fresh = (
+        DDPG(space, DDPGParams(hidden=[8], learning_starts=0, normalize_obs=True))
+        if algo == "ddpg"
+        else DQN(space, DQNParams(hidden=[8], normalize_obs=True))
+    )
+    assert fresh.obs_norm.count == 0
+    fresh.load_state_dict(torch.load(buf, weights_only=False))
+    assert fresh.obs_norm.count == 64
+    np.testing.assert_array_equal(fresh.obs_norm.mean, mean)
+    np.testing.assert_array_equal(fresh.act(probe, explore=False).action, before)
+
+
+def test_off_by_default() -> None:
+    from wheeler2.agent import SpaceInfo
+
+    agent = DDPG(SpaceInfo(**SPACE_C), DDPGParams(hidden=[8]))
+    assert isinstance(agent.obs_norm, IdentityNorm)
+    assert agent.state_dict()["obs_norm"] == {}
