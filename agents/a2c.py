@@ -118,7 +118,8 @@ class A2C(Agent):
         return ActOut(action=action.cpu().numpy(), logp=logp.cpu().numpy(), extras=extras)
 
     def observe(self, step: Transitions) -> dict[str, float] | None:
-        self.env_steps += len(step.obs)
+        active = np.ones(len(step.obs), bool) if step.active is None else step.active
+        self.env_steps += int(active.sum())
         # Copies: the engine may reuse its arrays for the next vector step.
         self.steps.append(
             {
@@ -129,6 +130,8 @@ class A2C(Agent):
                 "reward": np.array(step.reward, np.float32).reshape(len(step.obs), -1),
                 "terminated": np.array(step.terminated, np.float32),
                 "done": np.array(step.terminated | step.truncated, np.float32),
+                # Absent multi-agent rows: kept for the rectangular n-step recursion, weight 0.
+                "valid": np.array(active, np.float32),
             }
         )
         if len(self.steps) < self.params.n_steps:
@@ -156,12 +159,16 @@ class A2C(Agent):
 
         logp, entropy = evaluate_actions(self.policy, obs.flatten(0, 1), action.flatten(0, 1))
         values = self.critic(obs.flatten(0, 1))
+        w = stack("valid").flatten()
+        denom = w.sum().clamp(min=1.0)
         adv = returns - values.detach()
         if p.normalize_advantage and len(adv) > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        policy_loss = -(adv * logp).mean()
-        value_loss = (returns - values).pow(2).mean()
-        entropy = entropy.mean()
+            mu = (adv * w).sum() / denom
+            sd = ((adv - mu).pow(2) * w).sum().div(denom).sqrt()
+            adv = (adv - mu) / (sd + 1e-8)
+        policy_loss = -(adv * logp * w).sum() / denom
+        value_loss = ((returns - values).pow(2) * w).sum() / denom
+        entropy = (entropy * w).sum() / denom
         loss = policy_loss + p.vf_coef * value_loss - p.ent_coef * entropy
 
         self.opt.zero_grad(set_to_none=True)

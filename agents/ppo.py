@@ -85,9 +85,19 @@ def gae(
     return adv
 
 
-def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, clip: float) -> torch.Tensor:
-    """PPO's L^CLIP = E[min(r A, clip(r, 1 - eps, 1 + eps) A)], the objective to *maximize*."""
-    return torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv).mean()
+def masked_mean(x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
+    """Mean of ``x`` over the rows with weight 1 (all rows when ``w`` is None)."""
+    if w is None:
+        return x.mean()
+    return (x * w).sum() / w.sum().clamp(min=1.0)
+
+
+def clipped_surrogate(
+    ratio: torch.Tensor, adv: torch.Tensor, clip: float, w: torch.Tensor | None = None
+) -> torch.Tensor:
+    """PPO's L^CLIP = E[min(r A, clip(r, 1 - eps, 1 + eps) A)], the objective to *maximize*;
+    ``w`` (0/1 per row) leaves out the steps of absent multi-agent rows."""
+    return masked_mean(torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv), w)
 
 
 class PPO(Agent):
@@ -156,7 +166,11 @@ class PPO(Agent):
         buf["reward"][t] = reward @ self.head_w  # heads -> one reward
         buf["terminated"][t] = torch.as_tensor(step.terminated, device=dev)
         buf["done"][t] = torch.as_tensor(step.terminated | step.truncated, device=dev)
-        self.env_steps += n
+        # Absent rows stay in the rollout (it must be rectangular for GAE) with weight 0; their
+        # own done flag at the leaving step already cut the advantage chain.
+        active = np.ones(n, bool) if step.active is None else step.active
+        buf["valid"][t] = torch.as_tensor(active, device=dev)
+        self.env_steps += n if step.active is None else int(active.sum())
         self.t += 1
         if self.t < self.params.n_steps:
             return None
@@ -174,6 +188,7 @@ class PPO(Agent):
             "reward": torch.zeros(T, n, device=dev),
             "terminated": torch.zeros(T, n, device=dev),
             "done": torch.zeros(T, n, device=dev),
+            "valid": torch.ones(T, n, device=dev),
         }
 
     def _schedule(self, value: float, kind: str) -> float:
@@ -207,6 +222,8 @@ class PPO(Agent):
         obs, action = buf["obs"].flatten(0, 1), buf["action"].flatten(0, 1)
         old_logp, adv, returns = buf["logp"].flatten(), adv.flatten(), returns.flatten()
         old_values = values.flatten()
+        valid = buf["valid"].flatten()
+        masked = bool((valid < 1.0).any())
 
         size = T * n
         stats = torch.zeros(5, device=self.device)
@@ -219,9 +236,16 @@ class PPO(Agent):
                 log_ratio = logp - old_logp[mb]
                 ratio = log_ratio.exp()
                 a = adv[mb]
+                w = valid[mb] if masked else None
                 if p.normalize_advantage and len(mb) > 1:
-                    a = (a - a.mean()) / (a.std() + 1e-8)
-                policy_loss = -clipped_surrogate(ratio, a, clip)
+                    if w is None:
+                        a = (a - a.mean()) / (a.std() + 1e-8)
+                    else:
+                        # Statistics of the real steps only: stale rows would skew them.
+                        mu = masked_mean(a, w)
+                        sd = masked_mean((a - mu).pow(2), w).sqrt()
+                        a = (a - mu) / (sd + 1e-8)
+                policy_loss = -clipped_surrogate(ratio, a, clip, w)
 
                 v = self.critic(obs[mb])
                 v_err = (v - returns[mb]).pow(2)
@@ -231,8 +255,8 @@ class PPO(Agent):
                         -p.clip_range_vf, p.clip_range_vf
                     )
                     v_err = torch.max(v_err, (v_clip - returns[mb]).pow(2))
-                value_loss = v_err.mean()
-                entropy = entropy.mean()
+                value_loss = masked_mean(v_err, w)
+                entropy = masked_mean(entropy, w)
 
                 loss = policy_loss + p.vf_coef * value_loss - p.ent_coef * entropy
                 self.opt.zero_grad(set_to_none=True)
@@ -241,8 +265,9 @@ class PPO(Agent):
                 self.opt.step()
 
                 with torch.no_grad():
-                    approx_kl = (ratio - 1.0 - log_ratio).mean()  # Schulman's low-variance KL
-                    clip_frac = ((ratio - 1.0).abs() > clip).float().mean()
+                    # Schulman's low-variance KL
+                    approx_kl = masked_mean(ratio - 1.0 - log_ratio, w)
+                    clip_frac = masked_mean(((ratio - 1.0).abs() > clip).float(), w)
                     stats += torch.stack(
                         [policy_loss, value_loss, entropy, approx_kl, clip_frac]
                     ).detach()

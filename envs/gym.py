@@ -181,3 +181,134 @@ class GymVecEnv:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def _worker(conn: Any, env_id: str, kwargs: dict[str, Any], seed: int) -> None:
+    """One copy in a subprocess: a one-copy GymVecEnv, so flattening, action scaling and
+    autoreset are the very code the in-process path runs."""
+    try:
+        _import_builtin_envs()
+        env = GymVecEnv(env_id, kwargs, 1, seed)
+        conn.send(("ok", None))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+        conn.send(("error", repr(exc)))
+        return
+    try:
+        while True:
+            cmd, data = conn.recv()
+            if cmd == "step":
+                conn.send(env.step(data))
+            elif cmd == "reset":
+                conn.send(env.reset(seed=data))
+            elif cmd == "close":
+                break
+    except (EOFError, KeyboardInterrupt):
+        pass  # the parent went away or Ctrl-C reached the whole group: just stop
+    finally:
+        env.close()
+        conn.close()
+
+
+def _import_builtin_envs() -> None:
+    # A spawned worker starts from a fresh interpreter: our own env ids must be registered there.
+    from wheeler2 import registry
+
+    registry._import_builtin_envs()
+
+
+def _stack(parts: list[np.ndarray | None]) -> np.ndarray | None:
+    return None if parts[0] is None else np.concatenate(parts)
+
+
+class AsyncGymVecEnv:
+    """``num_envs`` copies, each in its own subprocess (``[env] vector = "async"``).
+
+    Each step sends every copy its action first and then collects the results, so the copies
+    step in parallel; worth it when one env step costs much more than a pipe round trip
+    (~50-100 us), e.g. physics sims, not for Pendulum. Same EnvStep contract as GymVecEnv.
+    """
+
+    def __init__(self, env_id: str, kwargs: dict[str, Any], num_envs: int, seed: int) -> None:
+        import multiprocessing as mp
+
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self._seed = seed
+        # One copy here for the static facts (spaces, info) and the goal reward HER calls.
+        self._probe = GymVecEnv(env_id, kwargs, 1, seed)
+        self.info = self._probe.info
+        self.observation_space = self._probe.observation_space
+        self.action_space = self._probe.action_space
+        # forkserver: forking a process that already runs torch threads can deadlock the child.
+        ctx = mp.get_context("forkserver")
+        self._conns = []
+        self._procs = []
+        try:
+            for i in range(num_envs):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(
+                    target=_worker, args=(child, env_id, kwargs, seed + i), daemon=True
+                )
+                proc.start()
+                child.close()
+                self._conns.append(parent)
+                self._procs.append(proc)
+            for i, conn in enumerate(self._conns):
+                try:
+                    status, err = conn.recv()
+                except EOFError:
+                    status, err = "error", "the worker process died (see its traceback above)"
+                if status != "ok":
+                    raise RuntimeError(f"{env_id}: env copy {i} failed to start: {err}")
+        except BaseException:
+            self.close()
+            raise
+
+    def reset(self, seed: int | None = None) -> EnvReset:
+        base = self._seed if seed is None else seed
+        for i, conn in enumerate(self._conns):
+            conn.send(("reset", base + i))
+        parts = [conn.recv() for conn in self._conns]
+        return EnvReset(
+            obs=np.concatenate([p.obs for p in parts]),
+            achieved_goal=_stack([p.achieved_goal for p in parts]),
+            desired_goal=_stack([p.desired_goal for p in parts]),
+        )
+
+    def step(self, action: np.ndarray) -> EnvStep:
+        action = np.asarray(action)
+        for i, conn in enumerate(self._conns):
+            conn.send(("step", action[i : i + 1]))
+        parts: list[EnvStep] = [conn.recv() for conn in self._conns]
+        return EnvStep(
+            obs=np.concatenate([p.obs for p in parts]),
+            reward=np.concatenate([p.reward for p in parts]),
+            terminated=np.concatenate([p.terminated for p in parts]),
+            truncated=np.concatenate([p.truncated for p in parts]),
+            final_obs=np.concatenate([p.final_obs for p in parts]),
+            infos=[p.infos[0] for p in parts],
+            achieved_goal=_stack([p.achieved_goal for p in parts]),
+            desired_goal=_stack([p.desired_goal for p in parts]),
+            final_achieved_goal=_stack([p.final_achieved_goal for p in parts]),
+            final_desired_goal=_stack([p.final_desired_goal for p in parts]),
+        )
+
+    def compute_reward(
+        self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any = None
+    ) -> np.ndarray:
+        return self._probe.compute_reward(achieved_goal, desired_goal, info)
+
+    def close(self) -> None:
+        for conn in self._conns:
+            try:
+                conn.send(("close", None))
+            except (BrokenPipeError, OSError):
+                pass
+        for proc in self._procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+        for conn in self._conns:
+            conn.close()
+        self._conns, self._procs = [], []
+        self._probe.close()

@@ -33,6 +33,7 @@ Hybrid (continuous + discrete) behaviors are not supported.
 from __future__ import annotations
 
 import logging
+from fnmatch import fnmatchcase
 from typing import Any
 
 import numpy as np
@@ -107,8 +108,12 @@ class UnityVecEnv:
         num_envs: int = 1,
         seed: int = 0,
         behavior: str | None = None,
+        agents: list[str] | tuple[str, ...] | None = None,
     ) -> None:
         spec = env_id.removeprefix("unity:")
+        self._agent_globs = (
+            None if agents is None else [agents] if isinstance(agents, str) else list(agents)
+        )
         self.env_id = f"unity:{spec}"
         self.num_copies = num_envs
         self.copies: list[UnityEnvironment] = []
@@ -124,6 +129,20 @@ class UnityVecEnv:
         names = list(self.copies[0].behavior_specs)
         if not names:
             raise RuntimeError(f"{self.env_id}: the environment reports no behavior")
+        if behavior is None and self._agent_globs is not None:
+            # A team member's `agents` globs pick its behavior (names such as "Walker?team=0").
+            matched = [n for n in names if any(fnmatchcase(n, g) for g in self._agent_globs)]
+            if not matched:
+                raise ValueError(
+                    f"{self.env_id}: no behavior matches agents = {self._agent_globs}; "
+                    f"behaviors are {names}"
+                )
+            if len(matched) > 1:
+                raise ValueError(
+                    f"{self.env_id}: agents = {self._agent_globs} match several behaviors "
+                    f"{matched}; one member drives one behavior, narrow the globs"
+                )
+            behavior = matched[0]
         if behavior is None:
             behavior = names[0]
         elif behavior not in names:
@@ -301,4 +320,5 @@ def make(spec: str, kwargs: dict[str, Any], num_envs: int, seed: int) -> UnityVe
     ``discrete_action``, ``episode_length``, ``lagging_agents``, ``behaviors``, ``stock``)."""
     kwargs = dict(kwargs)
     behavior = kwargs.pop("behavior", None)
-    return UnityVecEnv(spec, kwargs, num_envs, seed, behavior=behavior)
+    agents = kwargs.pop("agents", None)
+    return UnityVecEnv(spec, kwargs, num_envs, seed, behavior=behavior, agents=agents)

@@ -109,6 +109,10 @@ class Transitions:
     truncated: np.ndarray  # [N] bool: time limit, bootstrap from next_obs
     reset_obs: np.ndarray  # [N, obs_dim]
     act_out: ActOut
+    # [N] bool, or None when every row is real. False marks a multi-agent row whose agent was
+    # absent this step (docs/envs.md, "Active mask"): its reward and flags are zeros and its
+    # observations stale, so a learner must give it zero weight.
+    active: np.ndarray | None = None
 
 
 class Agent:

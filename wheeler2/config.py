@@ -95,6 +95,12 @@ class EnvConfig:
     id: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int = 1
+    # "sync": the copies step in the member's process; "async": one subprocess per copy, for
+    # envs slow enough that stepping them in parallel beats the pipe round trips.
+    vector: str = "sync"
+
+
+VECTOR_MODES = ("sync", "async")
 
 
 @dataclass(frozen=True)
@@ -685,13 +691,27 @@ def _env(reader: _Reader, data: Any) -> EnvConfig:
     values = reader.table(
         "[env]",
         data,
-        {"id": (_string(), _REQUIRED), "kwargs": (_table, {}), "num_envs": (_integer(ge=1), 1)},
+        {
+            "id": (_string(), _REQUIRED),
+            "kwargs": (_table, {}),
+            "num_envs": (_integer(ge=1), 1),
+            "vector": (_string(VECTOR_MODES), "sync"),
+        },
         scope="env",
     )
     try:
         registry.check_env_id(values["id"])
     except registry.RegistryError as exc:
         raise reader.error("[env]", "id", str(exc)) from None
+    if values["vector"] != "sync" and ":" in values["id"]:
+        prefix = values["id"].partition(":")[0]
+        if prefix in registry.ENV_ADAPTERS:
+            raise reader.error(
+                "[env]",
+                "vector",
+                f"'{values['vector']}' is for gymnasium ids; the {prefix} adapter steps its "
+                f"copies itself (leave vector = \"sync\")",
+            )
     return EnvConfig(**values)
 
 

@@ -215,13 +215,35 @@ def _import_builtin_envs() -> None:
                 continue
 
 
-def make_env(env_cfg: EnvConfig, num_envs: int, seed: int) -> VecEnv:
-    """Build the vectorized adapter for ``env_cfg`` (the adapter modules are imported lazily)."""
+def make_env(
+    env_cfg: EnvConfig,
+    num_envs: int,
+    seed: int,
+    agents: tuple[str, ...] | list[str] | None = None,
+) -> VecEnv:
+    """Build the vectorized adapter for ``env_cfg`` (the adapter modules are imported lazily).
+
+    ``agents`` are a team member's globs (``[[team]] agents``): they select the member's agents
+    of a multi-agent env (PettingZoo agent names, Unity behavior names) and replace any
+    ``agents`` in ``[env] kwargs``, so each member of one team can drive its own agents.
+    """
     prefix, sep, rest = env_cfg.id.partition(":")
+    kwargs = dict(env_cfg.kwargs)
     if sep and prefix in ENV_ADAPTERS:
+        if agents is not None:
+            kwargs["agents"] = list(agents)
         adapter = importlib.import_module(ENV_ADAPTERS[prefix])
-        return adapter.make(rest, dict(env_cfg.kwargs), num_envs, seed)
+        return adapter.make(rest, kwargs, num_envs, seed)
+    if agents is not None:
+        raise RegistryError(
+            f"'{env_cfg.id}' is a single-agent gymnasium env: a team member's 'agents' globs "
+            f"only apply to 'pettingzoo:' and 'unity:' ids"
+        )
+    _import_builtin_envs()
+    if getattr(env_cfg, "vector", "sync") == "async":
+        from envs.gym import AsyncGymVecEnv
+
+        return AsyncGymVecEnv(env_cfg.id, kwargs, num_envs, seed)
     from envs.gym import GymVecEnv
 
-    _import_builtin_envs()
-    return GymVecEnv(env_cfg.id, dict(env_cfg.kwargs), num_envs, seed)
+    return GymVecEnv(env_cfg.id, kwargs, num_envs, seed)

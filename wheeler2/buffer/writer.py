@@ -73,13 +73,27 @@ class Writer:
         achieved_goal: np.ndarray | None = None,
         desired_goal: np.ndarray | None = None,
         next_achieved_goal: np.ndarray | None = None,
+        valid: np.ndarray | None = None,
     ) -> None:
-        """Stage one vector step (N rows); flushes by itself at episode ends and every chunk."""
+        """Stage one vector step (N rows); flushes by itself at episode ends and every chunk.
+
+        ``valid`` ([N] bool, default all True) leaves rows out entirely: an absent multi-agent row
+        is not staged and does not advance its copy's step-in-episode or links, so the row's
+        next valid step continues (or, after a done flag, starts) its episode seamlessly.
+        """
         n = self.num_envs
         if self.whole_episodes and int(self.count.max()) >= self.cap:
             self._grow()
-        pos = self.count
-        r = self._rows
+        if valid is not None:
+            valid = np.asarray(valid, dtype=bool)
+            if valid.all():
+                valid = None
+        if valid is None:
+            pos = self.count
+            r = self._rows
+        else:
+            r = np.flatnonzero(valid)
+            pos = self.count[r]
         st = self.stage
         reward = np.asarray(reward, dtype=np.float32)
         if reward.ndim == 1:
@@ -110,10 +124,16 @@ class Writer:
             v = np.asarray(v)
             if v.shape[0] != n:
                 raise ReplayError(f"{name} has {v.shape[0]} rows, the writer has {n} envs")
-            st[name][r, pos] = v
-        self.count += 1
-        self.ep_step += 1
+            st[name][r, pos] = v if valid is None else v[r]
+        if valid is None:
+            self.count += 1
+            self.ep_step += 1
+        else:
+            self.count[r] += 1
+            self.ep_step[r] += 1
         done = np.asarray(terminated, dtype=bool) | np.asarray(truncated, dtype=bool)
+        if valid is not None:
+            done = done & valid
         if done.any():
             ended = np.flatnonzero(done)
             self.ep_step[ended] = 0

@@ -48,7 +48,7 @@ def evaluate_run(run_dir: Path, episodes: int | None = None, which: str = "best"
     plans = build.plan_team(config)
     lead = build.learner_plan(plans)
     episodes = int(episodes or config.experiment.eval_episodes)
-    env = build.make_env(config, episodes, int(config.experiment.seed) + 99_991)
+    env = build.make_env(config, episodes, int(config.experiment.seed) + 99_991, lead)
     try:
         heads = build.make_heads(config, env, build.make_task(config))
         agent = build.make_agent(config, lead, build.space_info(env.info, heads), 0)

@@ -50,8 +50,11 @@ def member_seed(config: Any, plan: MemberPlan) -> int:
     return int(config.experiment.seed) * 10_007 + plan.index * 1_000
 
 
-def make_env(config: Any, num_envs: int, seed: int) -> VecEnv:
-    return registry.make_env(config.env, num_envs, seed)
+def make_env(config: Any, num_envs: int, seed: int, plan: MemberPlan | None = None) -> VecEnv:
+    """``plan``'s own agents of a multi-agent env (its ``agents`` globs); without a plan, or
+    when the member names none, the agents ``[env] kwargs`` select (default: all)."""
+    agents = None if plan is None else getattr(plan.spec, "agents", None)
+    return registry.make_env(config.env, num_envs, seed, agents=agents)
 
 
 def make_task(config: Any) -> Task | None:

@@ -86,7 +86,7 @@ def _member_loop(args: MemberArgs) -> None:
     config, plan, conn = args.config, args.plan, args.conn
     seed = build.member_seed(config, plan)
     num_envs = int(config.env.num_envs)
-    env = build.make_env(config, num_envs, seed)
+    env = build.make_env(config, num_envs, seed, plan)
     heads = build.make_heads(config, env, build.make_task(config))
     agent = build.make_agent(config, plan, build.space_info(env.info, heads), seed)
     if args.state is not None:
@@ -94,7 +94,7 @@ def _member_loop(args: MemberArgs) -> None:
     replay = None if args.replay is None else Replay.attach(args.replay)
     learner = plan.role == "learner"
     # The learner also acts; its own inserts must never wait on the gate, which waits on it.
-    writer = None if replay is None else replay.writer(num_envs=num_envs, block=not learner)
+    writer = None if replay is None else replay.writer(num_envs=env.num_envs, block=not learner)
     member = Member(plan.name, plan.role, agent, env, heads, writer, seed)
     member.stats.env_steps = args.env_steps
     trainer = publisher = client = eval_env = None
@@ -104,7 +104,9 @@ def _member_loop(args: MemberArgs) -> None:
     if learner:
         trainer = Trainer(agent, replay) if replay is not None else None
         publisher = WeightPublisher.attach(args.weights)
-        eval_env = build.make_env(config, int(config.experiment.eval_episodes), args.eval_seed)
+        eval_env = build.make_env(
+            config, int(config.experiment.eval_episodes), args.eval_seed, plan
+        )
     elif plan.spec.sync is not None:
         client = WeightClient.attach(
             args.weights,
@@ -189,7 +191,7 @@ def run_local(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
     lead = build.learner_plan(plans)
     exp = config.experiment
 
-    probe = build.make_env(config, 1, 0)
+    probe = build.make_env(config, 1, 0, lead)
     heads = build.make_heads(config, probe, build.make_task(config))
     space = build.space_info(probe.info, heads)
     info = probe.info

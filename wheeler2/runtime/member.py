@@ -30,6 +30,16 @@ class MemberStats:
         return self.env_steps / max(time.perf_counter() - self.started, 1e-9)
 
 
+def _valid_mask(st: EnvStep) -> np.ndarray | None:
+    """Which rows' transitions are real (docs/envs.md, "Active mask"); None means all, which is
+    every gymnasium env, so the single-agent path pays one dict lookup and nothing else."""
+    infos = st.infos
+    if not infos or "active" not in infos[0]:
+        return None
+    valid = np.fromiter((info.get("active", True) for info in infos), bool, len(infos))
+    return None if valid.all() else valid
+
+
 class Member:
     """Steps ``env`` with ``agent`` and pushes every transition into the central replay."""
 
@@ -63,6 +73,7 @@ class Member:
         pin = policy_obs(obs, dg)
         out = self.agent.act(pin, explore=True)
         st: EnvStep = self.env.step(out.action)
+        valid = _valid_mask(st)
         reward = self.heads.compute(
             obs,
             out.action,
@@ -82,6 +93,7 @@ class Member:
                 truncated=st.truncated,
                 reset_obs=policy_obs(st.obs, st.desired_goal),
                 act_out=out,
+                active=valid,
             )
         )
         if metrics:
@@ -102,10 +114,12 @@ class Member:
                 achieved_goal=ag,
                 desired_goal=dg,
                 next_achieved_goal=st.final_achieved_goal,
+                valid=valid,
             )
         self._track_returns(st)
         self._obs, self._ag, self._dg = st.obs, st.achieved_goal, st.desired_goal
-        n = self.env.num_envs
+        # Env steps count real agent-steps: an absent multi-agent row took none.
+        n = self.env.num_envs if valid is None else int(valid.sum())
         self.stats.env_steps += n
         return n
 

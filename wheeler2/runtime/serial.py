@@ -25,7 +25,7 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
     exp = config.experiment
     num_envs = int(config.env.num_envs)
 
-    probe = build.make_env(config, 1, 0)
+    probe = build.make_env(config, 1, 0, lead)
     task = build.make_task(config)
     heads = build.make_heads(config, probe, task)
     space = build.space_info(probe.info, heads)
@@ -58,7 +58,7 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
     interrupted = False
     try:
         for p in plans:
-            env = build.make_env(config, num_envs, build.member_seed(config, p))
+            env = build.make_env(config, num_envs, build.member_seed(config, p), p)
             members.append(
                 Member(
                     p.name,
@@ -66,7 +66,7 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
                     agents[p.name],
                     env,
                     heads,
-                    None if replay is None else replay.writer(num_envs=num_envs),
+                    None if replay is None else replay.writer(num_envs=env.num_envs),
                     build.member_seed(config, p),
                 )
             )
@@ -89,7 +89,7 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
                 for m, s in syncing
             }
         trainer = Trainer(learner, replay) if replay is not None else None
-        eval_env = build.make_env(config, int(exp.eval_episodes), int(exp.seed) + 99_991)
+        eval_env = build.make_env(config, int(exp.eval_episodes), int(exp.seed) + 99_991, lead)
         recorder = Recorder(config, run_dir, state)
         next_sync = {m.name: s.every for m, s in syncing}
 
