@@ -108,6 +108,10 @@ class Board:
             reply["weights"] = self.weights
         return reply
 
+    def others_steps(self, name: str) -> int:
+        """Env steps the other members reported (each at most one budget block behind)."""
+        return int(sum(v for k, v in self.steps.items() if k != name))
+
     def set_weights(self, version: int, ref: list[Any]) -> None:
         # The reference comes wrapped in a list so that Ray hands over the reference itself.
         if self.weights is None or version > self.weights[0]:
@@ -218,21 +222,8 @@ class ReplayShard:
         obs = steps["obs"]
         if writer is None:
             writer = self.writers[producer] = self.replay.writer(num_envs=obs.shape[1], block=False)
-        extra = {k: steps.get(k) for k in ("logp", "achieved_goal", "desired_goal")}
-        nag = steps.get("next_achieved_goal")
         for t in range(obs.shape[0]):
-            writer.add(
-                obs[t],
-                steps["action"][t],
-                steps["reward"][t],
-                steps["next_obs"][t],
-                steps["terminated"][t],
-                steps["truncated"][t],
-                logp=None if extra["logp"] is None else extra["logp"][t],
-                achieved_goal=None if extra["achieved_goal"] is None else extra["achieved_goal"][t],
-                desired_goal=None if extra["desired_goal"] is None else extra["desired_goal"][t],
-                next_achieved_goal=None if nag is None else nag[t],
-            )
+            writer.add(**{k: v[t] for k, v in steps.items()})
         await self._notify()
         return int(obs.shape[0])
 
@@ -307,17 +298,19 @@ class RemoteWriter:
         next_obs: np.ndarray,
         terminated: np.ndarray,
         truncated: np.ndarray,
-        logp: np.ndarray | None = None,
-        achieved_goal: np.ndarray | None = None,
-        desired_goal: np.ndarray | None = None,
-        next_achieved_goal: np.ndarray | None = None,
+        **optional: np.ndarray | None,
     ) -> None:
+        """Stage one vector step: ``Writer.add``'s arguments, forwarded by name to the shard's
+        writer, so optional ones (``logp``, goals, ``valid``) need nothing here."""
         values = {
-            "obs": obs, "action": action, "reward": reward, "next_obs": next_obs,
-            "terminated": terminated, "truncated": truncated, "logp": logp,
-            "achieved_goal": achieved_goal, "desired_goal": desired_goal,
-            "next_achieved_goal": next_achieved_goal,
-        }  # fmt: skip
+            "obs": obs,
+            "action": action,
+            "reward": reward,
+            "next_obs": next_obs,
+            "terminated": terminated,
+            "truncated": truncated,
+            **optional,
+        }
         for key, value in values.items():
             if value is not None:
                 # A copy: env adapters may hand out the same array again on the next step.
@@ -517,6 +510,19 @@ class _Budget:
         self.reply: dict[str, Any] = {"total": 0, "stop": False, "request": 0, "granted": 0}
         self.weights: tuple[int, list[Any]] | None = None
         self.in_flight: Any = None
+        self.peek: Any = None
+        self.others = 0
+
+    def run_steps(self, own_steps: int) -> int:
+        """The run's env steps so far, as fresh as a call in flight allows, never blocking:
+        the learner schedules its evals on it, as the local backend does on its shared
+        counters. Own steps are exact; the others' are at most one block behind."""
+        if self.peek is not None and ray.wait([self.peek], timeout=0)[0]:
+            self.others = int(ray.get(self.peek))
+            self.peek = None
+        if self.peek is None:
+            self.peek = self.board.others_steps.remote(self.name)
+        return self.others + int(own_steps)
 
     def _claim(self, steps_done: int) -> None:
         version = (self.weights[0] if self.weights else 0) if self.sync else None
@@ -577,16 +583,19 @@ def _member_loop(args: RayMemberArgs) -> dict[str, Any]:
     if args.state is not None:
         agent.load_state_dict(args.state)
     learner = plan.role == "learner"
-    shard = args.shards[plan.index % len(args.shards)]
-    writer = RemoteWriter(shard, plan.name, int(config.buffer.chunk), learner, args.layout)
+    writer = None
+    if args.shards:  # none when the learner is on-policy: nobody samples a replay
+        shard = args.shards[plan.index % len(args.shards)]
+        writer = RemoteWriter(shard, plan.name, int(config.buffer.chunk), learner, args.layout)
     member = Member(plan.name, plan.role, agent, env, heads, writer, seed)
     member.stats.env_steps = args.env_steps
     trainer = sampler = puller = eval_env = None
     eval_every = int(config.experiment.eval_every)
     next_eval = args.next_eval
     if learner:
-        sampler = ShardSampler(args.shards)
-        trainer = Trainer(agent, sampler)
+        if args.shards:
+            sampler = ShardSampler(args.shards)
+            trainer = Trainer(agent, sampler)
         eval_env = build.make_env(config, int(config.experiment.eval_episodes), args.eval_seed)
     elif plan.spec.sync is not None:
         puller = WeightPuller(
@@ -594,8 +603,9 @@ def _member_loop(args: RayMemberArgs) -> dict[str, Any]:
         )
     sync_every = plan.spec.sync.every if plan.spec.sync is not None else 0
     next_sync = args.env_steps + sync_every
-    # The learner claims small blocks: its view of the total (when to evaluate) is that fresh.
-    block = num_envs * (8 if learner else int(config.buffer.chunk))
+    # Small blocks: the learner never sits on much of the budget, and the explorers' reported
+    # steps, on which the learner schedules its evals, are at most half a chunk behind.
+    block = num_envs * (8 if learner else max(1, int(config.buffer.chunk) // 2))
     budget = _Budget(board, plan.name, block, puller is not None)
     seen_request = None
     next_report = time.perf_counter() + REPORT_EVERY_S
@@ -615,13 +625,17 @@ def _member_loop(args: RayMemberArgs) -> dict[str, Any]:
             if seen_request is None:
                 seen_request = budget.reply["request"]
             budget.left -= member.step()
-            total = budget.total
-            if trainer is not None:
-                trainer.train_available(max_updates=PUBLISH_EVERY)
-                if trainer.updates >= next_publish:
+            if learner:
+                total = budget.run_steps(member.stats.env_steps)
+                if trainer is not None:
+                    trainer.train_available(max_updates=PUBLISH_EVERY)
+                # Off-policy learners publish every PUBLISH_EVERY updates, on-policy ones (which
+                # update inside step) every PUBLISH_EVERY env steps, as under the local backend.
+                progress = trainer.updates if trainer is not None else member.stats.env_steps
+                if progress >= next_publish:
                     version += 1
                     board.set_weights.remote(version, [ray.put(float_state(agent.actor))])
-                    next_publish = trainer.updates + PUBLISH_EVERY
+                    next_publish = progress + PUBLISH_EVERY
                 if total >= next_eval:
                     result = evaluate(agent, eval_env, int(config.experiment.seed) + 7)
                     board.post.remote(("eval", plan.name, total, result, agent.state_dict()))
@@ -639,15 +653,17 @@ def _member_loop(args: RayMemberArgs) -> dict[str, Any]:
             if now >= next_report:
                 next_report = now + REPORT_EVERY_S
                 board.post.remote(("figures", plan.name, _figures(member, trainer, puller)))
-        writer.flush()
-        if trainer is not None and not stopped:
+        if writer is not None:
+            writer.flush()
+        if learner and not stopped:
             # The budget is spent: take the updates the gates still owe, then the closing eval,
             # so that the curve ends on the final actor (as the local backend does).
-            sampler.finish()
-            trainer.train_available()
-            sampler.flush_priorities()
+            if trainer is not None:
+                sampler.finish()
+                trainer.train_available()
+                sampler.flush_priorities()
             result = evaluate(agent, eval_env, int(config.experiment.seed) + 7)
-            final_eval = (budget.total, result)
+            final_eval = (max(budget.total, budget.run_steps(member.stats.env_steps)), result)
         figures = _figures(member, trainer, puller)
         # Same-caller calls run in order: once this returns, every post above has been handled.
         ray.get(board.ping.remote())

@@ -132,6 +132,8 @@ def run_ray(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
                 check_sync(learner.actor, explorer.actor, list(p.spec.sync.keep), p.team)
 
     cpus = sum(member_options(p)["num_cpus"] for p in plans)
+    if not learner.uses_replay:
+        shards = 0  # an on-policy learner: explorers' transitions have no one to go to
     started = connect(getattr(exp, "ray_address", None), cpus)
     import ray
 
@@ -173,7 +175,7 @@ def run_ray(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
             ray.get([s.ready.remote() for s in shard_actors] + [board.ping.remote()])
         except ray.exceptions.RayError as exc:
             raise MemberFailed("buffer", str(exc)) from None
-        if payload.get("replay") is not None:
+        if payload.get("replay") is not None and shards:
             if shards == 1:
                 ray.get(shard_actors[0].load_state_dict.remote(payload["replay"]))
             else:
@@ -277,7 +279,7 @@ class _RayTeam:
 
         interrupted = False
         try:
-            while self.runs and not self.errors:
+            while self.runs and not self.errors and not self.recorder.solved:
                 self._collect(POLL_S)
                 self._read()
                 self.recorder.state.env_steps = self.env_steps
@@ -288,8 +290,8 @@ class _RayTeam:
                     self.recorder.progress(self.env_steps, self.figures)
         except KeyboardInterrupt:
             interrupted = True
-        shield_shutdown()
         failed = next(iter(self.errors), None)
+        shield_shutdown(quiet=not (interrupted or failed))
         self._stop()
         self._drain(STOP_GRACE_S)
         self.recorder.state.env_steps = self.env_steps
