@@ -167,7 +167,8 @@ def table(rows: list[tuple[Outcome, Outcome]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--max-steps", type=int, default=10_000)
+    ap.add_argument("--max-steps", type=int, default=5_000, help="wheeler2 budget")
+    ap.add_argument("--sb3-max-steps", type=int, default=8_000)
     ap.add_argument("--no-normalize", action="store_true", help="wheeler2 without normalize_obs")
     ap.add_argument("--out", default=str(ROOT / "runs" / "fetch_her_vs_sb3"))
     args = ap.parse_args()
@@ -176,7 +177,7 @@ def main() -> None:
     for seed in args.seeds:
         w = run_wheeler2(seed, args.max_steps, Path(args.out), not args.no_normalize)
         print(f"wheeler2 seed {seed}: steps {w.steps} wall {w.wall} curve {w.curve}", flush=True)
-        s = run_sb3(seed, args.max_steps)
+        s = run_sb3(seed, args.sb3_max_steps)
         print(f"sb3 seed {seed}: steps {s.steps} wall {s.wall} curve {s.curve}", flush=True)
         rows.append((w, s))
     text = table(rows)

@@ -1,0 +1,212 @@
+"""Bit flipping (random goal per episode), DQN + HER: wheeler2 against Stable-Baselines3, side by
+side in one run, and wheeler2 without HER as the control.
+
+    python experiments/bitflip_her_vs_sb3.py --bits 15 30 50 --seeds 0
+
+Same hyperparameters on both sides (cfg/bitflip_her.toml: 2 x 256 net, lr 1e-3, batch 256,
+gamma 0.95, buffer 1e6, learning starts 1000, epsilon 1 -> 0.05 over 2000 steps, hard target
+update every 500 steps, one gradient step per env step, HER future k = 4) and the same algorithm
+(plain DQN target, as SB3's; Huber loss, gradient norm 10). Every 1,000 env steps 20
+deterministic episodes are evaluated; the table gives the first env step count with success
+>= 0.9. Writes experiments/results/bitflip_her_vs_sb3.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "experiments" / "results"
+CFG = ROOT / "cfg" / "bitflip_her.toml"
+THRESHOLD = 0.9
+EVAL_EVERY = 1_000
+EVAL_EPISODES = 20
+
+
+@dataclass
+class Outcome:
+    side: str
+    bits: int
+    seed: int
+    steps: int | None
+    wall: float | None
+    best: float
+    final: float
+    curve: list[tuple[int, float]]
+
+
+def run_sb3(bits: int, seed: int, max_steps: int) -> Outcome:
+    import gymnasium as gym
+    from stable_baselines3 import DQN, HerReplayBuffer
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    import envs.bitflip  # noqa: F401  (registers wheeler2/BitFlip-v0)
+
+    env = gym.make("wheeler2/BitFlip-v0", n_bits=bits)
+    eval_env = gym.make("wheeler2/BitFlip-v0", n_bits=bits)
+
+    def evaluate(model: DQN) -> float:
+        hits = []
+        for ep in range(EVAL_EPISODES):
+            obs, _ = eval_env.reset(seed=seed + 99_991 + ep)
+            done, info = False, {}
+            while not done:
+                action, _ = model.predict(obs, deterministic=True)
+                obs, _, term, trunc, info = eval_env.step(action)
+                done = term or trunc
+            hits.append(float(info["is_success"]))
+        return float(np.mean(hits))
+
+    class Evaluator(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.t0 = time.perf_counter()
+            self.curve: list[tuple[int, float]] = []
+            self.hit: tuple[int, float] | None = None
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps % EVAL_EVERY == 0:
+                s = evaluate(self.model)
+                self.curve.append((self.num_timesteps, s))
+                if s >= THRESHOLD and self.hit is None:
+                    self.hit = (self.num_timesteps, time.perf_counter() - self.t0)
+                    return False
+            return True
+
+    model = DQN(
+        "MultiInputPolicy",
+        env,
+        replay_buffer_class=HerReplayBuffer,
+        replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"),
+        buffer_size=1_000_000,
+        batch_size=256,
+        gamma=0.95,
+        learning_rate=1e-3,
+        learning_starts=1_000,
+        train_freq=1,
+        gradient_steps=1,
+        target_update_interval=500,
+        exploration_initial_eps=1.0,
+        exploration_final_eps=0.05,
+        exploration_fraction=2_000 / max_steps,
+        max_grad_norm=10.0,
+        policy_kwargs=dict(net_arch=[256, 256]),
+        seed=seed,
+        device="cpu",
+    )
+    cb = Evaluator()
+    cb.t0 = time.perf_counter()
+    model.learn(total_timesteps=max_steps, callback=cb)
+    succ = [s for _, s in cb.curve] or [0.0]
+    return Outcome("sb3 HER", bits, seed, *(cb.hit or (None, None)), max(succ), succ[-1], cb.curve)
+
+
+def run_wheeler2(bits: int, seed: int, max_steps: int, her: bool, out: Path) -> Outcome:
+    from wheeler2.config import load
+    from wheeler2.runtime import run_experiment
+
+    text = CFG.read_text()
+    if not her:
+        text = "\n".join(line for line in text.splitlines() if not line.startswith("her ="))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bitflip.toml"
+        path.write_text(text)
+        config = load(
+            path,
+            overrides=[
+                "experiment.progress=false",
+                f"experiment.total_steps={max_steps}",
+                f"experiment.eval_every={EVAL_EVERY}",
+                f"experiment.eval_episodes={EVAL_EPISODES}",
+                f"env.kwargs.n_bits={bits}",
+                "team.dqn.params.double=false",  # SB3's DQN target
+            ],
+            seed=seed,
+            out=str(out),
+        )
+        run_dir = run_experiment(config)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    curve = [(e["env_steps"], e["success"] or 0.0) for e in summary["eval"]]
+    hit = next((e for e in summary["eval"] if (e["success"] or 0.0) >= THRESHOLD), None)
+    succ = [s for _, s in curve] or [0.0]
+    return Outcome(
+        "wheeler2 HER" if her else "wheeler2 no HER",
+        bits,
+        seed,
+        hit["env_steps"] if hit else None,
+        hit["wall_s"] if hit else None,
+        max(succ),
+        succ[-1],
+        curve,
+    )
+
+
+def _fmt(x: float | int | None, spec: str = "") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def table(rows: list[Outcome], budgets: dict[int, int]) -> str:
+    lines = [
+        f"Bit flipping, random goal per episode, DQN; first eval with success >= {THRESHOLD} "
+        f"over {EVAL_EPISODES} episodes (every {EVAL_EVERY} env steps); torch threads "
+        f"{torch.get_num_threads()}. '—': not reached within the budget.",
+        "",
+        "| n bits | budget | side | seed | steps to 0.9 | s to 0.9 | best success | final |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for o in rows:
+        lines.append(
+            f"| {o.bits} | {budgets[o.bits]} | {o.side} | {o.seed} | {_fmt(o.steps)} "
+            f"| {_fmt(o.wall, '.1f')} | {o.best:.2f} | {o.final:.2f} |"
+        )
+    lines += ["", "Success curves (env steps: success):", ""]
+    for o in rows:
+        pts = ", ".join(f"{k}: {v:.2f}" for k, v in o.curve)
+        lines.append(f"- n={o.bits} {o.side} seed {o.seed}: {pts}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bits", type=int, nargs="+", default=[15, 30, 50])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument(
+        "--budget", type=int, nargs="+", default=None, help="env steps per n (default by n)"
+    )
+    ap.add_argument("--out", default=str(ROOT / "runs" / "bitflip_her_vs_sb3"))
+    ap.add_argument("--name", default="bitflip_her_vs_sb3")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    default = {15: 10_000, 30: 15_000, 50: 15_000}
+    budgets = (
+        dict(zip(args.bits, args.budget))
+        if args.budget
+        else {n: default.get(n, 15_000) for n in args.bits}
+    )
+    rows: list[Outcome] = []
+    for bits in args.bits:
+        for seed in args.seeds:
+            for side in ("her", "sb3", "no-her"):
+                if side == "sb3":
+                    o = run_sb3(bits, seed, budgets[bits])
+                else:
+                    o = run_wheeler2(bits, seed, budgets[bits], side == "her", Path(args.out))
+                print(f"n={bits} {o.side} seed {seed}: {o.steps} {o.wall} {o.curve}", flush=True)
+                rows.append(o)
+                RESULTS.mkdir(parents=True, exist_ok=True)
+                (RESULTS / f"{args.name}.md").write_text(table(rows, budgets) + "\n")
+    print(table(rows, budgets))
+
+
+if __name__ == "__main__":
+    main()
