@@ -191,6 +191,10 @@ def test_docs_example_runs(tmp_path: Path, monkeypatch) -> None:
     probe = build.make_env(config, 1, 0)
     heads = build.make_heads(config, probe, build.make_task(config))
     assert heads.names == ("reached", "matching") and heads.weights == (1.0, 0.2)
+    # Each head's episode return is reported with the member's figures.
+    figures = next(iter(summary["members"].values()))
+    assert {"episode_return/reached", "episode_return/matching"} <= set(figures), figures
+    assert figures["episode_return/reached"] <= 0.0
 
 
 def test_bitflip_task_head_equals_env_reward() -> None:

@@ -63,6 +63,9 @@ class Member:
         first = env.reset(seed=seed)
         self._obs, self._ag, self._dg = first.obs, first.achieved_goal, first.desired_goal
         self._ep_return = np.zeros(env.num_envs, np.float64)
+        # Per-head episode returns, only with several heads (one head is episode_return).
+        self._head_return = np.zeros((env.num_envs, len(heads)), np.float64)
+        self._recent_heads: deque = deque(maxlen=20)
         self.last_metrics: dict[str, float] = {}
         self._store_logp = writer is not None and bool(writer.layout.logp)
         self._no_logp = np.full(env.num_envs, np.nan, np.float32)
@@ -116,17 +119,22 @@ class Member:
                 next_achieved_goal=st.final_achieved_goal,
                 valid=valid,
             )
-        self._track_returns(st)
+        self._track_returns(st, reward)
         self._obs, self._ag, self._dg = st.obs, st.achieved_goal, st.desired_goal
         # Env steps count real agent-steps: an absent multi-agent row took none.
         n = self.env.num_envs if valid is None else int(valid.sum())
         self.stats.env_steps += n
         return n
 
-    def _track_returns(self, st: EnvStep) -> None:
+    def _track_returns(self, st: EnvStep, reward: np.ndarray) -> None:
         self._ep_return += st.reward
+        if len(self.heads) > 1:
+            self._head_return += reward
         done = st.terminated | st.truncated
         if done.any():
+            if len(self.heads) > 1:
+                self._recent_heads.extend(self._head_return[done])
+                self._head_return[done] = 0.0
             for i in np.flatnonzero(done):
                 self.stats.recent_returns.append(float(self._ep_return[i]))
                 self.stats.episodes += 1
@@ -140,6 +148,9 @@ class Member:
         }
         if self.stats.recent_returns:
             out["episode_return"] = float(np.mean(self.stats.recent_returns))
+        if self._recent_heads:
+            for name, value in zip(self.heads.names, np.mean(self._recent_heads, axis=0)):
+                out[f"episode_return/{name}"] = float(value)
         out.update(self.last_metrics)
         return out
 
