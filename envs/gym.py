@@ -45,6 +45,8 @@ class _ObsFlattener:
         if self.discrete:
             out[:] = 0.0
             out[int(raw)] = 1.0
+        elif getattr(raw, "ndim", 0) == 1:
+            out[:] = raw  # the common flat Box: numpy casts on assignment, no temporary
         else:
             out[:] = np.asarray(raw, dtype=np.float32).reshape(-1)
 
@@ -118,7 +120,8 @@ class GymVecEnv:
             return [int(a) + self._act_start for a in np.asarray(action).reshape(self.num_envs)]
         a = np.clip(np.asarray(action, dtype=np.float64).reshape(self.num_envs, -1), -1.0, 1.0)
         scaled = self._low + (a + 1.0) * 0.5 * (self._high - self._low)
-        return [row.reshape(self._act_shape).astype(np.float32) for row in scaled]
+        # One cast and reshape for all copies; the copies get row views of it.
+        return list(scaled.astype(np.float32).reshape(self.num_envs, *self._act_shape))
 
     # -- VecEnv ----------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> EnvReset:

@@ -1,0 +1,153 @@
+"""Collection throughput: the engine's Member loop against gymnasium's own vector env loop.
+
+Side by side in one run, on Pendulum-v1 with 8 copies:
+
+* ``gymnasium``: ``gymnasium.make_vec("Pendulum-v1", num_envs=8, vectorization_mode="sync")``
+  stepping ``envs.action_space.sample()`` - the reference;
+* ``member, random``: a Member whose agent returns uniform random actions, writing every row
+  into a central Replay (what a member does in a run);
+* ``member, DDPG explorer``: a Member with a DDPG agent past ``learning_starts`` (its actor and
+  Gaussian noise in the loop), writing into a Replay; nobody samples the replay.
+
+The loops are interleaved round by round and the median round is reported, so load from other
+jobs on this shared machine hits every loop alike.
+
+    python experiments/bench_collect.py [--steps 20000] [--rounds 5]
+
+Writes experiments/results/bench_collect.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ENV_ID = "Pendulum-v1"
+NUM_ENVS = 8
+
+
+def gym_loop(steps: int) -> float:
+    import gymnasium as gym
+
+    envs = gym.make_vec(ENV_ID, num_envs=NUM_ENVS, vectorization_mode="sync")
+    envs.reset(seed=0)
+    envs.action_space.seed(0)
+    t0 = time.perf_counter()
+    for _ in range(steps // NUM_ENVS):
+        envs.step(envs.action_space.sample())
+    dt = time.perf_counter() - t0
+    envs.close()
+    return steps / dt
+
+
+class RandomAgent:
+    """Uniform actions in [-1, 1]; the Agent surface a Member calls, nothing else."""
+
+    uses_replay = False
+
+    def __init__(self, act_dim: int, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.act_dim = act_dim
+
+    def act(self, obs: np.ndarray, explore: bool):  # noqa: ANN201
+        from wheeler2.agent import ActOut
+
+        return ActOut(self.rng.uniform(-1.0, 1.0, (len(obs), self.act_dim)).astype(np.float32))
+
+    def observe(self, step: object) -> None:
+        return None
+
+
+def member_loop(kind: str, steps: int) -> float:
+    from envs.gym import GymVecEnv
+    from wheeler2.agent import SpaceInfo
+    from wheeler2.buffer import Layout, Replay, ReplayConfig
+    from wheeler2.runtime.member import Member
+    from wheeler2.task import Head, RewardHeads
+
+    env = GymVecEnv(ENV_ID, {}, NUM_ENVS, 0)
+    heads = RewardHeads([Head("env", 1.0, None)], None)
+    if kind == "random":
+        agent = RandomAgent(env.info.act_dim, 0)
+    else:
+        from agents.ddpg import DDPG, Params
+
+        space = SpaceInfo(obs_dim=env.info.obs_dim, act_dim=env.info.act_dim, discrete=False)
+        agent = DDPG(space, Params(learning_starts=0), seed=0)
+    layout = Layout(obs_dim=env.info.obs_dim, act_dim=env.info.act_dim, discrete=False)
+    cfg = ReplayConfig(capacity=steps + 1024, prioritized=True, updates_per_insert=0.0)
+    replay = Replay.create(layout, cfg, gamma=0.98, relabel=None, seed=0)
+    member = Member("bench", "explorer", agent, env, heads, replay.writer(NUM_ENVS, block=False), 0)
+    try:
+        t0 = time.perf_counter()
+        done = 0
+        while done < steps:
+            done += member.step()
+        dt = time.perf_counter() - t0
+    finally:
+        member.close()
+        replay.close()
+    return done / dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=20_000, help="env steps per loop and round")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "bench_collect.md"))
+    args = ap.parse_args()
+
+    from wheeler2.runtime.build import set_torch_threads
+
+    set_torch_threads()
+    loops: dict[str, Callable[[int], float]] = {
+        "gymnasium make_vec sync, random actions": gym_loop,
+        "Member, random actions, into a Replay": lambda s: member_loop("random", s),
+        "Member, DDPG explorer (actor + noise), into a Replay": lambda s: member_loop("ddpg", s),
+    }
+    targets = [None, 0.7, 0.5]
+    rates: dict[str, list[float]] = {k: [] for k in loops}
+    for r in range(args.rounds):
+        for name, fn in loops.items():
+            rates[name].append(fn(args.steps))
+        print(f"round {r + 1}: " + ", ".join(f"{v[-1]:,.0f}" for v in rates.values()), flush=True)
+    ref = statistics.median(rates[next(iter(loops))])
+    lines = [
+        f"| loop ({ENV_ID}, num_envs = {NUM_ENVS}) | env steps/s (median of {args.rounds}) "
+        "| min - max | ratio to gymnasium | target | met |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for (name, v), target in zip(rates.items(), targets):
+        med = statistics.median(v)
+        ratio = med / ref
+        met = "" if target is None else ("yes" if ratio >= target else "**no**")
+        lines.append(
+            f"| {name} | {med:,.0f} | {min(v):,.0f} - {max(v):,.0f} | {ratio:.2f}x "
+            f"| {'' if target is None else f'>= {target}x'} | {met} |"
+        )
+    import platform
+
+    text = (
+        "# Collection throughput: Member vs gymnasium's vector loop\n\n"
+        f"`python experiments/bench_collect.py --steps {args.steps} --rounds {args.rounds}` "
+        f"({platform.processor() or platform.machine()}, shared 2-core machine, one torch "
+        "thread). Loops interleaved round by round; median round reported.\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
