@@ -59,6 +59,9 @@ def connect(address: str | None, num_cpus: float = 0) -> bool:
     if address:
         ray.init(address=address, **quiet)
         return False
+    # Ray starts its workers at niceness 15; on a machine shared with other work that starves
+    # the team (the local backend's members run at 0), so a Ray started here keeps them at 0.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     # Logical CPUs are a scheduling count, not a limit: a team of three 1-CPU members still runs
     # on two cores, as it does under the local backend, instead of waiting for a third core.
     cpus = max(os.cpu_count() or 1, int(-(-num_cpus // 1)))
