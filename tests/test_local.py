@@ -114,9 +114,16 @@ def test_killed_explorer_stops_team_with_exit_1(tmp_path: Path) -> None:
     run, members = wait_running(out, proc)
     os.kill(members["explorer-1"], signal.SIGKILL)
     t0 = time.monotonic()
-    output, _ = proc.communicate(timeout=60)
+    seen = []
+    for line in proc.stdout:  # the coordinator says at once who died, then shuts the team down
+        seen.append(line)
+        if "stopping the team" in line:
+            break
+    detected_s = time.monotonic() - t0
+    output = "".join(seen) + proc.communicate(timeout=60)[0]
     assert proc.returncode == 1, output
-    assert time.monotonic() - t0 < 15
+    assert "member 'explorer-1' died" in output, output
+    assert detected_s < 5, f"death noticed after {detected_s:.1f} s"
     assert "explorer-1" in output and "failed" in output
     assert not [n for n, pid in members.items() if alive(pid)], "member processes left behind"
     assert leftover_shm(proc.pid) == []
@@ -144,10 +151,12 @@ def test_interrupt_checkpoints_and_resumes(tmp_path: Path, sig: int, code: int) 
     run, members = wait_running(out, proc)
     proc.send_signal(sig)
     t0 = time.monotonic()
+    while any(alive(pid) for pid in members.values()) and time.monotonic() - t0 < 30:
+        time.sleep(0.05)
+    stopped_s = time.monotonic() - t0
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == code, output
-    assert time.monotonic() - t0 < 15, "members must stop within 10 s"
-    assert not [n for n, pid in members.items() if alive(pid)]
+    assert stopped_s < 11, f"members took {stopped_s:.1f} s to stop (limit 10 s)"
     assert leftover_shm(proc.pid) == []
     payload = ckpt.load(run / "checkpoints" / "latest.pt")
     assert set(payload["members"]) == set(members)

@@ -329,7 +329,17 @@ class _Team:
             while len(self.finished) < len(self.procs):
                 self._read(timeout=0.1)
                 failed = self._find_failure()
-                if failed or self.recorder.solved:
+                if failed:
+                    self._read(timeout=0.2)  # a member that raised sends its traceback first
+                    failed = self._find_failure()
+                    how = (
+                        "raised"
+                        if failed in self.errors
+                        else (f"died (exit code {self.procs[failed].exitcode})")
+                    )
+                    print(f"\nmember {failed!r} {how}; stopping the team", flush=True)
+                    break
+                if self.recorder.solved:
                     break
                 self.recorder.state.env_steps = self.env_steps
                 if self.pending is None and self.recorder.checkpoint_due(self.env_steps):
@@ -349,7 +359,7 @@ class _Team:
                 self.errors.get(failed) or f"process exited with code {self.procs[failed].exitcode}"
             )
             print(
-                f"\nmember {failed!r} failed; the team was stopped and checkpointed.\n{detail}",
+                f"member {failed!r} failed; the team was stopped and checkpointed.\n{detail}",
                 flush=True,
             )
             raise MemberFailed(failed, detail)
