@@ -193,6 +193,16 @@ def table(algo: str, rows: list[tuple[Outcome, Outcome]]) -> str:
             f"| {_fmt(sr, '.2f')} | {_fmt(w.wall_to_threshold, '.1f')} "
             f"| {_fmt(s.wall_to_threshold, '.1f')} | {_fmt(wr, '.2f')} |"
         )
+    both = [(w, s) for w, s in rows if w.steps_to_threshold and s.steps_to_threshold]
+    if both:
+        ws = statistics.mean(w.steps_to_threshold for w, _ in both)
+        ss = statistics.mean(s.steps_to_threshold for _, s in both)
+        ww = statistics.mean(w.wall_to_threshold for w, _ in both)
+        sw = statistics.mean(s.wall_to_threshold for _, s in both)
+        lines.append(
+            f"| mean of each side | {ws:.0f} | {ss:.0f} | {ws / ss:.2f} | {ww:.1f} | "
+            f"{sw:.1f} | {ww / sw:.2f} |"
+        )
     if steps_r:
         lines.append(
             f"| mean | | | {statistics.mean(steps_r):.2f} | | | {statistics.mean(wall_r):.2f} |"
