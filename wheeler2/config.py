@@ -134,6 +134,7 @@ class BufferConfig:
     her: HerConfig | None = None
     checkpoint: bool = False
     chunk: int = 64
+    shards: int = 1  # replay shards (ray backend; serial and local keep one buffer)
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,7 @@ class MemberConfig:
     agents: tuple[str, ...] | None = None
     num_cpus: float | None = None
     num_gpus: float | None = None
+    resources: dict[str, float] | None = None  # ray custom resources, e.g. {explorer_node = 1}
     agent_class: type | None = field(default=None, compare=False, repr=False)
 
 
@@ -184,7 +186,7 @@ class Config:
         team = []
         for m in self.team:
             member = {"name": m.name, "algo": m.algo, "role": m.role, "count": m.count}
-            for key in ("agents", "num_cpus", "num_gpus", "sync"):
+            for key in ("agents", "num_cpus", "num_gpus", "resources", "sync"):
                 if getattr(m, key) is not None:
                     member[key] = _plain(getattr(m, key))
             member["params"] = _plain(m.params)
@@ -710,7 +712,7 @@ def _env(reader: _Reader, data: Any) -> EnvConfig:
                 "[env]",
                 "vector",
                 f"'{values['vector']}' is for gymnasium ids; the {prefix} adapter steps its "
-                f"copies itself (leave vector = \"sync\")",
+                f'copies itself (leave vector = "sync")',
             )
     return EnvConfig(**values)
 
@@ -789,6 +791,7 @@ def _buffer(reader: _Reader, data: Any) -> BufferConfig:
             "her": (_table, None),
             "checkpoint": (_boolean, False),
             "chunk": (_integer(gt=0), 64),
+            "shards": (_integer(ge=1), 1),
         },
         scope="buffer",
     )
@@ -834,6 +837,18 @@ def _team(reader: _Reader, data: Any) -> tuple[MemberConfig, ...]:
     return tuple(members)
 
 
+def _resources(v: Any) -> dict[str, float]:
+    amount = _number(ge=0)
+    try:
+        if not isinstance(v, dict):
+            raise _Mismatch("")
+        return {str(k): amount(x) for k, x in v.items()}
+    except _Mismatch:
+        raise _Mismatch(
+            "a table of resource names to numbers >= 0, e.g. { explorer_node = 1 }"
+        ) from None
+
+
 def _member(reader: _Reader, label: str, entry: Any) -> MemberConfig:
     values = reader.table(
         label,
@@ -848,6 +863,7 @@ def _member(reader: _Reader, label: str, entry: Any) -> MemberConfig:
             "agents": (_string_list, None),
             "num_cpus": (_optional_number_ge0, None),
             "num_gpus": (_optional_number_ge0, None),
+            "resources": (_resources, None),
         },
         scope="team",
     )
