@@ -152,7 +152,12 @@ def test_multiwalker_fallen_walkers_are_masked_end_to_end() -> None:
     pytest.importorskip("pettingzoo.sisl", reason="pip install 'pettingzoo[sisl]'")
     config, env, heads, agent, Member = _member_from_config(
         ROOT / "cfg" / "multiwalker_team.toml",
-        ["env.num_envs=2", "team.0.params.n_steps=16", "team.0.params.batch_size=32"],
+        [
+            "env.num_envs=2",
+            "team.0.params.n_steps=16",
+            "team.0.params.batch_size=96",
+            "team.0.params.n_epochs=1",
+        ],
     )
     seen: list[np.ndarray | None] = []
     observe = agent.observe

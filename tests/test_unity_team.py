@@ -29,8 +29,8 @@ def quiet_mlagents():  # noqa: ANN201
 
 # The mock speaks mlagents' pure-Python protobuf (~5-10 ms a step), so the full 1,000 steps take
 # about a minute on an idle 2-core machine: the fast default runs 150, `-m slow` the 1,000.
-@pytest.mark.parametrize("steps", [150, pytest.param(1000, marks=pytest.mark.slow)])
-def test_unity_mock_team_steps_through_members(steps: int) -> None:
+@pytest.mark.parametrize("num_steps", [150, pytest.param(1000, marks=pytest.mark.slow)])
+def test_unity_mock_team_steps_through_members(num_steps: int) -> None:
     from wheeler2.agent import Transitions
     from wheeler2.buffer import Replay
     from wheeler2.config import load
@@ -69,19 +69,19 @@ def test_unity_mock_team_steps_through_members(steps: int) -> None:
             members.append(Member(p.name, p.role, agent, env, heads, writer, 0))
         assert [m.env.behavior for m in members] == ["Runner", "Helper"]
         counted = 0
-        for _ in range(steps):
+        for _ in range(num_steps):
             for m in members:
                 counted += m.step()
         for m in members:
             m.writer.flush()
-            steps = seen[m.name]
-            assert len(steps) == steps
-            term = sum(int(s.terminated.sum()) for s in steps)
-            trunc = sum(int(s.truncated.sum()) for s in steps)
-            absent = sum(0 if s.active is None else int((~s.active).sum()) for s in steps)
+            taken = seen[m.name]
+            assert len(taken) == num_steps
+            term = sum(int(s.terminated.sum()) for s in taken)
+            trunc = sum(int(s.truncated.sum()) for s in taken)
+            absent = sum(0 if s.active is None else int((~s.active).sum()) for s in taken)
             assert term > 0 and trunc > 0, (m.name, term, trunc)
             assert absent > 0, "the lagging agent's rows never went inactive"
-            for s in steps:  # absent rows never carry a done flag or a reward
+            for s in taken:  # absent rows never carry a done flag or a reward
                 if s.active is not None:
                     assert not (s.terminated | s.truncated)[~s.active].any()
                     assert np.all(s.reward[~s.active] == 0)
