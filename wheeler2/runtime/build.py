@@ -179,3 +179,44 @@ def set_torch_threads() -> int:
     n = max(1, int(os.environ.get("WHEELER2_TORCH_THREADS", "1")))
     torch.set_num_threads(n)
     return n
+
+
+@dataclass
+class TeamSetup:
+    """What every multi-process backend settles in the driver before starting any member."""
+
+    plans: list[MemberPlan]
+    lead: MemberPlan
+    heads: RewardHeads
+    space: SpaceInfo
+    info: EnvInfo
+    learner: Agent  # the driver's copy: sync checks, and the replay's gamma
+    uses_logp: bool  # some explorer stores a behaviour log-prob
+
+
+def prepare_team(config: Any, payload: dict[str, Any]) -> TeamSetup:
+    """Probe the env, build the learner (resumed from ``payload``) and one agent per explorer,
+    and check weight sync, so a bad team fails here, before a process or actor exists."""
+    from wheeler2.sync import check_sync
+
+    plans = plan_team(config)
+    lead = learner_plan(plans)
+    probe = make_env(config, 1, 0, lead)
+    heads = make_heads(config, probe, make_task(config))
+    space = space_info(probe.info, heads)
+    info = probe.info
+    probe.close()
+    learner = make_agent(config, lead, space, member_seed(config, lead))
+    if payload:
+        learner.load_state_dict(payload["members"][lead.name])
+    uses_logp = False
+    checked: set[str] = set()
+    for p in plans:
+        if p.role != "explorer":
+            continue
+        explorer = make_agent(config, p, space, 0)
+        uses_logp = uses_logp or not explorer.uses_replay
+        if p.spec.sync is not None and p.team not in checked:
+            checked.add(p.team)
+            check_sync(learner.actor, explorer.actor, list(p.spec.sync.keep), p.team)
+    return TeamSetup(plans, lead, heads, space, info, learner, uses_logp)

@@ -184,32 +184,13 @@ def _figures(member: Any, trainer: Any, client: Any) -> dict[str, float]:
 # -- the coordinator --
 def run_local(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
     from wheeler2.buffer import Replay
-    from wheeler2.sync import WeightPublisher, check_sync
+    from wheeler2.sync import WeightPublisher
 
     state, payload = load_resume_state(run_dir) if resume else (RunState(), {})
-    plans = build.plan_team(config)
-    lead = build.learner_plan(plans)
+    setup = build.prepare_team(config, payload)
+    plans, lead, heads, info = setup.plans, setup.lead, setup.heads, setup.info
+    learner, uses_logp = setup.learner, setup.uses_logp
     exp = config.experiment
-
-    probe = build.make_env(config, 1, 0, lead)
-    heads = build.make_heads(config, probe, build.make_task(config))
-    space = build.space_info(probe.info, heads)
-    info = probe.info
-    probe.close()
-
-    # Build one agent per team in this process to check weight sync before anything is spawned.
-    learner = build.make_agent(config, lead, space, build.member_seed(config, lead))
-    if payload:
-        learner.load_state_dict(payload["members"][lead.name])
-    uses_logp = False
-    for p in plans:
-        if p.role == "explorer":
-            explorer = build.make_agent(config, p, space, 0)
-            uses_logp = uses_logp or not explorer.uses_replay
-            if p.spec.sync is not None and p.index == min(
-                q.index for q in plans if q.team == p.team
-            ):
-                check_sync(learner.actor, explorer.actor, list(p.spec.sync.keep), p.team)
     her = config.buffer.her is not None
     ctx = mp.get_context("spawn")
     replay = None

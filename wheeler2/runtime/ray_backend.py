@@ -107,32 +107,12 @@ def _check_fits(plans: list[build.MemberPlan]) -> None:
 
 
 def run_ray(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
-    from wheeler2.sync import check_sync
-
     state, payload = load_resume_state(run_dir) if resume else (RunState(), {})
-    plans = build.plan_team(config)
-    lead = build.learner_plan(plans)
+    setup = build.prepare_team(config, payload)
+    plans, lead, heads, info = setup.plans, setup.lead, setup.heads, setup.info
+    learner, uses_logp = setup.learner, setup.uses_logp
     exp = config.experiment
     shards = max(1, int(getattr(config.buffer, "shards", 1) or 1))
-
-    probe = build.make_env(config, 1, 0)
-    heads = build.make_heads(config, probe, build.make_task(config))
-    space = build.space_info(probe.info, heads)
-    info = probe.info
-    probe.close()
-    # Check weight sync here, before any actor starts, as the local backend does.
-    learner = build.make_agent(config, lead, space, build.member_seed(config, lead))
-    if payload:
-        learner.load_state_dict(payload["members"][lead.name])
-    uses_logp = False
-    for p in plans:
-        if p.role == "explorer":
-            explorer = build.make_agent(config, p, space, 0)
-            uses_logp = uses_logp or not explorer.uses_replay
-            if p.spec.sync is not None and p.index == min(
-                q.index for q in plans if q.team == p.team
-            ):
-                check_sync(learner.actor, explorer.actor, list(p.spec.sync.keep), p.team)
 
     cpus = sum(member_options(p)["num_cpus"] for p in plans)
     if not learner.uses_replay:
