@@ -95,3 +95,44 @@ def test_blocking_writer_waits_for_the_learner_and_times_out_clearly() -> None:
         with pytest.raises(ReplayTimeout, match="no update for .*learner may have died"):
             gated.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool),
                       np.zeros(1, bool))
+
+
+def _wait_to_insert(handle, done) -> None:  # noqa: ANN001
+    """A producer far ahead of a learner that never samples: waits on the gate to insert."""
+    replay = Replay.attach(handle)
+    w = replay.writer(num_envs=1, block=True)
+    obs = np.zeros((1, 3), np.float32)
+    w.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool), np.zeros(1, bool))
+    done.set()
+    replay.close()
+
+
+def test_release_lets_a_waiting_producer_insert_at_once() -> None:
+    """A run that stops: the learner no longer samples, and a producer that waits on the gate
+    must see the stop at once rather than after ``timeout_s``."""
+    import time
+
+    cfg = ReplayConfig(capacity=1000, batch_size=4, updates_per_insert=1.0, min_size=10,
+                       gate_tolerance=5, chunk=1, timeout_s=60)
+    ctx = multiprocess.get_context("spawn")
+    with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
+        obs = np.zeros((1, 3), np.float32)
+        free = replay.writer(num_envs=1, block=False)
+        for _ in range(50):  # 40 past min_size with no update: far beyond the tolerance
+            free.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool),
+                     np.zeros(1, bool))
+        done = ctx.Event()
+        proc = ctx.Process(target=_wait_to_insert, args=(replay.handle(), done))
+        proc.start()
+        try:
+            assert not done.wait(3.0), "the producer should be held by the gate"
+            t0 = time.monotonic()
+            replay.release()
+            assert done.wait(5.0), "release did not let the producer go"
+            assert time.monotonic() - t0 < 2.5  # one wait slice, not timeout_s
+            proc.join(timeout=10)
+        finally:
+            if proc.is_alive():
+                proc.kill()
+        assert proc.exitcode == 0
+        assert replay.stats()["inserts"] == 51

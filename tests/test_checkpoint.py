@@ -120,3 +120,33 @@ def test_failed_rename_leaves_no_temp(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         ckpt.save(path, {"x": 1})
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_signal_during_save_is_delivered_after_the_write(tmp_path, monkeypatch, sig):
+    """Ctrl-C while torch.save writes: the file is finished and renamed first, then the
+    interrupt arrives (before the fix, torch's zip writer turned it into a RuntimeError)."""
+    import signal
+
+    signum = getattr(signal, sig)
+    path = tmp_path / "checkpoints" / ckpt.LATEST
+    real_save = torch.save
+
+    def save_then_signalled(obj, f):
+        signal.raise_signal(signum)  # arrives while the zip writer is open
+        real_save(obj, f)
+
+    def raise_interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ckpt.torch, "save", save_then_signalled)
+    old = signal.signal(signum, raise_interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ckpt.save(path, {"version": 3, "w": torch.arange(4.0)})
+        assert signal.getsignal(signum) is raise_interrupt  # the run's handler is back
+    finally:
+        signal.signal(signum, old)
+    loaded = ckpt.load(path)
+    assert loaded["version"] == 3 and torch.equal(loaded["w"], torch.arange(4.0))
+    assert sorted(p.name for p in path.parent.iterdir()) == [ckpt.LATEST]

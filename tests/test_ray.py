@@ -18,7 +18,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -26,7 +25,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="backend ray needs the optional extra: pip install .[ray]")
 
 from wheeler2 import checkpoint as ckpt  # noqa: E402
-from wheeler2.config import BufferConfig, MemberConfig, load  # noqa: E402
+from wheeler2.config import load  # noqa: E402
 from wheeler2.runtime import run_experiment  # noqa: E402
 from wheeler2.runtime.experiment import MemberFailed  # noqa: E402
 
@@ -165,51 +164,21 @@ def cluster() -> Iterator[Cluster]:
         assert not leftover, f"cluster processes left behind: {leftover}"
 
 
-# -- configs that ask for more than the config file can say today ------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class PinnedMember(MemberConfig):
-    """A [[team]] table with ``resources`` (not yet a config key). Pickles as a plain
-    MemberConfig: the driver reads the resources, the actors never need them."""
-
-    resources: dict[str, float] | None = None
-
-    def __reduce__(self) -> tuple:
-        base = [getattr(self, f.name) for f in dataclasses.fields(MemberConfig)]
-        return (MemberConfig, tuple(base))
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardedBuffer(BufferConfig):
-    """A [buffer] table with ``shards`` (not yet a config key)."""
-
-    shards: int = 1
-
-    def __reduce__(self) -> tuple:
-        base = [getattr(self, f.name) for f in dataclasses.fields(BufferConfig)]
-        return (BufferConfig, tuple(base))
-
-
-def pinned(config: Any, address: str, shards: int = 1) -> Any:
-    team = []
-    for m in config.team:
-        fields = {f.name: getattr(m, f.name) for f in dataclasses.fields(MemberConfig)}
-        res = {"explorer_node": 1.0} if m.role == "explorer" else None
-        team.append(PinnedMember(**fields, resources=res))
-    buffer = ShardedBuffer(
-        **{f.name: getattr(config.buffer, f.name) for f in dataclasses.fields(BufferConfig)},
-        shards=shards,
-    )
-    exp = dataclasses.replace(config.experiment, ray_address=address)
-    return dataclasses.replace(config, team=tuple(team), buffer=buffer, experiment=exp)
-
-
 # -- tests --------------------------------------------------------------------------------------
 
 
 def test_explorers_pinned_to_second_node_with_two_shards(tmp_path: Path, cluster: Cluster) -> None:
-    config = pinned(load(write_team(tmp_path, total=2_000)), cluster.address, shards=2)
+    # The config file's own keys: [buffer] shards and [[team]] resources.
+    config = load(
+        write_team(tmp_path, total=2_000),
+        overrides=[
+            f"experiment.ray_address={cluster.address!r}".replace("'", '"'),
+            "buffer.shards=2",
+            "team.explorer.resources={explorer_node = 1}",
+        ],
+    )
+    assert config.buffer.shards == 2
+    assert config.team[1].resources == {"explorer_node": 1.0}
     run = run_experiment(config, tmp_path / "run")
     placed = json.loads((run / "placement.json").read_text())
     assert placed["explorer-0"]["node_id"] == cluster.worker_node

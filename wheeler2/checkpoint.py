@@ -14,7 +14,10 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import signal
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,20 +43,49 @@ def save(path: str | Path, state: dict[str, Any]) -> None:
     """Write ``state`` to ``path`` atomically: temp file in the same dir, fsync, rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with _interrupts_held():
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp_name, path)
+        except BaseException:
+            # BaseException: KeyboardInterrupt must clean up too. After os.replace the temp name
+            # is gone, hence the suppress.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp_name)
+            raise
+        _fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM for the moments of a write, then deliver them.
+
+    A KeyboardInterrupt raised inside ``torch.save`` leaves its zip writer half-done, and the
+    writer's own cleanup then raises a RuntimeError in place of the interrupt: the run would exit
+    1 with a torch traceback instead of 130 with its final checkpoint. Python handlers run in the
+    main thread only, so elsewhere there is nothing to hold.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous: dict[int, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(sig)
+        if handler not in (signal.SIG_IGN, None):  # None: set outside Python; leave it be
+            previous[sig] = handler
+            signal.signal(sig, lambda signum, frame: held.append(signum))
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        # BaseException: KeyboardInterrupt must clean up too. After os.replace the temp name is
-        # gone, hence the suppress.
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
-    _fsync_dir(path.parent)
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(held):
+            signal.raise_signal(sig)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from .config import ReplayConfig, ReplayTimeout
 from .locks import SharedCondition
-from .storage import LAST_INSERT, LAST_UPDATE, TOTAL, UPDATES, Storage
+from .storage import LAST_INSERT, LAST_UPDATE, RELEASED, TOTAL, UPDATES, Storage
 
 _WAIT_SLICE_S = 1.0  # wake up now and then to check the progress clocks
 
@@ -42,9 +42,9 @@ class RatioGate:
         return int(hdr[UPDATES]) <= self.ratio * (inserts - self.min_size)
 
     def producer_may_insert(self) -> bool:
-        if not self.enabled:
-            return True
         hdr = self.storage.hdr
+        if not self.enabled or hdr[RELEASED]:
+            return True
         ahead = int(hdr[TOTAL]) - self.min_size
         return ahead <= int(hdr[UPDATES]) / self.ratio + self.tolerance
 

@@ -24,6 +24,7 @@ from .storage import (
     LAST_UPDATE,
     LEARNER_PID,
     MAX_PRIORITY,
+    RELEASED,
     SLEEP_LEARNER,
     SLEEP_PRODUCER,
     SYNCED,
@@ -360,6 +361,22 @@ class Replay:
     def _check_open(self) -> None:
         if self._closed:
             raise ReplayError("replay buffer is closed")
+
+    def release(self) -> None:
+        """The run is stopping: producers waiting on the gate (or about to) insert at once.
+
+        Without this, an explorer that ran ahead of a learner which has just stopped sampling
+        would sit in the gate until ``timeout_s`` instead of seeing the stop.
+        """
+        self._check_open()
+        st = self.storage
+        st.acquire()
+        try:
+            st.hdr[RELEASED] = 1
+            if st.hdr[SLEEP_PRODUCER]:
+                st.updated.notify_all()
+        finally:
+            st.release()
 
     def close(self) -> None:
         """Members detach; the owner also unlinks every shared-memory segment."""

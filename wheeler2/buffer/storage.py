@@ -32,6 +32,7 @@ SLEEP_PRODUCER = 7  # processes waiting for updates
 SYNCED = 8  # inserts the prioritized sampler has given leaves to (for checkpoints)
 LEARNER_PID = 9  # the process that samples; its own writers never block on the gate
 REPAIR = 10  # set when the lock was taken back from a dead holder
+RELEASED = 11  # the run is stopping: producers insert without waiting on the gate
 INT_HEADER = 16
 # Float header slots.
 LAST_INSERT = 0  # wall time of the last insert

@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -246,7 +247,10 @@ def run_local(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
         (run_dir / "members.json").write_text(
             json.dumps({name: proc.pid for name, proc in procs.items()}, indent=1)
         )
-        team = _Team(config, recorder, procs, conns, counters, stop, request, payload)
+        release = replay.release if replay is not None else None
+        team = _Team(
+            config, recorder, procs, conns, counters, stop, request, payload, lead.name, release
+        )
         return team.supervise()
     finally:
         for sig, handler in old_handlers.items():
@@ -284,6 +288,8 @@ class _Team:
         stop: Any,
         request: Any,
         payload: dict[str, Any],
+        lead: str,
+        release: Callable[[], None] | None,
     ) -> None:
         self.config = config
         self.recorder = recorder
@@ -298,10 +304,18 @@ class _Team:
         self.finished: set[str] = set()
         self.errors: dict[str, str] = {}
         self.pending: dict[str, Any] | None = None  # checkpoint being assembled
+        self.lead = lead  # the learner's name
+        # Lets producers waiting on the ratio gate go once nobody will sample any more.
+        self.release = release
 
     @property
     def env_steps(self) -> int:
         return int(sum(self.counters[:]))
+
+    def _release(self) -> None:
+        if self.release is not None:
+            self.release()
+            self.release = None
 
     def supervise(self) -> dict[str, Any]:
         interrupted = False
@@ -331,6 +345,7 @@ class _Team:
             interrupted = True
         shield_shutdown(quiet=not (interrupted or failed))
         self.stop.set()
+        self._release()
         self._drain(STOP_GRACE_S)
         self.recorder.state.env_steps = self.env_steps
         self.recorder.save_checkpoint(self._payload())
@@ -381,6 +396,8 @@ class _Team:
         elif kind == "final":
             self.states[name], self.steps[name] = msg[2], msg[3]
             self.finished.add(name)
+            if name == self.lead:
+                self._release()
         elif kind == "error":
             self.errors[name] = msg[2]
 

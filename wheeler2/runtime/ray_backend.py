@@ -316,12 +316,14 @@ class _RayTeam:
             except ray.exceptions.RayError as exc:
                 self.errors[name] = str(exc)
                 continue
+            # The member pinged the board before returning, so everything it posted is there:
+            # handle those first, or a stale checkpoint state would overwrite the final one.
+            self._read()
             self.states[name], self.steps[name] = result["state"], int(result["env_steps"])
             self.figures[name] = result["figures"]
             self.recorder.scalars(name, self.env_steps, result["figures"])
             if result["eval"] is not None:
                 env_steps, evaluation = result["eval"]
-                self._read()  # evals posted earlier come first in the record
                 self._record_eval(name, env_steps, evaluation, result["state"])
             self.finished.add(name)
             if name == self.lead:
@@ -352,7 +354,8 @@ class _RayTeam:
             self._record_eval(name, env_steps, result, learner_state)
         elif kind == "state":
             _, _, req, agent_state, steps = msg
-            self.states[name], self.steps[name] = agent_state, steps
+            if name not in self.finished:  # a finished member's final state is newer
+                self.states[name], self.steps[name] = agent_state, steps
             if self.pending is not None and req == self.pending["request"]:
                 self.pending["got"].add(name)
                 if self.pending["got"] >= self.names - self.finished:
