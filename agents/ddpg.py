@@ -21,8 +21,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.nets import DeterministicActor, QCritic, polyak_, resolve_device, seeded
-from agents.normalize import make_obs_norm
+from agents.nets import (
+    DeterministicActor,
+    NumpyForward,
+    QCritic,
+    polyak_,
+    resolve_device,
+    seeded,
+)
+from agents.normalize import IdentityNorm, make_obs_norm
 from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SpaceInfo, Transitions
 
 
@@ -114,6 +121,12 @@ class DDPG(Agent):
         self.head_q_sq = torch.ones(space.num_heads, device=dev)
 
         self.obs_norm = make_obs_norm(p.normalize_obs, space.obs_dim, p.obs_clip, dev)
+        # Acting on the CPU without input normalization goes through numpy (see NumpyForward).
+        self.fast_actor = (
+            NumpyForward.of(self.actor_net, squash=True)
+            if isinstance(self.obs_norm, IdentityNorm)
+            else None
+        )
         self.noise = ActionNoise(p.noise, p.noise_std, p.ou_theta, p.ou_dt, space.act_dim, seed + 1)
         self.rng = np.random.default_rng(seed + 2)
         self.env_steps = 0
@@ -130,10 +143,12 @@ class DDPG(Agent):
             # Uniform actions fill the buffer with diverse data before the policy means anything.
             a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
             return ActOut(action=a)
-        with torch.inference_mode():
-            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-            a = self.actor_net(self.obs_norm.normalize(x))
-        a = a.cpu().numpy()
+        if self.fast_actor is not None:
+            a = self.fast_actor(obs)
+        else:
+            with torch.inference_mode():
+                x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+                a = self.actor_net(self.obs_norm.normalize(x)).cpu().numpy()
         if explore and self.params.noise != "none":
             a = np.clip(a + self.noise(n), -1.0, 1.0)
         return ActOut(action=a.astype(np.float32, copy=False))

@@ -107,9 +107,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "bench_collect.md"))
     args = ap.parse_args()
 
-    from wheeler2.runtime.build import set_torch_threads
+    from wheeler2.runtime.build import set_compute_threads
 
-    set_torch_threads()
+    set_compute_threads()
     loops: dict[str, Callable[[int], float]] = {
         "gymnasium make_vec sync, random actions": gym_loop,
         "Member, random actions, into a Replay": lambda s: member_loop("random", s),

@@ -100,3 +100,39 @@ def test_polyak():
     polyak_(target, online, 0.25)
     torch.testing.assert_close(target[0], torch.full((3,), 0.25))
     torch.testing.assert_close(target[1], torch.full((2,), 3.0))
+
+
+def test_numpy_forward_matches_torch_and_follows_in_place_weight_changes() -> None:
+    import numpy as np
+
+    from agents.nets import DeterministicActor, NumpyForward
+
+    torch.manual_seed(0)
+    net = DeterministicActor(5, [32, 16], 2, "relu")
+    fast = NumpyForward.of(net, squash=True)
+    assert fast is not None
+    x = np.random.default_rng(0).normal(size=(8, 5)).astype(np.float32)
+
+    def torch_out() -> np.ndarray:
+        with torch.no_grad():
+            return net(torch.as_tensor(x)).numpy()
+
+    np.testing.assert_allclose(fast(x), torch_out(), rtol=1e-5, atol=1e-6)
+    # An optimizer step, a sync-style blend and load_state_dict all write in place.
+    opt = torch.optim.Adam(net.parameters(), lr=0.1)
+    net(torch.as_tensor(x)).sum().backward()
+    opt.step()
+    np.testing.assert_allclose(fast(x), torch_out(), rtol=1e-5, atol=1e-6)
+    other = DeterministicActor(5, [32, 16], 2, "relu")
+    net.load_state_dict(other.state_dict())
+    np.testing.assert_allclose(fast(x), torch_out(), rtol=1e-5, atol=1e-6)
+    # A replaced storage is noticed, not read stale.
+    net.head.weight.data = torch.randn_like(net.head.weight)
+    np.testing.assert_allclose(fast(x), torch_out(), rtol=1e-5, atol=1e-6)
+
+
+def test_numpy_forward_declines_what_it_cannot_run() -> None:
+    from agents.nets import MLP, NumpyForward
+
+    assert NumpyForward.of(MLP(3, [8], 1, "elu"), squash=False) is None
+    assert NumpyForward.of(MLP(3, [8], 1, "relu").double(), squash=False) is None

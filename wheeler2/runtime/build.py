@@ -166,18 +166,23 @@ def replay_config(config: Any, learner_params: Any, chunk: int | None = None) ->
     )
 
 
-def set_torch_threads() -> int:
-    """One intra-op thread per process unless ``WHEELER2_TORCH_THREADS`` says otherwise.
+def set_compute_threads() -> int:
+    """One intra-op thread per process, for torch and numpy's BLAS, unless
+    ``WHEELER2_TORCH_THREADS`` says otherwise.
 
-    The networks here are small (a 256 x 400 matmul): a second OpenMP thread gains little and,
-    when the other core is busy with an env or another member, each op waits for it; measured
-    here, a DDPG update took 15-23 ms with 2 threads on a loaded 2-core machine against ~1 ms
-    with 1.
+    The networks here are small (a 256 x 400 matmul): a second thread gains little and, when the
+    other core is busy with an env or another member, each op waits for it. Measured here on a
+    loaded 2-core machine: a DDPG update took 15-23 ms with 2 torch threads against ~1 ms with 1,
+    and acting through numpy (agents.nets.NumpyForward) ~430 µs with OpenBLAS's default threads
+    against ~120 µs with 1.
     """
     import os
 
+    from threadpoolctl import threadpool_limits
+
     n = max(1, int(os.environ.get("WHEELER2_TORCH_THREADS", "1")))
     torch.set_num_threads(n)
+    threadpool_limits(n, user_api="blas")
     return n
 
 

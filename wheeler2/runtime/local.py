@@ -83,7 +83,7 @@ def _member_loop(args: MemberArgs) -> None:
     from wheeler2.runtime.member import Member, Trainer
     from wheeler2.sync import WeightClient, WeightPublisher
 
-    build.set_torch_threads()
+    build.set_compute_threads()
     config, plan, conn = args.config, args.plan, args.conn
     seed = build.member_seed(config, plan)
     num_envs = int(config.env.num_envs)

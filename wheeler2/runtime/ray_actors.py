@@ -151,7 +151,7 @@ class ReplayShard:
     def __init__(self, config: Any, shard: int, shards: int, logp: bool, gamma: float) -> None:
         from wheeler2.buffer import Replay
 
-        build.set_torch_threads()
+        build.set_compute_threads()
         plans = build.plan_team(config)
         lead = build.learner_plan(plans)
         probe = build.make_env(config, 1, 0)
@@ -573,7 +573,7 @@ def _member_loop(args: RayMemberArgs) -> dict[str, Any]:
     from wheeler2.runtime.evaluation import evaluate
     from wheeler2.runtime.member import Member, Trainer
 
-    build.set_torch_threads()
+    build.set_compute_threads()
     config, plan, board = args.config, args.plan, args.board
     seed = build.member_seed(config, plan)
     num_envs = int(config.env.num_envs)

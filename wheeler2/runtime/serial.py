@@ -18,7 +18,7 @@ def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
     from wheeler2.buffer import Replay
     from wheeler2.sync import WeightClient, WeightPublisher
 
-    build.set_torch_threads()
+    build.set_compute_threads()
     state, payload = load_resume_state(run_dir) if resume else (RunState(), {})
     plans = build.plan_team(config)
     lead = build.learner_plan(plans)
