@@ -117,8 +117,8 @@ def run_wheeler2(seed: int, max_steps: int, out: Path, normalize: bool) -> Outco
         # success is not a return: stop at the threshold by the return it implies is not exact,
         # so the run goes on and the first eval >= THRESHOLD is read from summary.json.
     ]
-    if normalize:
-        overrides.append("team.target.params.normalize_obs=true")
+    # Explicit both ways: the config file turns normalization on.
+    overrides.append(f"team.target.params.normalize_obs={'true' if normalize else 'false'}")
     config = load(
         ROOT / "cfg" / "fetchreach_her.toml", overrides=overrides, seed=seed, out=str(out)
     )
