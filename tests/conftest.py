@@ -13,6 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from wheeler2.runtime.build import set_compute_threads
+
+# The test process computes the way every wheeler2 process does: one torch / BLAS thread. With
+# the default (one per core) a small PPO update here took ~100x longer while another process
+# kept the second core busy, as CI's parallel members and envs do.
+set_compute_threads()
+
 FAKE_ALGO = '''
 """A do-nothing algorithm whose Params cover every annotation kind the config checks."""
 from dataclasses import dataclass, field

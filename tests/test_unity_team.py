@@ -27,9 +27,7 @@ def quiet_mlagents():  # noqa: ANN201
     logger.setLevel(level)
 
 
-# The mock speaks mlagents' pure-Python protobuf (~5-10 ms a step), so the full 1,000 steps take
-# about a minute on an idle 2-core machine: the fast default runs 150, `-m slow` the 1,000.
-@pytest.mark.parametrize("num_steps", [150, pytest.param(1000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("num_steps", [1000])
 def test_unity_mock_team_steps_through_members(num_steps: int) -> None:
     from wheeler2.agent import Transitions
     from wheeler2.buffer import Replay
