@@ -51,8 +51,9 @@ def fill_wheeler(replay: Replay, n: int, num_envs: int = 1000, episode: int = 20
     g = rng.standard_normal((num_envs, goal)).astype(np.float32) if goal else None
     for t in range(n // num_envs):
         trunc = np.full(num_envs, (t + 1) % episode == 0)
-        w.add(obs, act, rew, obs, term, trunc, achieved_goal=g, desired_goal=g,
-              next_achieved_goal=g)
+        w.add(
+            obs, act, rew, obs, term, trunc, achieved_goal=g, desired_goal=g, next_achieved_goal=g
+        )
     w.flush()
 
 
@@ -168,11 +169,13 @@ def produce_cpprb(rb: object, rate: float, stop: object, out: object, seed: int)
     out.put(n / (time.perf_counter() - t0))
 
 
-def run_with_producers(ctx: object, target: object, arg: object, rate: float, learn: object,
-                       seconds: float) -> tuple[float, float]:
+def run_with_producers(
+    ctx: object, target: object, arg: object, rate: float, learn: object, seconds: float
+) -> tuple[float, float]:
     stop, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=target, args=(arg, rate, stop, out, 10 + i))
-             for i in range(PRODUCERS)]
+    procs = [
+        ctx.Process(target=target, args=(arg, rate, stop, out, 10 + i)) for i in range(PRODUCERS)
+    ]
     for p in procs:
         p.start()
     time.sleep(1.0)  # let them start up and reach their pace
@@ -198,11 +201,20 @@ def case_a(capacity: int, seconds: float) -> list[tuple]:
     cfg = ReplayConfig(capacity=capacity, batch_size=BATCH, updates_per_insert=0, min_size=1)
     with Replay.create(layout, cfg, gamma=0.99) as replay:
         fill_wheeler(replay, capacity)
-        base, ours = interleaved(lambda s: loop_cpprb(rb, s), lambda s: loop_wheeler(replay, s),
-                                 seconds)
+        base, ours = interleaved(
+            lambda s: loop_cpprb(rb, s), lambda s: loop_wheeler(replay, s), seconds
+        )
     rb = None  # free it before the next case allocates
-    return [("(a) 1 process: sample + update_priorities", "cpprb PrioritizedReplayBuffer",
-             base, 1.0, ""), ("", "wheeler2 Replay", ours, ours / base, ">= 1.0x")]
+    return [
+        (
+            "(a) 1 process: sample + update_priorities",
+            "cpprb PrioritizedReplayBuffer",
+            base,
+            1.0,
+            "",
+        ),
+        ("", "wheeler2 Replay", ours, ours / base, ">= 1.0x"),
+    ]
 
 
 def case_b(capacity: int, seconds: float, rate: float) -> list[tuple]:
@@ -212,19 +224,23 @@ def case_b(capacity: int, seconds: float, rate: float) -> list[tuple]:
     std = multiprocessing.get_context("spawn")
     rb = cpprb.MPPrioritizedReplayBuffer(capacity, cpprb_env(), alpha=0.6, ctx=std)
     fill_cpprb(rb, capacity // 10)
-    base, base_ins = run_with_producers(std, produce_cpprb, rb, rate,
-                                        lambda s: loop_cpprb(rb, s), seconds)
+    base, base_ins = run_with_producers(
+        std, produce_cpprb, rb, rate, lambda s: loop_cpprb(rb, s), seconds
+    )
     rb = None  # free its shared memory before ours is allocated
     layout = Layout(obs_dim=OBS, act_dim=ACT)
     cfg = ReplayConfig(capacity=capacity, batch_size=BATCH, updates_per_insert=0, min_size=1)
     mp = multiprocess.get_context("spawn")
     with Replay.create(layout, cfg, gamma=0.99) as replay:
         fill_wheeler(replay, capacity // 10)
-        ours, ours_ins = run_with_producers(mp, produce_wheeler, replay.handle(), rate,
-                                            lambda s: loop_wheeler(replay, s), seconds)
+        ours, ours_ins = run_with_producers(
+            mp, produce_wheeler, replay.handle(), rate, lambda s: loop_wheeler(replay, s), seconds
+        )
     label = f"(b) learner + {PRODUCERS} producer processes"
-    return [(label, f"cpprb MPPrioritizedReplayBuffer (inserts {base_ins:,.0f}/s)", base, 1.0, ""),
-            ("", f"wheeler2 Replay (inserts {ours_ins:,.0f}/s)", ours, ours / base, ">= 5.0x")]
+    return [
+        (label, f"cpprb MPPrioritizedReplayBuffer (inserts {base_ins:,.0f}/s)", base, 1.0, ""),
+        ("", f"wheeler2 Replay (inserts {ours_ins:,.0f}/s)", ours, ours / base, ">= 5.0x"),
+    ]
 
 
 def case_c(capacity: int, seconds: float) -> list[tuple]:
@@ -234,19 +250,30 @@ def case_c(capacity: int, seconds: float) -> list[tuple]:
         far = np.linalg.norm(achieved_goal - desired_goal, axis=-1) > 0.05
         return -far.astype(np.float32)[:, None]
 
-    cfg = ReplayConfig(capacity=capacity, batch_size=BATCH, updates_per_insert=0, min_size=1,
-                       her=HerConfig("future", 4))
+    cfg = ReplayConfig(
+        capacity=capacity,
+        batch_size=BATCH,
+        updates_per_insert=0,
+        min_size=1,
+        her=HerConfig("future", 4),
+    )
     with Replay.create(layout, cfg, gamma=0.98, relabel=relabel) as her:
         fill_wheeler(her, capacity, episode=50)
-        plain = Replay.attach(dataclasses.replace(her.handle(),
-                                                  cfg=dataclasses.replace(cfg, her=None)))
+        plain = Replay.attach(
+            dataclasses.replace(her.handle(), cfg=dataclasses.replace(cfg, her=None))
+        )
         try:
-            base, ours = interleaved(lambda s: loop_wheeler(plain, s, update=False),
-                                     lambda s: loop_wheeler(her, s, update=False), seconds)
+            base, ours = interleaved(
+                lambda s: loop_wheeler(plain, s, update=False),
+                lambda s: loop_wheeler(her, s, update=False),
+                seconds,
+            )
         finally:
             plain.close()
-    return [("(c) goal buffer: sample only", "wheeler2 plain prioritized", base, 1.0, ""),
-            ("", "wheeler2 HER future k=4", ours, ours / base, "cost <= 2.0x, i.e. >= 0.5x")]
+    return [
+        ("(c) goal buffer: sample only", "wheeler2 plain prioritized", base, 1.0, ""),
+        ("", "wheeler2 HER future k=4", ours, ours / base, "cost <= 2.0x, i.e. >= 0.5x"),
+    ]
 
 
 def main() -> None:

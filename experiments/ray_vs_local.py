@@ -88,8 +88,9 @@ def run_once(cfg: Path, backend: str, seed: int, out: Path) -> dict:
     command_s = time.perf_counter() - t0
     if res.returncode != 0:
         raise RuntimeError(f"{backend} seed {seed} failed:\n{res.stdout}\n{res.stderr}")
-    run_dir = next(line.split(": ", 1)[1] for line in res.stdout.splitlines()
-                   if line.startswith("results: "))
+    run_dir = next(
+        line.split(": ", 1)[1] for line in res.stdout.splitlines() if line.startswith("results: ")
+    )
     summary = json.loads((Path(run_dir) / "summary.json").read_text())
     return {
         "backend": backend,
@@ -149,8 +150,11 @@ def main() -> None:
             f"{r['steps_to_threshold'] or '-'} | {r['updates'] or 0:.0f} | {r['wall_s']:.1f} | "
             f"{r['command_s']:.1f} |"
         )
-    lines += ["", "| backend | final eval return | best eval return | wall_s | command s |",
-              "| --- | ---: | ---: | ---: | ---: |"]
+    lines += [
+        "",
+        "| backend | final eval return | best eval return | wall_s | command s |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
     agg = {}
     for backend in ("local", "ray"):
         sel = [r for r in rows if r["backend"] == backend]

@@ -31,8 +31,17 @@ def produce(handle, seed: int, seconds: float) -> None:  # noqa: ANN001
         term = done & (rng.random(n) < 0.5)
         obs = np.stack([episode, step], 1)
         nxt = np.stack([episode, step + 1], 1)
-        w.add(obs, np.zeros((n, 1)), np.ones((n, 1)), nxt, term, done & ~term, achieved_goal=obs,
-              desired_goal=np.full_like(obs, -1.0), next_achieved_goal=nxt)
+        w.add(
+            obs,
+            np.zeros((n, 1)),
+            np.ones((n, 1)),
+            nxt,
+            term,
+            done & ~term,
+            achieved_goal=obs,
+            desired_goal=np.full_like(obs, -1.0),
+            next_achieved_goal=nxt,
+        )
         step += 1
         for c in np.flatnonzero(done):
             episode[c] = next_id
@@ -42,8 +51,15 @@ def produce(handle, seed: int, seconds: float) -> None:  # noqa: ANN001
 
 
 def test_consistent_samples_under_concurrent_overwrites() -> None:
-    cfg = ReplayConfig(capacity=300, batch_size=64, n_step=3, min_size=100, updates_per_insert=0,
-                       her=HerConfig("future", k=4), timeout_s=30)
+    cfg = ReplayConfig(
+        capacity=300,
+        batch_size=64,
+        n_step=3,
+        min_size=100,
+        updates_per_insert=0,
+        her=HerConfig("future", k=4),
+        timeout_s=30,
+    )
     layout = Layout(obs_dim=2, act_dim=1, goal_dim=2)
     ctx = multiprocess.get_context("spawn")
     with Replay.create(layout, cfg, GAMMA, relabel=relabel) as replay:

@@ -25,8 +25,15 @@ def produce(handle, seed: int) -> None:  # noqa: ANN001
 
 
 def test_gate_holds_updates_per_insert_with_two_producers() -> None:
-    cfg = ReplayConfig(capacity=50_000, batch_size=32, updates_per_insert=TARGET,
-                       min_size=MIN_SIZE, chunk=16, gate_tolerance=128, timeout_s=30)
+    cfg = ReplayConfig(
+        capacity=50_000,
+        batch_size=32,
+        updates_per_insert=TARGET,
+        min_size=MIN_SIZE,
+        chunk=16,
+        gate_tolerance=128,
+        timeout_s=30,
+    )
     ctx = multiprocess.get_context("spawn")
     with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
         procs = [ctx.Process(target=produce, args=(replay.handle(), i)) for i in range(2)]
@@ -65,14 +72,22 @@ def test_learner_times_out_clearly_without_producers() -> None:
 
 def test_serial_writer_never_blocks_on_its_own_learner() -> None:
     # The serial backend writes and samples from one process: flushes must not wait on the gate.
-    cfg = ReplayConfig(capacity=1000, batch_size=4, updates_per_insert=0.01, min_size=10,
-                       gate_tolerance=0, chunk=1, timeout_s=1)
+    cfg = ReplayConfig(
+        capacity=1000,
+        batch_size=4,
+        updates_per_insert=0.01,
+        min_size=10,
+        gate_tolerance=0,
+        chunk=1,
+        timeout_s=1,
+    )
     with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
         w = replay.writer(num_envs=1)
         obs = np.zeros((1, 3), np.float32)
         for _ in range(300):
-            w.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool),
-                  np.zeros(1, bool))
+            w.add(
+                obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool), np.zeros(1, bool)
+            )
             if replay.can_sample():
                 replay.sample()
         assert replay.stats()["inserts"] == 300
@@ -81,20 +96,29 @@ def test_serial_writer_never_blocks_on_its_own_learner() -> None:
 def test_blocking_writer_waits_for_the_learner_and_times_out_clearly() -> None:
     from wheeler2.buffer.storage import LEARNER_PID
 
-    cfg = ReplayConfig(capacity=1000, batch_size=4, updates_per_insert=1.0, min_size=10,
-                       gate_tolerance=5, chunk=1, timeout_s=0.5)
+    cfg = ReplayConfig(
+        capacity=1000,
+        batch_size=4,
+        updates_per_insert=1.0,
+        min_size=10,
+        gate_tolerance=5,
+        chunk=1,
+        timeout_s=0.5,
+    )
     with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
         replay.storage.hdr[LEARNER_PID] = 1  # a learner elsewhere that never samples
         obs = np.zeros((1, 3), np.float32)
         free = replay.writer(num_envs=1, block=False)
         for _ in range(50):
-            free.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool),
-                     np.zeros(1, bool))
+            free.add(
+                obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool), np.zeros(1, bool)
+            )
         assert replay.stats()["inserts"] == 50
         gated = replay.writer(num_envs=1)
         with pytest.raises(ReplayTimeout, match="no update for .*learner may have died"):
-            gated.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool),
-                      np.zeros(1, bool))
+            gated.add(
+                obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool), np.zeros(1, bool)
+            )
 
 
 def _wait_to_insert(handle, done) -> None:  # noqa: ANN001
@@ -112,15 +136,23 @@ def test_release_lets_a_waiting_producer_insert_at_once() -> None:
     must see the stop at once rather than after ``timeout_s``."""
     import time
 
-    cfg = ReplayConfig(capacity=1000, batch_size=4, updates_per_insert=1.0, min_size=10,
-                       gate_tolerance=5, chunk=1, timeout_s=60)
+    cfg = ReplayConfig(
+        capacity=1000,
+        batch_size=4,
+        updates_per_insert=1.0,
+        min_size=10,
+        gate_tolerance=5,
+        chunk=1,
+        timeout_s=60,
+    )
     ctx = multiprocess.get_context("spawn")
     with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
         obs = np.zeros((1, 3), np.float32)
         free = replay.writer(num_envs=1, block=False)
         for _ in range(50):  # 40 past min_size with no update: far beyond the tolerance
-            free.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool),
-                     np.zeros(1, bool))
+            free.add(
+                obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool), np.zeros(1, bool)
+            )
         done = ctx.Event()
         proc = ctx.Process(target=_wait_to_insert, args=(replay.handle(), done))
         proc.start()

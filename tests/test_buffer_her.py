@@ -36,8 +36,17 @@ def _fill(replay: Replay, episodes: int, rng: np.random.Generator) -> dict:
             term = np.array([last and ep % 2 == 0])
             trunc = np.array([last and ep % 2 == 1])
             reward = relabel(pos, act, nxt, nxt, desired)
-            w.add(pos, act, reward, nxt, term, trunc, achieved_goal=pos, desired_goal=desired,
-                  next_achieved_goal=nxt)
+            w.add(
+                pos,
+                act,
+                reward,
+                nxt,
+                term,
+                trunc,
+                achieved_goal=pos,
+                desired_goal=desired,
+                next_achieved_goal=nxt,
+            )
             achieved.setdefault(nxt.tobytes(), []).append((ep, t, last))
             traj.append((pos[0], nxt[0], act[0], desired[0], bool(term[0])))
             pos = nxt
@@ -57,8 +66,13 @@ def _locate(rec: dict, obs: np.ndarray) -> tuple[int, int]:
 @pytest.mark.parametrize("strategy", ["future", "final", "episode", "random"])
 def test_relabelled_rewards_and_goal_sources(strategy: str) -> None:
     rng = np.random.default_rng(7)
-    cfg = ReplayConfig(capacity=4096, batch_size=512, min_size=1, updates_per_insert=0,
-                       her=HerConfig(strategy, k=4))
+    cfg = ReplayConfig(
+        capacity=4096,
+        batch_size=512,
+        min_size=1,
+        updates_per_insert=0,
+        her=HerConfig(strategy, k=4),
+    )
     layout = Layout(obs_dim=2, act_dim=1, num_heads=2, goal_dim=2)
     with Replay.create(layout, cfg, gamma=GAMMA, relabel=relabel, seed=1) as replay:
         rec = _fill(replay, 60, rng)
@@ -92,8 +106,14 @@ def test_relabelled_rewards_and_goal_sources(strategy: str) -> None:
 
 def test_nstep_returns_are_folded_after_relabelling() -> None:
     rng = np.random.default_rng(8)
-    cfg = ReplayConfig(capacity=4096, batch_size=256, min_size=1, updates_per_insert=0, n_step=3,
-                       her=HerConfig("future", k=4))
+    cfg = ReplayConfig(
+        capacity=4096,
+        batch_size=256,
+        min_size=1,
+        updates_per_insert=0,
+        n_step=3,
+        her=HerConfig("future", k=4),
+    )
     layout = Layout(obs_dim=2, act_dim=1, num_heads=2, goal_dim=2)
     with Replay.create(layout, cfg, gamma=GAMMA, relabel=relabel, seed=2) as replay:
         rec = _fill(replay, 40, rng)

@@ -34,8 +34,14 @@ def _shm(prefix: str) -> list[str]:
 def _add(w, t: int, n: int = 1) -> None:  # noqa: ANN001
     """Step t of every copy; obs = (t, copy) so a sample can be checked against its index."""
     obs = np.stack([np.full(n, t), np.arange(n)], 1).astype(np.float32)
-    w.add(obs, np.zeros((n, 1)), np.full((n, 1), t), obs + [1, 0], np.zeros(n, bool),
-          np.zeros(n, bool))
+    w.add(
+        obs,
+        np.zeros((n, 1)),
+        np.full((n, 1), t),
+        obs + [1, 0],
+        np.zeros(n, bool),
+        np.zeros(n, bool),
+    )
 
 
 def die_holding_the_lock(handle, ready) -> None:  # noqa: ANN001
@@ -59,8 +65,7 @@ def die_before_naming_itself(handle, ready) -> None:  # noqa: ANN001
 
 
 def test_holder_killed_before_writing_its_pid_is_recovered() -> None:
-    cfg = ReplayConfig(capacity=64, batch_size=32, min_size=1, updates_per_insert=0,
-                       timeout_s=30)
+    cfg = ReplayConfig(capacity=64, batch_size=32, min_size=1, updates_per_insert=0, timeout_s=30)
     ctx = multiprocess.get_context("spawn")
     with Replay.create(LAYOUT, cfg, gamma=0.9) as replay:
         w = replay.writer(num_envs=2)
@@ -94,8 +99,9 @@ def _check_batch(b: dict) -> None:
 
 
 def test_producer_killed_inside_the_lock_does_not_hang_the_learner() -> None:
-    cfg = ReplayConfig(capacity=64, batch_size=128, min_size=1, updates_per_insert=0,
-                       chunk=4, timeout_s=20)
+    cfg = ReplayConfig(
+        capacity=64, batch_size=128, min_size=1, updates_per_insert=0, chunk=4, timeout_s=20
+    )
     ctx = multiprocess.get_context("spawn")
     with Replay.create(LAYOUT, cfg, gamma=0.9) as replay:
         w = replay.writer(num_envs=2)
@@ -124,8 +130,9 @@ def test_producer_killed_inside_the_lock_does_not_hang_the_learner() -> None:
 
 
 def test_producers_killed_at_random_moments_leave_the_buffer_usable() -> None:
-    cfg = ReplayConfig(capacity=2048, batch_size=64, min_size=64, updates_per_insert=0,
-                       chunk=8, timeout_s=20)
+    cfg = ReplayConfig(
+        capacity=2048, batch_size=64, min_size=64, updates_per_insert=0, chunk=8, timeout_s=20
+    )
     ctx = multiprocess.get_context("spawn")
     rng = np.random.default_rng(0)
     with Replay.create(LAYOUT, cfg, gamma=0.9) as replay:
@@ -205,8 +212,9 @@ def test_owner_exit_unlinks_every_segment(how: str) -> None:
     script = OWNER.format(root=str(ROOT))
     if how == "normal":
         script = script.replace("time.sleep(30)", "sys.exit(0)")
-    proc = subprocess.run([sys.executable, "-c", script, how], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, how], capture_output=True, text=True, timeout=60
+    )
     prefix = proc.stdout.split()[0]
     assert prefix.startswith("w2r_")
     assert _shm(prefix) == [], proc.stderr

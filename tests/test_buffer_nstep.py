@@ -19,8 +19,10 @@ def _episode_steps():
     """
     eps0 = [([1, 2, 3, 4, 5], "term"), ([6, 7], None)]
     eps1 = [([10, 20, 30], "trunc"), ([40, 50, 60, 70], "term")]
-    return [sum(([(r, i == len(rs) - 1 and end) for i, r in enumerate(rs)] for rs, end in eps), [])
-            for eps in (eps0, eps1)]
+    return [
+        sum(([(r, i == len(rs) - 1 and end) for i, r in enumerate(rs)] for rs, end in eps), [])
+        for eps in (eps0, eps1)
+    ]
 
 
 def _fill(replay: Replay) -> None:
@@ -65,15 +67,23 @@ EXPECTED = {
 @pytest.mark.parametrize("chunk", [1, 2, 64])
 @pytest.mark.parametrize("prioritized", [True, False])
 def test_nstep_returns_by_hand(chunk: int, prioritized: bool) -> None:
-    cfg = ReplayConfig(capacity=64, batch_size=256, n_step=3, chunk=chunk, min_size=1,
-                       updates_per_insert=0, prioritized=prioritized)
+    cfg = ReplayConfig(
+        capacity=64,
+        batch_size=256,
+        n_step=3,
+        chunk=chunk,
+        min_size=1,
+        updates_per_insert=0,
+        prioritized=prioritized,
+    )
     with Replay.create(Layout(obs_dim=2, act_dim=1), cfg, gamma=GAMMA) as replay:
         _fill(replay)
         seen = set()
         for _ in range(4):
             b = replay.sample()
-            for code, ret, disc, nxt in zip(b["obs"][:, 0], b["reward"][:, 0], b["discount"],
-                                            b["next_obs"][:, 0]):
+            for code, ret, disc, nxt in zip(
+                b["obs"][:, 0], b["reward"][:, 0], b["discount"], b["next_obs"][:, 0]
+            ):
                 if code < 0:
                     continue  # padding step of copy 0
                 want = EXPECTED[int(code)]
@@ -85,13 +95,26 @@ def test_nstep_returns_by_hand(chunk: int, prioritized: bool) -> None:
 def test_window_stops_where_the_ring_overwrote_the_episode() -> None:
     # One long episode in a tiny ring: windows near the newest step are cut short, and no
     # window ever reads a slot that now holds a later part of the ring.
-    cfg = ReplayConfig(capacity=5, batch_size=200, n_step=4, chunk=2, min_size=1,
-                       updates_per_insert=0, prioritized=False)
+    cfg = ReplayConfig(
+        capacity=5,
+        batch_size=200,
+        n_step=4,
+        chunk=2,
+        min_size=1,
+        updates_per_insert=0,
+        prioritized=False,
+    )
     with Replay.create(Layout(obs_dim=1, act_dim=1), cfg, gamma=GAMMA) as replay:
         w = replay.writer(num_envs=1)
         for t in range(12):
-            w.add(np.array([[t]], np.float32), np.zeros((1, 1)), np.ones((1, 1)),
-                  np.array([[t + 1]], np.float32), np.array([False]), np.array([False]))
+            w.add(
+                np.array([[t]], np.float32),
+                np.zeros((1, 1)),
+                np.ones((1, 1)),
+                np.array([[t + 1]], np.float32),
+                np.array([False]),
+                np.array([False]),
+            )
         w.flush()
         b = replay.sample()
         start = b["obs"][:, 0]

@@ -13,16 +13,23 @@ def _fill(replay: Replay, n: int, discrete: bool = False) -> None:
     w = replay.writer(num_envs=1)
     for t in range(n):
         act = np.array([t % 3]) if discrete else np.full((1, 2), t, np.float32)
-        w.add(np.full((1, 3), t, np.float32), act, np.full((1, 1), t, np.float32),
-              np.full((1, 3), t + 1, np.float32), np.array([False]), np.array([False]),
-              logp=np.array([-float(t)], np.float32))
+        w.add(
+            np.full((1, 3), t, np.float32),
+            act,
+            np.full((1, 1), t, np.float32),
+            np.full((1, 3), t + 1, np.float32),
+            np.array([False]),
+            np.array([False]),
+            logp=np.array([-float(t)], np.float32),
+        )
     w.flush()
 
 
 @pytest.fixture
 def replay():
-    cfg = ReplayConfig(capacity=8, batch_size=64, alpha=0.6, beta=0.4, eps=1e-6,
-                       updates_per_insert=0, min_size=1)
+    cfg = ReplayConfig(
+        capacity=8, batch_size=64, alpha=0.6, beta=0.4, eps=1e-6, updates_per_insert=0, min_size=1
+    )
     r = Replay.create(Layout(obs_dim=3, act_dim=2, logp=True), cfg, gamma=0.9, seed=3)
     yield r
     r.close()
@@ -61,8 +68,9 @@ def test_new_items_get_the_max_priority(replay: Replay) -> None:
 
 
 def test_beta_anneals_linearly_to_one() -> None:
-    cfg = ReplayConfig(capacity=16, batch_size=32, beta=0.4, beta_steps=10,
-                       updates_per_insert=0, min_size=1)
+    cfg = ReplayConfig(
+        capacity=16, batch_size=32, beta=0.4, beta_steps=10, updates_per_insert=0, min_size=1
+    )
     with Replay.create(Layout(obs_dim=3, act_dim=2, logp=True), cfg, gamma=0.9) as r:
         _fill(r, 4)
         r.sample()
@@ -77,8 +85,9 @@ def test_beta_anneals_linearly_to_one() -> None:
 
 
 def test_uniform_sampling_has_unit_weights_and_uniform_frequencies() -> None:
-    cfg = ReplayConfig(capacity=10, batch_size=500, prioritized=False, updates_per_insert=0,
-                       min_size=1)
+    cfg = ReplayConfig(
+        capacity=10, batch_size=500, prioritized=False, updates_per_insert=0, min_size=1
+    )
     with Replay.create(Layout(obs_dim=3, act_dim=2, logp=True), cfg, gamma=0.9) as r:
         _fill(r, 14)  # wrapped: items 4..13 are stored
         counts = np.zeros(14)
@@ -94,8 +103,7 @@ def test_uniform_sampling_has_unit_weights_and_uniform_frequencies() -> None:
 def test_sample_keys_and_dtypes(replay: Replay) -> None:
     _fill(replay, 5)
     b = replay.sample(batch_size=16)
-    assert set(b) == {"obs", "action", "reward", "next_obs", "discount", "weight", "index",
-                      "logp"}
+    assert set(b) == {"obs", "action", "reward", "next_obs", "discount", "weight", "index", "logp"}
     assert b["obs"].shape == (16, 3) and b["reward"].shape == (16, 1)
     for key in ("obs", "action", "reward", "next_obs", "discount", "weight", "logp"):
         assert b[key].dtype == np.float32, key

@@ -27,11 +27,19 @@ def relabel(obs, action, next_obs, achieved_goal, desired_goal):  # noqa: ANN001
     ends=st.lists(st.integers(0, 9), min_size=10, max_size=120),
     seed=st.integers(0, 2**16),
 )
-def test_samples_never_mix_episodes(capacity, num_envs, chunk, n_step, her, prioritized, ends,
-                                    seed) -> None:
-    cfg = ReplayConfig(capacity=capacity, batch_size=64, n_step=n_step, chunk=chunk, min_size=1,
-                       updates_per_insert=0, prioritized=prioritized,
-                       her=HerConfig(her, k=4) if her else None)
+def test_samples_never_mix_episodes(
+    capacity, num_envs, chunk, n_step, her, prioritized, ends, seed
+) -> None:
+    cfg = ReplayConfig(
+        capacity=capacity,
+        batch_size=64,
+        n_step=n_step,
+        chunk=chunk,
+        min_size=1,
+        updates_per_insert=0,
+        prioritized=prioritized,
+        her=HerConfig(her, k=4) if her else None,
+    )
     goal_dim = 2 if her else 0
     layout = Layout(obs_dim=2, act_dim=1, goal_dim=goal_dim)
     rng = np.random.default_rng(seed)
@@ -50,8 +58,9 @@ def test_samples_never_mix_episodes(capacity, num_envs, chunk, n_step, her, prio
             nxt = np.stack([episode, step + 1], 1)
             goals = {}
             if her:
-                goals = dict(achieved_goal=obs, desired_goal=np.full_like(obs, -1.0),
-                             next_achieved_goal=nxt)
+                goals = dict(
+                    achieved_goal=obs, desired_goal=np.full_like(obs, -1.0), next_achieved_goal=nxt
+                )
             w.add(obs, np.zeros((num_envs, 1)), np.ones((num_envs, 1)), nxt, term, trunc, **goals)
             step += 1
             for c in np.flatnonzero(done):

@@ -53,15 +53,22 @@ class RatioGate:
         if self.learner_may_update():
             return
         why = "a producer may have died"
-        self._wait(self.learner_may_update, self.storage.inserted, LAST_INSERT, timeout, "insert",
-                   why)
+        self._wait(
+            self.learner_may_update, self.storage.inserted, LAST_INSERT, timeout, "insert", why
+        )
 
     def wait_producer(self) -> None:
         """With the lock held: block until producers may insert again."""
         if self.producer_may_insert():
             return
-        self._wait(self.producer_may_insert, self.storage.updated, LAST_UPDATE, None, "update",
-                   "the learner may have died or stopped sampling")
+        self._wait(
+            self.producer_may_insert,
+            self.storage.updated,
+            LAST_UPDATE,
+            None,
+            "update",
+            "the learner may have died or stopped sampling",
+        )
 
     def _wait(
         self,

@@ -55,8 +55,9 @@ def packed_columns(layout: Layout) -> dict[str, tuple[int, int]]:
     if layout.logp:
         widths.append(("logp", 1))
     if layout.goal_dim:
-        widths += [(g, layout.goal_dim) for g in ("desired_goal", "next_achieved_goal",
-                                                   "achieved_goal")]
+        widths += [
+            (g, layout.goal_dim) for g in ("desired_goal", "next_achieved_goal", "achieved_goal")
+        ]
     cols, at = {}, 0
     for name, width in widths:
         cols[name] = (at, at + width)

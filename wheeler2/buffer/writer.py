@@ -183,9 +183,9 @@ class Writer:
         patches = np.stack([tails[has_tail], offsets[has_tail]], axis=1).astype(np.int64)
         block = Block(data, rel_next, rel_ep_end, patches, n)
         start = self.replay._insert(block, wait=self._may_wait())
-        last_done = self.stage["terminated"][envs, counts - 1] | self.stage["truncated"][
-            envs, counts - 1
-        ]
+        last_done = (
+            self.stage["terminated"][envs, counts - 1] | self.stage["truncated"][envs, counts - 1]
+        )
         self.tail[envs] = np.where(last_done, -1, start + offsets + counts - 1)
         self.count[envs] = 0
         self.inserted += n
@@ -200,4 +200,3 @@ class Writer:
 
     def __repr__(self) -> str:
         return f"Writer(num_envs={self.num_envs}, staged={int(self.count.sum())})"
-
