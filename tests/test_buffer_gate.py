@@ -93,40 +93,44 @@ def test_serial_writer_never_blocks_on_its_own_learner() -> None:
         assert replay.stats()["inserts"] == 300
 
 
-def test_blocking_writer_waits_for_the_learner_and_times_out_clearly() -> None:
-    from wheeler2.buffer.storage import LEARNER_PID
+def _one_step(writer) -> None:  # noqa: ANN001
+    """One non-terminal vector step of a single env copy."""
+    obs = np.zeros((1, 3), np.float32)
+    writer.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool), np.zeros(1, bool))
 
-    cfg = ReplayConfig(
+
+def _ahead_of_the_learner(timeout_s: float) -> ReplayConfig:
+    """A gate that holds producers once 5 inserts past min_size have no update to match."""
+    return ReplayConfig(
         capacity=1000,
         batch_size=4,
         updates_per_insert=1.0,
         min_size=10,
         gate_tolerance=5,
         chunk=1,
-        timeout_s=0.5,
+        timeout_s=timeout_s,
     )
+
+
+def test_blocking_writer_waits_for_the_learner_and_times_out_clearly() -> None:
+    from wheeler2.buffer.storage import LEARNER_PID
+
+    cfg = _ahead_of_the_learner(timeout_s=0.5)
     with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
         replay.storage.hdr[LEARNER_PID] = 1  # a learner elsewhere that never samples
-        obs = np.zeros((1, 3), np.float32)
         free = replay.writer(num_envs=1, block=False)
         for _ in range(50):
-            free.add(
-                obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool), np.zeros(1, bool)
-            )
+            _one_step(free)
         assert replay.stats()["inserts"] == 50
         gated = replay.writer(num_envs=1)
         with pytest.raises(ReplayTimeout, match="no update for .*learner may have died"):
-            gated.add(
-                obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool), np.zeros(1, bool)
-            )
+            _one_step(gated)
 
 
 def _wait_to_insert(handle, done) -> None:  # noqa: ANN001
     """A producer far ahead of a learner that never samples: waits on the gate to insert."""
     replay = Replay.attach(handle)
-    w = replay.writer(num_envs=1, block=True)
-    obs = np.zeros((1, 3), np.float32)
-    w.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool), np.zeros(1, bool))
+    _one_step(replay.writer(num_envs=1, block=True))
     done.set()
     replay.close()
 
@@ -136,23 +140,12 @@ def test_release_lets_a_waiting_producer_insert_at_once() -> None:
     must see the stop at once rather than after ``timeout_s``."""
     import time
 
-    cfg = ReplayConfig(
-        capacity=1000,
-        batch_size=4,
-        updates_per_insert=1.0,
-        min_size=10,
-        gate_tolerance=5,
-        chunk=1,
-        timeout_s=60,
-    )
+    cfg = _ahead_of_the_learner(timeout_s=60)
     ctx = multiprocess.get_context("spawn")
     with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
-        obs = np.zeros((1, 3), np.float32)
         free = replay.writer(num_envs=1, block=False)
         for _ in range(50):  # 40 past min_size with no update: far beyond the tolerance
-            free.add(
-                obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool), np.zeros(1, bool)
-            )
+            _one_step(free)
         done = ctx.Event()
         proc = ctx.Process(target=_wait_to_insert, args=(replay.handle(), done))
         proc.start()
