@@ -354,8 +354,7 @@ class _RayTeam:
             self._record_eval(name, env_steps, result, learner_state)
         elif kind == "state":
             _, _, req, agent_state, steps = msg
-            if name not in self.finished:  # a finished member's final state is newer
-                self.states[name], self.steps[name] = agent_state, steps
+            self.states[name], self.steps[name] = agent_state, steps
             if self.pending is not None and req == self.pending["request"]:
                 self.pending["got"].add(name)
                 if self.pending["got"] >= self.names - self.finished:
