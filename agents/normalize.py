@@ -66,15 +66,32 @@ class RunningNorm:
         return ((x - self._mean_t) * self._inv_std_t).clamp_(-self.clip, self.clip)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"count": self.count, "mean": self.mean.copy(), "m2": self.m2.copy()}
+        # Tensors, not numpy arrays: checkpoints load with weights_only=True, which refuses
+        # numpy's pickled arrays (eval and resume of every normalize_obs run failed on that).
+        # float64 keeps the statistics exact; CPU so a checkpoint loads on any machine.
+        return {
+            "count": int(self.count),
+            "mean": torch.from_numpy(self.mean.copy()),
+            "m2": torch.from_numpy(self.m2.copy()),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not state:  # a checkpoint from before normalize_obs existed: keep fresh statistics
             return
         self.count = int(state["count"])
-        self.mean = np.asarray(state["mean"], np.float64).copy()
-        self.m2 = np.asarray(state["m2"], np.float64).copy()
+        self.mean = _float64(state["mean"], self.dim, "mean")
+        self.m2 = _float64(state["m2"], self.dim, "m2")
         self._refresh()
+
+
+def _float64(value: Any, dim: int, key: str) -> np.ndarray:
+    """A saved statistic (tensor; numpy array or list from older code) as a fresh float64 array."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    arr = np.array(value, dtype=np.float64)  # np.array copies: the state stays untouched
+    if arr.shape != (dim,):
+        raise ValueError(f"obs_norm.{key} has shape {arr.shape}, expected ({dim},)")
+    return arr
 
 
 class IdentityNorm:

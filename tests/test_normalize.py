@@ -92,10 +92,42 @@ def test_agent_updates_from_observed_data_only_and_round_trips(algo: str) -> Non
         else DQN(space, DQNParams(hidden=[8], normalize_obs=True))
     )
     assert fresh.obs_norm.count == 0
-    fresh.load_state_dict(torch.load(buf, weights_only=False))
+    # weights_only=True, as wheeler2.checkpoint.load reads it: numpy arrays in the state would
+    # fail here (they did, and `wheeler2 eval` / `resume` failed on every normalize_obs run).
+    fresh.load_state_dict(torch.load(buf, weights_only=True))
     assert fresh.obs_norm.count == 64
     np.testing.assert_array_equal(fresh.obs_norm.mean, mean)
+    np.testing.assert_array_equal(fresh.obs_norm.std, std)
     np.testing.assert_array_equal(fresh.act(probe, explore=False).action, before)
+
+    # Same weights, other statistics: the actor's output (DDPG's action, DQN's Q values; an
+    # argmax may not flip) moves, so the network really reads the restored statistics.
+    def output() -> np.ndarray:
+        with torch.no_grad():
+            return fresh.actor(fresh.obs_norm.normalize(torch.as_tensor(probe))).numpy()
+
+    restored = output()
+    fresh.obs_norm.update(rng.normal(-40.0, 0.5, (256, 3)))
+    assert not np.allclose(output(), restored)
+
+
+def test_state_is_tensors_and_plain_numbers() -> None:
+    norm = RunningNorm(2)
+    norm.update(np.array([[1.0, 2.0], [3.0, 5.0]]))
+    state = norm.state_dict()
+    assert type(state["count"]) is int
+    for key in ("mean", "m2"):
+        assert isinstance(state[key], torch.Tensor) and state[key].dtype == torch.float64
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    back = RunningNorm(2)
+    back.load_state_dict(torch.load(buf, weights_only=True))
+    np.testing.assert_array_equal(back.mean, norm.mean)
+    np.testing.assert_array_equal(back.m2, norm.m2)
+    # The saved tensors are copies: later updates must not change an earlier state.
+    norm.update(np.array([[100.0, 100.0]]))
+    np.testing.assert_array_equal(back.mean, state["mean"].numpy())
 
 
 def test_off_by_default() -> None:
