@@ -182,6 +182,7 @@ class A2C(Agent):
     def state_dict(self) -> dict[str, Any]:
         # The partial rollout is not saved: a resumed agent starts a fresh one.
         return {
+            "algo": "a2c",  # its state is otherwise shaped like PPO's
             "policy": self.policy.state_dict(),
             "critic": self.critic.state_dict(),
             "opt": self.opt.state_dict(),

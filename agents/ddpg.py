@@ -219,7 +219,9 @@ class DDPG(Agent):
         return var.sqrt().clamp_min(1e-3)
 
     def state_dict(self) -> dict[str, Any]:
+        # Tensors and plain values only: checkpoints load with weights_only=True.
         return {
+            "algo": "ddpg",  # lets resume name a member whose algo changed
             "actor": self.actor_net.state_dict(),
             "critic": self.critic.state_dict(),
             "actor_target": self.actor_target.state_dict(),

@@ -139,7 +139,9 @@ class DQN(Agent):
         )
 
     def state_dict(self) -> dict[str, Any]:
+        # Tensors and plain values only: checkpoints load with weights_only=True.
         return {
+            "algo": "dqn",  # lets resume name a member whose algo changed
             "q": self.q.state_dict(),
             "q_target": self.q_target.state_dict(),
             "opt": self.opt.state_dict(),

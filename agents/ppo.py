@@ -290,6 +290,7 @@ class PPO(Agent):
     def state_dict(self) -> dict[str, Any]:
         # The rollout in progress is not saved: a resumed agent starts a fresh one.
         return {
+            "algo": "ppo",  # its state is otherwise shaped like A2C's
             "policy": self.policy.state_dict(),
             "critic": self.critic.state_dict(),
             "opt": self.opt.state_dict(),

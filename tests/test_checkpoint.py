@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import random
 
@@ -48,12 +49,131 @@ def test_to_safe_rejects_objects():
 def test_load_refuses_pickled_code(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"obj": _Custom()}, path)
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(ckpt.CheckpointError, match="refused") as info:
         ckpt.load(path)
+    _assert_one_line_naming(info.value, path)
 
 
 class _Custom:
     pass
+
+
+class _RunsCode:
+    """Unpickling this calls os.system: what a malicious checkpoint would carry."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _assert_one_line_naming(exc: Exception, path) -> None:
+    message = str(exc)
+    assert "\n" not in message, message
+    assert str(path) in message
+    assert "weights_only" not in message  # never torch's advice to load it unsafely
+
+
+def test_load_refuses_a_malicious_pickle_without_running_it(tmp_path):
+    marker = tmp_path / "pwned"
+    for name, write in {
+        "zip.pt": lambda p: torch.save({"run": {}, "x": _RunsCode(marker)}, p),
+        "raw.pt": lambda p: p.write_bytes(pickle.dumps(_RunsCode(marker), protocol=2)),
+    }.items():
+        path = tmp_path / name
+        write(path)
+        with pytest.raises(ckpt.CheckpointError, match="refused") as info:
+            ckpt.load(path)
+        _assert_one_line_naming(info.value, path)
+        assert "system" in str(info.value)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("kind", ["truncated", "empty", "foreign", "missing", "not_a_dict"])
+def test_load_refuses_unreadable_files_in_one_line(tmp_path, kind):
+    path = tmp_path / "latest.pt"
+    if kind == "truncated":
+        ckpt.save(path, {"w": torch.randn(64, 64), "n": 1})
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "foreign":
+        path.write_text("hello, this is a text file\n")
+    elif kind == "not_a_dict":
+        torch.save([torch.ones(2)], path)
+    with pytest.raises(ckpt.CheckpointError) as info:
+        ckpt.load(path)
+    _assert_one_line_naming(info.value, path)
+
+
+def test_load_reads_numpy_arrays_of_older_checkpoints(tmp_path):
+    """normalize_obs runs saved numpy arrays before the fix: they still evaluate and resume."""
+    path = tmp_path / "old.pt"
+    torch.save({"mean": np.arange(3.0), "count": np.int64(4)}, path)
+    loaded = ckpt.load(path)
+    np.testing.assert_array_equal(loaded["mean"], np.arange(3.0))
+
+
+@pytest.mark.parametrize(
+    ("value", "where", "what"),
+    [
+        ({"a": {"b": [1, np.zeros(2)]}}, r"state\.a\.b\[1\]", "numpy.ndarray"),
+        ({"n": np.float64(1.0)}, r"state\.n", "numpy.float64"),
+        ({"obj": _Custom()}, r"state\.obj", "_Custom"),
+        ({"k": {object(): 1}}, r"state\.k", "object"),
+    ],
+)
+def test_save_refuses_values_load_would_refuse(tmp_path, value, where, what):
+    path = tmp_path / "latest.pt"
+    ckpt.save(path, {"version": 1})
+    with pytest.raises(TypeError, match=where) as info:
+        ckpt.save(path, value)
+    assert what in str(info.value)
+    assert ckpt.load(path) == {"version": 1}  # the previous checkpoint is untouched
+
+
+def test_save_accepts_module_and_optimizer_states(tmp_path):
+    net = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(net.parameters())
+    net(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    ckpt.save(tmp_path / "c.pt", {"net": net.state_dict(), "opt": opt.state_dict()})
+    loaded = ckpt.load(tmp_path / "c.pt")
+    assert torch.equal(loaded["net"]["weight"], net.weight.detach())
+
+
+class _Agent:
+    def __init__(self, algo, shape):
+        self.algo, self.w = algo, torch.zeros(shape)
+
+    def state_dict(self):
+        return {"algo": self.algo, "net": {"w": self.w.clone()}, "steps": 0, "opt": {}}
+
+    def load_state_dict(self, state):
+        self.w.copy_(state["net"]["w"])
+
+
+def test_check_matches_names_the_member_algo_and_shape(tmp_path):
+    path = tmp_path / "latest.pt"
+    payload = {
+        "members": {"a": _Agent("ddpg", (2, 3)).state_dict(), "b": _Agent("ppo", 4).state_dict()}
+    }
+    ckpt.check_matches(path, payload, {"a": _Agent("ddpg", (2, 3)), "b": _Agent("ppo", 4)}, {})
+    ckpt.check_matches(path, payload, {"a": _Agent("ddpg", (2, 3))}, {}, subset=True)
+
+    cases = {
+        "renamed": ({"a": _Agent("ddpg", (2, 3)), "c": _Agent("ppo", 4)}, r"'c'.*not in the check"),
+        "algo": ({"a": _Agent("ddpg", (2, 3)), "b": _Agent("a2c", 4)}, "saved by algo 'ppo'"),
+        "shape": ({"a": _Agent("ddpg", (2, 5)), "b": _Agent("ppo", 4)}, r"a\.net\.w has shape"),
+    }
+    for agents, match in cases.values():
+        with pytest.raises(ckpt.CheckpointError, match=match) as info:
+            ckpt.check_matches(path, payload, agents, {})
+        _assert_one_line_naming(info.value, path)
+    with pytest.raises(ckpt.CheckpointError, match="no member states"):
+        ckpt.check_matches(path, {"run": {}}, {"a": _Agent("ddpg", 1)}, {})
 
 
 def test_rng_state_restores_python_numpy_and_torch(tmp_path):

@@ -7,17 +7,27 @@ and :func:`from_safe` convert them (numpy arrays become tagged tensors) and back
 
 Files are written next to their destination and renamed over it, so a crash, a full disk or a
 Ctrl-C in the middle of a save leaves the previous checkpoint intact and no temporary file.
+
+:func:`save` refuses any other value (naming its key path), so a state that ``load`` could not
+read back fails when it is written, in the run that wrote it, not later in ``eval`` or ``resume``.
+:func:`load` turns a missing, truncated, foreign or unsafe file into one :class:`CheckpointError`
+line, and :func:`check_matches` compares a checkpoint with the agents a config builds.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
+import pickle
 import random
+import re
 import signal
 import tempfile
 import threading
-from collections.abc import Iterator
+import warnings
+import zipfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +39,52 @@ LATEST = "latest.pt"
 BEST = "best.pt"
 
 _NDARRAY_TAG = "__ndarray__"
+
+# Exactly these types (not subclasses: numpy's float64 is a float, and would be pickled as a numpy
+# scalar that weights_only refuses) plus tensors. OrderedDict is what nn.Module.state_dict returns.
+_PLAIN_SCALARS = (int, float, str, bool, type(None))
+_PLAIN_CONTAINERS = (dict, collections.OrderedDict, list, tuple)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: missing, unreadable, unsafe, or not this run's.
+
+    The message is one line naming the file; the CLI prints it and exits 2.
+    """
+
+
+def check_plain(obj: Any, where: str = "state") -> None:
+    """Raise ``TypeError`` naming the key path of the first value a weights_only load refuses."""
+    kind = type(obj)
+    if kind in _PLAIN_SCALARS or isinstance(obj, torch.Tensor):
+        return
+    if kind in (dict, collections.OrderedDict):
+        for key, value in obj.items():
+            if type(key) not in (str, int):
+                raise TypeError(
+                    f"checkpoint value {where} has a key {key!r} of type "
+                    f"{_type_name(key)}; keys must be str or int"
+                )
+            check_plain(value, f"{where}.{key}")
+        return
+    if kind in (list, tuple):
+        for i, value in enumerate(obj):
+            check_plain(value, f"{where}[{i}]")
+        return
+    raise TypeError(
+        f"checkpoint value {where} is a {_type_name(obj)}; a checkpoint holds only tensors, "
+        "int, float, str, bool, None and dicts / lists / tuples of them (convert it in the "
+        "state_dict that returns it, e.g. torch.from_numpy for an array)"
+    )
+
+
+def _type_name(obj: Any) -> str:
+    kind = type(obj)
+    return (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
 
 
 def checkpoint_path(run_dir: str | Path, which: str = "latest") -> Path:
@@ -42,6 +98,8 @@ def checkpoint_path(run_dir: str | Path, which: str = "latest") -> Path:
 def save(path: str | Path, state: dict[str, Any]) -> None:
     """Write ``state`` to ``path`` atomically: temp file in the same dir, fsync, rename."""
     path = Path(path)
+    # Before any byte is written: a bad value must not replace a good previous checkpoint.
+    check_plain(state)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _interrupts_held():
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -103,8 +161,178 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save`, without unpickling arbitrary objects."""
-    return torch.load(Path(path), map_location=map_location, weights_only=True)
+    """Read a checkpoint written by :func:`save`, without unpickling arbitrary objects.
+
+    Raises :class:`CheckpointError` (one line naming the file) when the file is missing, cut
+    short, not a torch file, not a dict, or holds a pickled global other than numpy's arrays.
+    Torch's own message is not passed on: it spans many lines and advises ``weights_only=False``,
+    which would run whatever code the file carries.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no checkpoint there (missing file)")
+    try:
+        state = _torch_load(path, map_location)
+    except pickle.UnpicklingError as exc:
+        found = _unsafe_global(str(exc))
+        if found is None or not found.startswith("numpy."):
+            what = f"pickled global {found}" if found else "content a weights_only load refuses"
+            raise CheckpointError(
+                f"{path}: refused: it holds {what}; a wheeler2 checkpoint holds only tensors and "
+                "plain values, and loading this one could run code it carries"
+            ) from None
+        # Checkpoints of normalize_obs runs written before the statistics became tensors hold
+        # plain numpy arrays: allow exactly the globals that rebuild a numeric array.
+        try:
+            with torch.serialization.safe_globals(_numpy_array_globals()):
+                state = _torch_load(path, map_location)
+        except Exception as again:  # noqa: BLE001 - anything else numpy-ish is refused too
+            found = _unsafe_global(str(again)) or "content a weights_only load refuses"
+            raise CheckpointError(
+                f"{path}: refused: it holds pickled global {found}; a wheeler2 checkpoint holds "
+                "only tensors and plain values"
+            ) from None
+    except (RuntimeError, EOFError, KeyError, ValueError, zipfile.BadZipFile, OSError) as exc:
+        detail = _first_line(exc)
+        raise CheckpointError(
+            f"{path}: not a readable torch checkpoint (truncated, corrupt or another format)"
+            + (f": {detail}" if detail else "")
+        ) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: holds a {_type_name(state)}, not a wheeler2 checkpoint")
+    return state
+
+
+def _torch_load(path: Path, map_location: str | torch.device) -> Any:
+    # A foreign pickle makes torch warn about its protocol before failing; the error says it all.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.load(path, map_location=map_location, weights_only=True)
+
+
+def _unsafe_global(message: str) -> str | None:
+    match = re.search(r"GLOBAL ([\w.]+)", message)
+    return match.group(1) if match else None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first sentence of an error, on one line (torch's span several, with advice after)."""
+    text = " ".join(str(exc).split())
+    return text.split(". ")[0][:300]
+
+
+def _numpy_array_globals() -> list[Any]:
+    multiarray = getattr(np, "_core", None) or np.core
+    dtype_classes = [type(np.dtype(c)) for c in "?bhilqBHILQefdg"]
+    core = multiarray.multiarray
+    return [core._reconstruct, core.scalar, np.ndarray, np.dtype, *dtype_classes]
+
+
+def check_matches(
+    path: str | Path,
+    payload: Mapping[str, Any],
+    agents: Mapping[str, Any],
+    algos: Mapping[str, str],
+    subset: bool = False,
+) -> None:
+    """Refuse (:class:`CheckpointError`) a checkpoint that is not the run ``agents`` make.
+
+    ``agents`` maps member names to freshly built agents of the run's config and ``algos`` their
+    algorithm names. The member names must be the checkpoint's (``subset``: the checkpoint may
+    hold more, as ``eval`` needs the learner only), every tensor of a fresh agent's state must be
+    in the saved one with the same shape, and the saved state must load into the fresh agent.
+    The fresh agents are loaded as a side effect; they are meant to be thrown away.
+    """
+    members = payload.get("members")
+    if not isinstance(members, dict) or not all(isinstance(v, dict) for v in members.values()):
+        raise CheckpointError(f"{path}: holds no member states; not a wheeler2 run checkpoint")
+    missing = [name for name in agents if name not in members]
+    extra = [] if subset else [name for name in members if name not in agents]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"{_names(missing)} of the config not in the checkpoint")
+        if extra:
+            parts.append(f"{_names(extra)} of the checkpoint not in the config")
+        raise CheckpointError(
+            f"{path}: saved by members {_names(list(members))}, but the config declares "
+            f"{_names(list(agents))} ({'; '.join(parts)}); a renamed, added or removed member "
+            "cannot resume from it"
+        )
+    for name, agent in agents.items():
+        saved = members[name]
+        algo = algos.get(name)
+        fresh = agent.state_dict()
+        # Agents tag their state with their algorithm ("algo"); PPO's and A2C's states are
+        # otherwise alike. Older checkpoints have no tag and are compared by structure only.
+        saved_algo, fresh_algo = saved.get("algo"), fresh.get("algo")
+        if saved_algo is not None and fresh_algo is not None and saved_algo != fresh_algo:
+            raise CheckpointError(
+                f"{path}: member {name!r} was saved by algo {saved_algo!r}, "
+                f"the config says {algo or fresh_algo!r}"
+            )
+        problem = _mismatch(saved, fresh, name)
+        if problem is None:
+            try:
+                agent.load_state_dict(saved)
+            except Exception as exc:  # noqa: BLE001 - any refusal of the state is a mismatch
+                problem = f"its state does not load: {_first_line(exc)}"
+        if problem is not None:
+            member = f"{algo} member {name!r}" if algo else f"member {name!r}"
+            raise CheckpointError(f"{path}: does not match the config's {member}: {problem}")
+
+
+def _names(names: list[str]) -> str:
+    return "[" + ", ".join(repr(n) for n in names) + "]"
+
+
+def _mismatch(saved: Any, fresh: Any, where: str) -> str | None:
+    """The first place where ``saved`` lacks or reshapes a tensor of ``fresh``, or None."""
+    if isinstance(fresh, torch.Tensor):
+        if not isinstance(saved, torch.Tensor):
+            return f"{where} is a {_type_name(saved)}, expected a tensor"
+        if saved.shape != fresh.shape:
+            return (
+                f"{where} has shape {list(saved.shape)}, the config's network has "
+                f"{list(fresh.shape)}"
+            )
+        return None
+    if isinstance(fresh, dict):
+        # An empty fresh dict (an optimizer's state before its first step, a disabled
+        # normalizer) says nothing about what a trained one holds.
+        if not fresh:
+            return None
+        if not isinstance(saved, dict):
+            return f"{where} is a {_type_name(saved)}, expected a dict"
+        for key, value in fresh.items():
+            if key not in saved:
+                if _holds_tensor(value):
+                    return f"{where}.{key} is missing"
+                continue
+            problem = _mismatch(saved[key], value, f"{where}.{key}")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(fresh, list | tuple) and _holds_tensor(fresh):
+        if not isinstance(saved, list | tuple):
+            return f"{where} is a {_type_name(saved)}, expected a list"
+        if len(saved) != len(fresh):
+            return f"{where} has {len(saved)} entries, expected {len(fresh)}"
+        for i, (s, f) in enumerate(zip(saved, fresh)):
+            problem = _mismatch(s, f, f"{where}[{i}]")
+            if problem is not None:
+                return problem
+    return None
+
+
+def _holds_tensor(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_tensor(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds_tensor(v) for v in value)
+    return False
 
 
 def to_safe(obj: Any) -> Any:
