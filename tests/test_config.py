@@ -95,8 +95,9 @@ def test_minimal_file_gets_every_default(write_config):
     assert cfg.buffer.capacity == 200_000 and cfg.buffer.her is None
     (member,) = cfg.team
     assert member.name == "target" and member.role == "learner" and member.count == 1
-    assert member.agent_class.__name__ == "Fake"
-    assert member.params == member.agent_class.Params()
+    agent_class = registry.resolve_algo(member.algo)
+    assert agent_class.__name__ == "Fake"
+    assert member.params == agent_class.Params()
     assert cfg.learner is member and cfg.explorers == ()
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.experiment.seed = 3
@@ -357,7 +358,7 @@ def test_unknown_algorithm_lists_available(write_config, monkeypatch):
 def test_algorithm_by_package_name(write_config, monkeypatch):
     monkeypatch.setattr(registry, "ALGORITHM_PACKAGE", "w2test_agents")
     cfg = load(write_config(with_replaced(BASE, ALGO, "fakealgo")))
-    assert cfg.learner.agent_class.__module__ == "w2test_agents.fakealgo"
+    assert registry.resolve_algo(cfg.learner.algo).__module__ == "w2test_agents.fakealgo"
     assert set(registry.algorithms()) == {"fakealgo"}  # helpers.py has no Agent subclass
 
 

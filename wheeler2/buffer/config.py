@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wheeler2.schema import bounded, choice, problems
+
 HER_STRATEGIES = ("future", "final", "episode", "random")
 
 
@@ -38,16 +40,13 @@ class Layout:
 
 @dataclass(frozen=True)
 class HerConfig:
-    strategy: str = "future"
-    k: int = 4  # relabel fraction k / (k + 1)
+    """``[buffer.her]``: Hindsight Experience Replay, goal envs only."""
+
+    strategy: str = choice("future", HER_STRATEGIES)  # where relabelled goals come from
+    k: int = bounded(4, ge=1)  # relabelled goals per real one: a fraction k / (k + 1)
 
     def __post_init__(self) -> None:
-        if self.strategy not in HER_STRATEGIES:
-            raise ReplayError(
-                f"her.strategy must be one of {HER_STRATEGIES}, got {self.strategy!r}"
-            )
-        if self.k < 0:
-            raise ReplayError(f"her.k must be >= 0, got {self.k}")
+        _refuse(self, "her")
 
     @property
     def fraction(self) -> float:
@@ -55,34 +54,51 @@ class HerConfig:
 
 
 @dataclass(frozen=True)
-class ReplayConfig:
-    capacity: int = 1_000_000
-    batch_size: int = 256
-    prioritized: bool = True
-    alpha: float = 0.6
-    beta: float = 0.4
-    # Updates over which beta anneals linearly to 1; None keeps beta fixed.
-    beta_steps: int | None = None
-    eps: float = 1e-6
-    n_step: int = 1
-    # Learner gradient steps per inserted transition, counted from min_size; <= 0 disables the
-    # gate (the learner samples as fast as it can, producers never wait).
-    updates_per_insert: float = 1.0
-    min_size: int = 1000
+class BufferConfig:
+    """``[buffer]``, the user-facing replay settings; every default here is the file's default.
+
+    ``docs/config.md`` documents each key; the config reader checks a file's values against these
+    fields' annotations and bounds.
+    """
+
+    capacity: int = bounded(200_000, gt=0)  # transitions kept (a ring)
+    batch_size: int = bounded(256, gt=0)
+    prioritized: bool = False
+    alpha: float = bounded(0.6, ge=0, le=1)  # priority exponent
+    beta: float = bounded(0.4, ge=0, le=1)  # importance-weight exponent, annealed to 1
+    n_step: int = bounded(1, ge=1)
+    # Learner gradient steps per inserted transition, enforced by the buffer.
+    updates_per_insert: float = bounded(1.0, gt=0)
     her: HerConfig | None = None
-    chunk: int = 64
+    checkpoint: bool = False  # save the buffer's contents with each checkpoint
+    chunk: int = bounded(64, gt=0)  # transitions a producer stages before one bulk insert
+    shards: int = bounded(1, ge=1)  # replay shards (ray backend; serial and local keep one)
+
+
+@dataclass(frozen=True)
+class ReplayConfig(BufferConfig):
+    """What :class:`Replay` runs with: the ``[buffer]`` keys (same names, same defaults, since
+    they are inherited) plus what the engine derives for a run.
+
+    ``checkpoint`` and ``shards`` are inherited and unused here (the runtime acts on them).
+    """
+
+    # Updates over which beta anneals linearly to 1; None keeps beta fixed.
+    beta_steps: int | None = bounded(None, ge=0)
+    eps: float = bounded(1e-6, gt=0)  # > 0 so that every item keeps a chance to be sampled
+    min_size: int = bounded(1000, ge=0)
     # How many inserts producers may run ahead of the learner before a flush blocks.
-    gate_tolerance: int = 2048
-    timeout_s: float = 60.0
+    gate_tolerance: int = bounded(2048, ge=0)
+    timeout_s: float = bounded(60.0, gt=0)
 
     def __post_init__(self) -> None:
-        if self.capacity <= 0 or self.batch_size <= 0 or self.chunk <= 0 or self.n_step < 1:
-            raise ReplayError(f"invalid replay config {self}")
-        if not 0.0 <= self.alpha <= 1.0 or not 0.0 <= self.beta <= 1.0:
-            raise ReplayError(f"alpha and beta must lie in [0, 1], got {self.alpha}, {self.beta}")
-        if self.eps <= 0:
-            raise ReplayError("eps must be > 0 so that every item keeps a chance to be sampled")
-        if self.min_size < 0 or self.gate_tolerance < 0 or self.timeout_s <= 0:
-            raise ReplayError(f"invalid replay config {self}")
-        if isinstance(self.her, dict):  # from TOML
-            object.__setattr__(self, "her", HerConfig(**self.her))
+        # updates_per_insert <= 0 disables the gate (the learner samples as fast as it can,
+        # producers never wait): a switch for benchmarks and tests that files do not offer.
+        _refuse(self, "replay", skip=("updates_per_insert",))
+
+
+def _refuse(obj: object, what: str, skip: tuple[str, ...] = ()) -> None:
+    """Raise ReplayError naming every field of ``obj`` outside its schema's bounds."""
+    found = problems(obj, skip)
+    if found:
+        raise ReplayError(f"invalid {what} config: " + "; ".join(found))

@@ -1,0 +1,57 @@
+"""An experiment file (TOML) -> a typed, validated, frozen :class:`Config`.
+
+Every mistake a user can make in a file becomes one :class:`ConfigError` naming the file, the table,
+the key and what was expected, before any process starts or any network is built. The file format
+is the contract of ``../shared/DESIGN.md`` section 3; ``docs/config.md`` lists every key.
+
+Modules: ``model`` (the dataclasses, which are also the schema: each default written once, bounds
+in field metadata, see ``wheeler2.schema``), ``reader`` (the generic table reader plus the rules a
+field cannot state), ``probe`` (checks that need the env built, run by ``wheeler2 check``),
+``overrides`` (``--set``), ``toml_out`` (a TOML writer), ``errors``.
+"""
+
+from __future__ import annotations
+
+from .errors import ConfigDeprecationWarning, ConfigError
+from .model import (
+    BACKENDS,
+    ROLES,
+    VECTOR_MODES,
+    BufferConfig,
+    Config,
+    EnvConfig,
+    ExperimentConfig,
+    HeadConfig,
+    HerConfig,
+    MemberConfig,
+    SyncConfig,
+    TaskConfig,
+)
+from .overrides import apply_override
+from .probe import check_with_env
+from .reader import RENAMED, TOP_LEVEL, load, validate
+from .toml_out import dumps_toml
+
+__all__ = [
+    "BACKENDS",
+    "RENAMED",
+    "ROLES",
+    "TOP_LEVEL",
+    "VECTOR_MODES",
+    "BufferConfig",
+    "Config",
+    "ConfigDeprecationWarning",
+    "ConfigError",
+    "EnvConfig",
+    "ExperimentConfig",
+    "HeadConfig",
+    "HerConfig",
+    "MemberConfig",
+    "SyncConfig",
+    "TaskConfig",
+    "apply_override",
+    "check_with_env",
+    "dumps_toml",
+    "load",
+    "validate",
+]

@@ -1,0 +1,181 @@
+"""The typed, frozen result of reading an experiment file; each class is also its table's schema.
+
+Each field states its key once: the type in the annotation, the file's default in the field, the
+bounds and choices in its metadata (``wheeler2.schema``). ``reader.py`` checks a file against
+these fields; ``docs/config.md`` lists them for users. ``[buffer]`` and ``[buffer.her]`` live
+with the replay they configure, in ``wheeler2/buffer/config.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import MISSING, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wheeler2.buffer.config import BufferConfig, HerConfig
+from wheeler2.schema import bounded, choice, setting
+
+from .toml_out import dumps_toml
+
+BACKENDS = ("serial", "local", "ray")
+ROLES = ("learner", "explorer")
+# "sync": the copies step in the member's process; "async": one subprocess per copy, for envs
+# slow enough that stepping them in parallel beats the pipe round trips.
+VECTOR_MODES = ("sync", "async")
+
+__all__ = [
+    "BACKENDS",
+    "ROLES",
+    "VECTOR_MODES",
+    "BufferConfig",
+    "Config",
+    "EnvConfig",
+    "ExperimentConfig",
+    "HeadConfig",
+    "HerConfig",
+    "MemberConfig",
+    "SyncConfig",
+    "TaskConfig",
+]
+
+
+def plain_name(name: str) -> str | None:
+    """What ``name`` should have been, or None when it can name a run directory.
+
+    The run directory is ``<out>/<name>-<time>``: a separator, ``..`` or an absolute path would
+    put it (and its checkpoints) somewhere other than under ``out``.
+    """
+    if not name.strip() or "/" in name or "\\" in name or ".." in name:
+        return "a plain name without '/', '\\' or '..' (the run directory is <out>/<name>-<time>)"
+    return None
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    name: str = setting(rule=plain_name)  # in a file: defaults to the file's name
+    total_steps: int = bounded(gt=0)  # env steps of all members together
+    eval_every: int = bounded(gt=0)  # env steps between evaluations of the learner's actor
+    seed: int = bounded(0, ge=0)
+    eval_episodes: int = bounded(10, gt=0)
+    backend: str = choice("serial", BACKENDS)
+    out: str = "runs"  # parent of run directories
+    checkpoint_every: int | None = bounded(None, gt=0)  # None: eval_every (set after init)
+    progress: bool = True
+    eval_threshold: float | None = None
+    stop_at_threshold: bool = False  # end the run at the first eval above eval_threshold
+    ray_address: str | None = None
+    # Seconds without a heartbeat before a member is declared hung.
+    heartbeat_s: float = bounded(30.0, gt=0)
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_every is None:
+            object.__setattr__(self, "checkpoint_every", self.eval_every)
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    id: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    num_envs: int = bounded(1, ge=1)  # vectorized copies per member
+    vector: str = choice("sync", VECTOR_MODES)
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    name: str
+    reward: str = "env"  # "env" or "module:function"
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    spec: str | None = None
+    heads: tuple[HeadConfig, ...] = (HeadConfig("env"),)
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    every: int = bounded(gt=0)  # the explorer's own env steps between syncs
+    keep: tuple[str, ...] = ()  # actor sub-module globs the explorer keeps
+    alpha: float = bounded(1.0, gt=0, le=1)  # blend toward the learner; 1 copies
+
+
+@dataclass(frozen=True)
+class MemberConfig:
+    name: str  # in a file: defaults to algo
+    algo: str
+    role: str = choice(MISSING, ROLES)
+    params: Any  # an instance of the algorithm's Params dataclass
+    count: int = bounded(1, ge=1)
+    sync: SyncConfig | None = None
+    agents: tuple[str, ...] | None = None
+    num_cpus: float | None = bounded(None, ge=0)
+    num_gpus: float | None = bounded(None, ge=0)
+    # Ray custom resources, e.g. {explorer_node = 1}.
+    resources: dict[str, float] | None = setting(
+        None,
+        ge=0,
+        expected="a table of resource names to numbers >= 0, e.g. { explorer_node = 1 }",
+    )
+
+
+@dataclass(frozen=True)
+class Config:
+    # Equality compares what the experiment is, not where it was read from.
+    path: Path = field(compare=False)
+    experiment: ExperimentConfig
+    env: EnvConfig
+    task: TaskConfig
+    buffer: BufferConfig
+    team: tuple[MemberConfig, ...]
+    raw: dict[str, Any] = field(compare=False, repr=False)
+
+    @property
+    def learner(self) -> MemberConfig:
+        return next(m for m in self.team if m.role == "learner")
+
+    @property
+    def explorers(self) -> tuple[MemberConfig, ...]:
+        return tuple(m for m in self.team if m.role == "explorer")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain TOML-ready data (defaults filled, ``None`` left out)."""
+        task: dict[str, Any] = {"heads": [_plain(h) for h in self.task.heads]}
+        if self.task.spec is not None:
+            task["spec"] = self.task.spec
+        team = []
+        for m in self.team:
+            member = {"name": m.name, "algo": m.algo, "role": m.role, "count": m.count}
+            for key in ("agents", "num_cpus", "num_gpus", "resources", "sync"):
+                if getattr(m, key) is not None:
+                    member[key] = _plain(getattr(m, key))
+            member["params"] = _plain(m.params)
+            team.append(member)
+        return {
+            "experiment": _plain(self.experiment),
+            "env": _plain(self.env),
+            "task": task,
+            "buffer": _plain(self.buffer),
+            "team": team,
+        }
+
+    def to_toml(self) -> str:
+        """The resolved config; ``load`` reads it back into an equal Config (used by resume)."""
+        data = self.to_dict()
+        try:
+            import tomli_w
+        except ImportError:
+            return dumps_toml(data)
+        return tomli_w.dumps(data)
+
+
+def _plain(value: Any) -> Any:
+    """Dataclasses, tuples and dicts -> dicts and lists, dropping ``None`` (TOML has no null)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

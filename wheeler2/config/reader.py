@@ -1,0 +1,397 @@
+"""Reading an experiment file: TOML -> checked tables -> :class:`Config`.
+
+One generic reader (:meth:`Reader.read`) walks a dataclass's fields and checks each key of a
+table against the field's annotation and metadata: unknown keys (with the closest valid one),
+types, bounds, choices, required keys (fields without a default), old key names. The functions
+below it only add what a field cannot say: cross-field rules and registry look-ups.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import tomllib
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from wheeler2 import registry
+from wheeler2.schema import (
+    Mismatch,
+    default_of,
+    expected_of,
+    field_checker,
+    required,
+    show,
+    type_hints,
+)
+
+from .errors import ConfigDeprecationWarning, ConfigError
+from .model import (
+    BufferConfig,
+    Config,
+    EnvConfig,
+    ExperimentConfig,
+    HeadConfig,
+    MemberConfig,
+    TaskConfig,
+)
+from .overrides import apply_override
+
+# Old key -> new key, per table. The old name keeps working with a warning, so files written for
+# an earlier version still run (DESIGN.md section 3: renames keep the old name working).
+RENAMED: dict[str, dict[str, str]] = {
+    "buffer": {"ratio": "updates_per_insert"},
+}
+
+TOP_LEVEL = ("experiment", "env", "task", "buffer", "team")
+
+
+class Reader:
+    """Validates tables of one file; knows the file name every error must carry."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def error(self, table: str | None, key: str | None, message: str) -> ConfigError:
+        return ConfigError(self.file, table, key, message)
+
+    def unknown_key(self, table: str | None, key: str, valid: Iterable[str]) -> ConfigError:
+        valid = sorted(valid)
+        close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+        if close:
+            hint = f"did you mean '{close[0]}'?"
+        else:
+            hint = "valid keys: " + ", ".join(valid)
+        return self.error(table, key, f"unknown key; {hint}")
+
+    def renamed(self, scope: str, table: str, data: dict[str, Any]) -> dict[str, Any]:
+        renames = RENAMED.get(scope, {})
+        if not any(old in data for old in renames):
+            return data
+        data = dict(data)
+        for old, new in renames.items():
+            if old not in data:
+                continue
+            if new in data:
+                raise self.error(table, old, f"old name of '{new}', which is also set; keep one")
+            warnings.warn(
+                f"{self.file}: {table} '{old}' is deprecated; call it '{new}'",
+                ConfigDeprecationWarning,
+                stacklevel=3,
+            )
+            data[new] = data.pop(old)
+        return data
+
+    def read(
+        self,
+        cls: type,
+        table: str,
+        data: Any,
+        scope: str | None = None,
+        *,
+        raw: Iterable[str] = (),
+        fallback: dict[str, Callable[[dict[str, Any]], Any]] | None = None,
+        engine: bool = True,
+    ) -> dict[str, Any]:
+        """Check table ``data`` against dataclass ``cls``; return {field: typed value}.
+
+        ``raw``: keys taken unchecked (the caller checks them: a member's ``params``).
+        ``fallback``: for keys the file may leave out although the dataclass requires them,
+        a function of the values read so far (``[[team]] name`` defaults to ``algo``).
+        ``engine``: the engine's own tables refuse empty strings; algorithm ``Params`` may not.
+        Nested dataclass fields (``her``, ``sync``) are read as sub-tables the same way.
+        """
+        if not isinstance(data, dict):
+            raise self.error(table, None, f"expected a table, got {show(data)}")
+        if scope is not None:
+            data = self.renamed(scope, table, data)
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+        for key in data:
+            if key not in fields:
+                raise self.unknown_key(table, key, fields)
+        raw, fallback = set(raw), fallback or {}
+        values: dict[str, Any] = {}
+        for name, f in fields.items():
+            if name not in data:
+                if name in raw or name in fallback:
+                    continue
+                if required(f):
+                    expected = expected_of(field_checker(cls, f, engine))
+                    raise self.error(table, name, f"missing required key ({expected})")
+                values[name] = default_of(f)
+                continue
+            if name in raw:
+                values[name] = data[name]
+                continue
+            value = self.value(table, name, data[name], field_checker(cls, f, engine))
+            nested = _dataclass_of(type_hints(cls).get(name))
+            if nested is not None and isinstance(value, dict):
+                sub = _sub_table(table, name)
+                sub_scope = None if scope is None else f"{scope}.{name}"
+                value = nested(**self.read(nested, sub, value, sub_scope, engine=engine))
+            values[name] = value
+        for name, compute in fallback.items():
+            if name not in values:
+                values[name] = compute(values)
+        return values
+
+    def value(self, table: str, key: str, raw: Any, check: Callable[[Any], Any]) -> Any:
+        try:
+            return check(raw)
+        except Mismatch as exc:
+            raise self.error(table, key, f"expected {exc.expected}, got {show(raw)}") from None
+
+
+def _dataclass_of(hint: Any) -> type | None:
+    """The dataclass in ``hint`` (``HerConfig | None`` -> HerConfig), if any."""
+    for candidate in (hint, *getattr(hint, "__args__", ())):
+        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
+            return candidate
+    return None
+
+
+def _sub_table(table: str, key: str) -> str:
+    # "[buffer]" + "her" -> "[buffer.her]"; "[[team]] #2 (explorer)" + "sync" -> "... .sync"
+    if table.startswith("[") and not table.startswith("[[") and table.endswith("]"):
+        return f"{table[:-1]}.{key}]"
+    return f"{table}.{key}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The file
+
+
+def parse_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(path, None, None, "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(path, None, None, f"cannot read: {exc}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        lines = text.splitlines()
+        found = re.search(r"\(at line (\d+), column (\d+)\)", message)
+        if found is not None:
+            line, column = int(found.group(1)), int(found.group(2))
+            reason = message[: found.start()].strip()
+        else:
+            # "(at end of document)": point just past the last line, where the input ran out.
+            line = max(len(lines), 1)
+            column = len(lines[-1]) + 1 if lines else 1
+            reason = re.sub(r"\s*\(at end of document\)", "", message)
+        shown = lines[line - 1] if 0 < line <= len(lines) else ""
+        caret = " " * (column - 1) + "^"
+        raise ConfigError(
+            path,
+            None,
+            None,
+            f"TOML syntax error: {reason}\n    {shown}\n    {caret}",
+            line=line,
+            column=column,
+        ) from None
+
+
+def load(
+    path: str | Path,
+    overrides: Iterable[str] = (),
+    seed: int | None = None,
+    out: str | None = None,
+) -> Config:
+    """Read, override, and validate an experiment file. Raises :class:`ConfigError`."""
+    path = Path(path)
+    file = str(path)
+    raw = parse_toml(path)
+    for expr in overrides:
+        apply_override(raw, expr, file)
+    if seed is not None:
+        raw.setdefault("experiment", {})["seed"] = seed
+    if out is not None:
+        raw.setdefault("experiment", {})["out"] = out
+    return validate(raw, path)
+
+
+def validate(raw: dict[str, Any], path: str | Path = "<config>") -> Config:
+    """Validate already-parsed TOML data (what ``load`` does after parsing and overrides)."""
+    path = Path(path)
+    reader = Reader(str(path))
+    for key in raw:
+        if key not in TOP_LEVEL:
+            raise reader.unknown_key(None, key, TOP_LEVEL)
+    for key in ("experiment", "env", "team"):
+        if key not in raw:
+            what = "[[team]] members" if key == "team" else f"a [{key}] table"
+            raise reader.error(None, key, f"missing: the file needs {what}")
+    return Config(
+        path=path,
+        experiment=_experiment(reader, raw["experiment"], path),
+        env=_env(reader, raw["env"]),
+        task=_task(reader, raw.get("task", {})),
+        buffer=_buffer(reader, raw.get("buffer", {})),
+        team=_team(reader, raw["team"]),
+        raw=raw,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The tables: what a field cannot say
+
+
+def _experiment(reader: Reader, data: Any, path: Path) -> ExperimentConfig:
+    values = reader.read(
+        ExperimentConfig,
+        "[experiment]",
+        data,
+        "experiment",
+        fallback={"name": lambda _: path.stem},
+    )
+    return ExperimentConfig(**values)
+
+
+def _env(reader: Reader, data: Any) -> EnvConfig:
+    values = reader.read(EnvConfig, "[env]", data, "env")
+    try:
+        registry.check_env_id(values["id"])
+    except registry.RegistryError as exc:
+        raise reader.error("[env]", "id", str(exc)) from None
+    if values["vector"] != "sync" and ":" in values["id"]:
+        prefix = values["id"].partition(":")[0]
+        if prefix in registry.ENV_ADAPTERS:
+            raise reader.error(
+                "[env]",
+                "vector",
+                f"'{values['vector']}' is for gymnasium ids; the {prefix} adapter steps its "
+                f'copies itself (leave vector = "sync")',
+            )
+    return EnvConfig(**values)
+
+
+def _resolve_spec(reader: Reader, table: str, key: str, spec: str) -> Any:
+    try:
+        return registry.resolve_object(spec)
+    except registry.RegistryError as exc:
+        raise reader.error(table, key, str(exc)) from None
+
+
+def _list_of_tables(v: Any) -> list[Any]:
+    if not isinstance(v, list):
+        raise Mismatch("an array of tables")
+    return v
+
+
+def _task(reader: Reader, data: Any) -> TaskConfig:
+    values = reader.read(TaskConfig, "[task]", data, "task", raw=("heads",))
+    if values["spec"] is not None:
+        try:
+            task_class = registry.resolve_object(values["spec"])
+        except registry.RegistryError as exc:
+            message = str(exc)
+            if "tasks available" not in message:
+                message += f"; {registry.available_tasks_text()}"
+            raise reader.error("[task]", "spec", message) from None
+        if not isinstance(task_class, type):
+            raise reader.error("[task]", "spec", f"'{values['spec']}' is not a class")
+    if "heads" not in values:
+        return TaskConfig(spec=values["spec"])
+    entries = reader.value("[task]", "heads", values["heads"], _list_of_tables)
+    if not entries:
+        raise reader.error("[task]", "heads", "expected at least one [[task.heads]] entry")
+    heads = []
+    for i, head in enumerate(entries, start=1):
+        label = f"[[task.heads]] #{i}"
+        h = reader.read(HeadConfig, label, head, "task.heads")
+        if h["reward"] != "env":
+            if ":" not in h["reward"]:
+                got = show(h["reward"])
+                message = f'expected "env" or "module:function", got {got}'
+                raise reader.error(label, "reward", message)
+            if not callable(_resolve_spec(reader, label, "reward", h["reward"])):
+                raise reader.error(label, "reward", f"'{h['reward']}' is not a function")
+        heads.append(HeadConfig(**h))
+    names = [h.name for h in heads]
+    for name in names:
+        if names.count(name) > 1:
+            raise reader.error("[[task.heads]]", "name", f"'{name}' is used by two heads")
+    return TaskConfig(spec=values["spec"], heads=tuple(heads))
+
+
+def _buffer(reader: Reader, data: Any) -> BufferConfig:
+    return BufferConfig(**reader.read(BufferConfig, "[buffer]", data, "buffer"))
+
+
+def _team(reader: Reader, data: Any) -> tuple[MemberConfig, ...]:
+    if not isinstance(data, list):
+        raise reader.error(
+            None, "team", "expected [[team]] entries (an array of tables), got a single [team]"
+        )
+    if not data:
+        raise reader.error(None, "team", "expected at least one [[team]] member")
+    members = []
+    for i, entry in enumerate(data, start=1):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        label = f"[[team]] #{i}" + (f" ({name})" if isinstance(name, str) else "")
+        members.append(_member(reader, label, entry))
+    names = [m.name for m in members]
+    for i, m in enumerate(members, start=1):
+        if names.count(m.name) > 1:
+            raise reader.error(
+                f"[[team]] #{i} ({m.name})", "name", "two members share this name; make them unique"
+            )
+    learners = [m for m in members if m.role == "learner"]
+    if not learners:
+        raise reader.error(None, "team", 'no learner: exactly one member needs role = "learner"')
+    if len(learners) > 1 or learners[0].count > 1:
+        found = ", ".join(f"'{m.name}' (count {m.count})" for m in learners)
+        raise reader.error(None, "team", f"exactly one learner allowed, found {found}")
+    return tuple(members)
+
+
+def _table(v: Any) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise Mismatch("a table")
+    return v
+
+
+def _member(reader: Reader, label: str, entry: Any) -> MemberConfig:
+    values = reader.read(
+        MemberConfig,
+        label,
+        entry,
+        "team",
+        raw=("params",),
+        fallback={"name": lambda v: v["algo"]},
+    )
+    params = reader.value(label, "params", values.get("params", {}), _table)
+    try:
+        agent_class = registry.resolve_algo(values["algo"])
+    except registry.RegistryError as exc:
+        raise reader.error(label, "algo", str(exc)) from None
+    params_cls = getattr(agent_class, "Params", None)
+    if params_cls is None:
+        raise reader.error(label, "algo", f"{agent_class.__name__} has no Params dataclass")
+    values["params"] = read_params(reader, f"{label}.params", values["algo"], params_cls, params)
+    if values["sync"] is not None and values["role"] == "learner":
+        raise reader.error(
+            label, "sync", "a learner does not sync; only explorers copy the learner's weights"
+        )
+    return MemberConfig(**values)
+
+
+def read_params(reader: Reader, table: str, algo: str, params_cls: type, data: Any) -> Any:
+    """``[team.params]`` checked against the algorithm's ``Params`` dataclass: the same reader
+    as the engine's tables, so bounds in a Params field's metadata are enforced too."""
+    if not dataclasses.is_dataclass(params_cls):
+        raise reader.error(table, None, f"{algo}.Params is not a dataclass")
+    values = reader.read(params_cls, table, data, engine=False)
+    try:
+        return params_cls(**values)
+    except (ValueError, TypeError) as exc:
+        raise reader.error(table, None, f"{algo} rejects these parameters: {exc}") from None
+
+
+__all__ = ["RENAMED", "TOP_LEVEL", "Reader", "load", "read_params", "validate"]
