@@ -162,9 +162,23 @@ def test_check_matches_names_the_member_algo_and_shape(tmp_path):
     }
     ckpt.check_matches(path, payload, {"a": _Agent("ddpg", (2, 3)), "b": _Agent("ppo", 4)}, {})
     ckpt.check_matches(path, payload, {"a": _Agent("ddpg", (2, 3))}, {}, subset=True)
+    # A member the checkpoint never heard of starts fresh, unless its state is required.
+    grown = {"a": _Agent("ddpg", (2, 3)), "b": _Agent("ppo", 4), "c": _Agent("ppo", 4)}
+    ckpt.check_matches(path, payload, grown, {})
+    with pytest.raises(ckpt.CheckpointError, match=r"no state for \['c'\]"):
+        ckpt.check_matches(path, payload, grown, {}, required=["c"])
+    # Names in member_steps count too: a member that reported steps but no state yet.
+    with_steps = {**payload, "member_steps": {"a": 5, "b": 5, "x": 9}}
+    with pytest.raises(ckpt.CheckpointError, match=r"\['x'\] not in the config"):
+        ckpt.check_matches(
+            path, with_steps, {"a": _Agent("ddpg", (2, 3)), "b": _Agent("ppo", 4)}, {}
+        )
 
     cases = {
-        "renamed": ({"a": _Agent("ddpg", (2, 3)), "c": _Agent("ppo", 4)}, r"'c'.*not in the check"),
+        "renamed": (
+            {"a": _Agent("ddpg", (2, 3)), "c": _Agent("ppo", 4)},
+            r"'b'\] not in the config",
+        ),
         "algo": ({"a": _Agent("ddpg", (2, 3)), "b": _Agent("a2c", 4)}, "saved by algo 'ppo'"),
         "shape": ({"a": _Agent("ddpg", (2, 5)), "b": _Agent("ppo", 4)}, r"a\.net\.w has shape"),
     }

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import warnings
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -234,32 +234,40 @@ def check_matches(
     agents: Mapping[str, Any],
     algos: Mapping[str, str],
     subset: bool = False,
+    required: Collection[str] = (),
 ) -> None:
     """Refuse (:class:`CheckpointError`) a checkpoint that is not the run ``agents`` make.
 
     ``agents`` maps member names to freshly built agents of the run's config and ``algos`` their
-    algorithm names. The member names must be the checkpoint's (``subset``: the checkpoint may
-    hold more, as ``eval`` needs the learner only), every tensor of a fresh agent's state must be
-    in the saved one with the same shape, and the saved state must load into the fresh agent.
-    The fresh agents are loaded as a side effect; they are meant to be thrown away.
+    algorithm names. Every member the checkpoint names (states and ``member_steps``) must be in
+    ``agents`` (``subset``: the checkpoint may hold more, as ``eval`` needs the learner only): a
+    renamed member would otherwise start fresh and its steps be lost. A member of ``agents`` the
+    checkpoint does not name starts fresh (a local run's checkpoint taken before it reported),
+    unless it is in ``required``. Every tensor of a fresh agent's state must be in the saved one
+    with the same shape, and the saved state must load into the fresh agent. The fresh agents
+    are loaded as a side effect; they are meant to be thrown away.
     """
     members = payload.get("members")
     if not isinstance(members, dict) or not all(isinstance(v, dict) for v in members.values()):
         raise CheckpointError(f"{path}: holds no member states; not a wheeler2 run checkpoint")
-    missing = [name for name in agents if name not in members]
-    extra = [] if subset else [name for name in members if name not in agents]
+    steps = payload.get("member_steps")
+    saved_names = list(dict.fromkeys([*members, *(steps if isinstance(steps, dict) else {})]))
+    missing = [name for name in required if name not in members]
+    extra = [] if subset else [name for name in saved_names if name not in agents]
     if missing or extra:
         parts = []
         if missing:
-            parts.append(f"{_names(missing)} of the config not in the checkpoint")
+            parts.append(f"no state for {_names(missing)}")
         if extra:
-            parts.append(f"{_names(extra)} of the checkpoint not in the config")
+            parts.append(f"{_names(extra)} not in the config")
         raise CheckpointError(
-            f"{path}: saved by members {_names(list(members))}, but the config declares "
-            f"{_names(list(agents))} ({'; '.join(parts)}); a renamed, added or removed member "
-            "cannot resume from it"
+            f"{path}: saved by members {_names(saved_names)}, but the config declares "
+            f"{_names(list(agents))} ({'; '.join(parts)}); a checkpoint resumes only the "
+            "members that wrote it"
         )
     for name, agent in agents.items():
+        if name not in members:
+            continue
         saved = members[name]
         algo = algos.get(name)
         fresh = agent.state_dict()
