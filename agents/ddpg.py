@@ -14,7 +14,7 @@ Defaults are the rl-zoo Pendulum-v1 hyperparameters, so that config stays short.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,27 +31,31 @@ from agents.nets import (
 )
 from agents.normalize import IdentityNorm, make_obs_norm
 from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SpaceInfo, Transitions
+from wheeler2.schema import bounded, choice, sizes
 
 
 @dataclass
 class Params:
-    gamma: float = 0.98  # discount (the buffer applies it for n-step returns)
-    tau: float = 0.005  # Polyak rate of the target networks
-    lr_actor: float = 1e-3
-    lr_critic: float = 1e-3
-    hidden: list[int] = field(default_factory=lambda: [400, 300])  # actor and critic layers
-    learning_starts: int = 10_000  # env steps of uniform random actions before the policy acts
-    noise: str = "gaussian"  # "gaussian" | "ou" | "none"
-    noise_std: float = 0.1  # std of the action noise, in [-1, 1] action units
-    ou_theta: float = 0.15  # Ornstein-Uhlenbeck mean reversion rate
-    ou_dt: float = 1e-2  # Ornstein-Uhlenbeck time step
-    policy_delay: int = 1  # actor (and target) update every k critic updates
-    max_grad_norm: float = 0.0  # gradient clipping of both nets; 0 = off
-    critic: str = "separate"  # "separate": one MLP per head | "shared": one trunk, H outputs
+    # Bounds in the fields are checked by the config reader against [team.params].
+    gamma: float = bounded(0.98, ge=0, le=1)  # discount (the buffer applies it for n-step)
+    tau: float = bounded(0.005, gt=0, le=1)  # Polyak rate of the target networks
+    lr_actor: float = bounded(1e-3, gt=0)
+    lr_critic: float = bounded(1e-3, gt=0)
+    hidden: list[int] = sizes(400, 300)  # actor and critic layers
+    # Env steps of uniform random actions before the policy acts.
+    learning_starts: int = bounded(10_000, ge=0)
+    noise: str = choice("gaussian", ("gaussian", "ou", "none"))
+    noise_std: float = bounded(0.1, ge=0)  # std of the action noise, in [-1, 1] action units
+    ou_theta: float = bounded(0.15, ge=0)  # Ornstein-Uhlenbeck mean reversion rate
+    ou_dt: float = bounded(1e-2, gt=0)  # Ornstein-Uhlenbeck time step
+    policy_delay: int = bounded(1, ge=1)  # actor (and target) update every k critic updates
+    max_grad_norm: float = bounded(0.0, ge=0)  # gradient clipping of both nets; 0 = off
+    # "separate": one MLP per head | "shared": one trunk, H outputs.
+    critic: str = choice("separate", ("separate", "shared"))
     normalize_heads: bool = False  # divide each head's Q by its running std in the actor loss
     normalize_obs: bool = False  # running mean/std of observed inputs (agents/normalize.py)
-    obs_clip: float = 5.0  # normalized inputs are clipped to [-obs_clip, obs_clip]
-    head_norm_decay: float = 0.99  # EMA decay of those running Q statistics
+    obs_clip: float = bounded(5.0, gt=0)  # normalized inputs are clipped to [-obs_clip, obs_clip]
+    head_norm_decay: float = bounded(0.99, ge=0, lt=1)  # EMA decay of those running Q statistics
     device: str = "cpu"  # "cpu" | "cuda"
 
 
