@@ -16,7 +16,7 @@ This file is also the proof of the plugin interface: it needs nothing from the e
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from agents.nets import (
+    ACTIVATIONS,
     VCritic,
     build_actor,
     evaluate_actions,
@@ -32,20 +33,22 @@ from agents.nets import (
     seeded,
 )
 from wheeler2.agent import ActOut, Agent, SpaceInfo, Transitions
+from wheeler2.schema import bounded, choice, sizes
 
 
 @dataclass
 class Params:
-    n_steps: int = 5  # vector steps between updates
-    gamma: float = 0.99
-    lr: float = 7e-4
+    # Bounds in the fields are checked by the config reader against [team.params].
+    n_steps: int = bounded(5, ge=1)  # vector steps between updates
+    gamma: float = bounded(0.99, ge=0, le=1)
+    lr: float = bounded(7e-4, gt=0)
     ent_coef: float = 0.0  # entropy bonus
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    rms_prop_eps: float = 1e-5  # RMSprop as in the paper; eps large for stability
+    vf_coef: float = bounded(0.5, ge=0)
+    max_grad_norm: float = bounded(0.5, gt=0)  # always applied, so 0 would zero every step
+    rms_prop_eps: float = bounded(1e-5, gt=0)  # RMSprop as in the paper; eps large for stability
     normalize_advantage: bool = False
-    hidden: list[int] = field(default_factory=lambda: [64, 64])  # actor and critic layers
-    activation: str = "tanh"
+    hidden: list[int] = sizes(64, 64)  # actor and critic layers
+    activation: str = choice("tanh", tuple(ACTIVATIONS))
     log_std_init: float = 0.0
     ortho_init: bool = True
     device: str = "cpu"  # "cpu" | "cuda"

@@ -13,7 +13,7 @@ Q being linear in the reward, is the weighted sum of the heads' Q values).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,24 +24,26 @@ from torch import nn
 from agents.nets import DiscreteQ, polyak_, resolve_device, seeded
 from agents.normalize import make_obs_norm
 from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SpaceInfo, Transitions
+from wheeler2.schema import bounded, choice, sizes
 
 
 @dataclass
 class Params:
-    gamma: float = 0.99  # discount (the buffer applies it for n-step returns)
-    lr: float = 1e-4
-    hidden: list[int] = field(default_factory=lambda: [64, 64])
-    learning_starts: int = 1000  # env steps before the first gradient step
-    eps_start: float = 1.0  # epsilon-greedy exploration, decayed linearly ...
-    eps_end: float = 0.05
-    eps_decay_steps: int = 10_000  # ... over this many env steps
-    target_update: int = 1000  # gradient steps between target updates
-    tau: float = 1.0  # 1 = hard copy every target_update steps; < 1 = Polyak blend
+    # Bounds in the fields are checked by the config reader against [team.params].
+    gamma: float = bounded(0.99, ge=0, le=1)  # discount (the buffer applies it for n-step)
+    lr: float = bounded(1e-4, gt=0)
+    hidden: list[int] = sizes(64, 64)
+    learning_starts: int = bounded(1000, ge=0)  # env steps before the first gradient step
+    eps_start: float = bounded(1.0, ge=0, le=1)  # epsilon-greedy exploration, decayed linearly
+    eps_end: float = bounded(0.05, ge=0, le=1)
+    eps_decay_steps: int = bounded(10_000, ge=1)  # ... over this many env steps
+    target_update: int = bounded(1000, ge=1)  # gradient steps between target updates
+    tau: float = bounded(1.0, gt=0, le=1)  # 1 = hard copy every target_update; < 1 = Polyak
     double: bool = True  # double-Q target; False = max over the target network
-    loss: str = "huber"  # "huber" | "mse"
-    max_grad_norm: float = 10.0  # 0 = off
+    loss: str = choice("huber", ("huber", "mse"))
+    max_grad_norm: float = bounded(10.0, ge=0)  # 0 = off
     normalize_obs: bool = False  # running mean/std of observed inputs (agents/normalize.py)
-    obs_clip: float = 5.0  # normalized inputs are clipped to [-obs_clip, obs_clip]
+    obs_clip: float = bounded(5.0, gt=0)  # normalized inputs are clipped to [-obs_clip, obs_clip]
     device: str = "cpu"  # "cpu" | "cuda"
 
 

@@ -14,7 +14,7 @@ V of its true final observation, ``Transitions.next_obs``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from agents.nets import (
+    ACTIVATIONS,
     VCritic,
     build_actor,
     evaluate_actions,
@@ -30,27 +31,34 @@ from agents.nets import (
     seeded,
 )
 from wheeler2.agent import ActOut, Agent, SpaceInfo, Transitions
+from wheeler2.schema import bounded, choice, sizes
 
 
 @dataclass
 class Params:
-    n_steps: int = 2048  # env steps per copy between updates (rollout = n_steps * num_envs)
-    batch_size: int = 64  # minibatch size
-    n_epochs: int = 10  # passes over each rollout
-    gamma: float = 0.99
-    gae_lambda: float = 0.95  # GAE bias/variance trade-off; 1 = Monte Carlo advantages
-    clip_range: float = 0.2  # eps of the clipped surrogate
-    clip_range_vf: float = 0.0  # clip value updates around the old values; 0 = off
+    # Bounds in the fields are checked by the config reader against [team.params].
+    # Env steps per copy between updates (rollout = n_steps * num_envs).
+    n_steps: int = bounded(2048, ge=1)
+    batch_size: int = bounded(64, ge=1)  # minibatch size
+    n_epochs: int = bounded(10, ge=1)  # passes over each rollout
+    gamma: float = bounded(0.99, ge=0, le=1)
+    # GAE bias/variance trade-off; 1 = Monte Carlo advantages.
+    gae_lambda: float = bounded(0.95, ge=0, le=1)
+    clip_range: float = bounded(0.2, gt=0)  # eps of the clipped surrogate
+    # Clip value updates around the old values; 0 = off.
+    clip_range_vf: float = bounded(0.0, ge=0)
     ent_coef: float = 0.0  # entropy bonus
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    lr: float = 3e-4
-    lr_schedule: str = "constant"  # "constant" | "linear": lr decays to 0 over total_steps
-    clip_schedule: str = "constant"  # "constant" | "linear": clip_range decays to 0 likewise
-    total_steps: int = 0  # env steps this agent will take; filled by the engine; linear needs it
+    vf_coef: float = bounded(0.5, ge=0)
+    max_grad_norm: float = bounded(0.5, gt=0)  # always applied, so 0 would zero every step
+    lr: float = bounded(3e-4, gt=0)
+    # "constant" | "linear": lr (clip_range) decays to 0 over total_steps.
+    lr_schedule: str = choice("constant", ("constant", "linear"))
+    clip_schedule: str = choice("constant", ("constant", "linear"))
+    # Env steps this agent will take; filled by the engine; linear needs it.
+    total_steps: int = bounded(0, ge=0)
     normalize_advantage: bool = True  # per minibatch
-    hidden: list[int] = field(default_factory=lambda: [64, 64])  # actor and critic layers
-    activation: str = "tanh"
+    hidden: list[int] = sizes(64, 64)  # actor and critic layers
+    activation: str = choice("tanh", tuple(ACTIVATIONS))
     log_std_init: float = 0.0  # initial log std of the Gaussian policy
     ortho_init: bool = True  # orthogonal init, small policy head
     device: str = "cpu"  # "cpu" | "cuda"
