@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from wheeler2.config import Config, ConfigDeprecationWarning, ConfigError, load
+from wheeler2.config import (
+    Config,
+    ConfigDeprecationWarning,
+    ConfigError,
+    check_with_env,
+    load,
+)
 from wheeler2.runtime.experiment import MemberFailed
 
 EXIT_OK = 0
@@ -88,12 +94,20 @@ def _describe(config: Config) -> str:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     config = _load(args.file, args.overrides)
+    # Builds the env once: HER needs goals, the buffer must fit in memory (not done by `run`,
+    # which builds the env anyway and fails there).
+    check_with_env(config)
     print(f"ok: {args.file} ({_describe(config)})")
     return EXIT_OK
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     config = _load(args.file, args.overrides, seed=args.seed, out=args.out)
+    out = Path(config.experiment.out)
+    if out.exists() and not out.is_dir():
+        # Run directories go under `out`; a file there would fail only once members have started.
+        where = "--out" if args.out is not None else f"{args.file}: [experiment] out"
+        raise UsageError(f"{where} {out}: is an existing file; expected a directory")
     from wheeler2.runtime import run_experiment
 
     print(f"running {config.experiment.name} ({_describe(config)})", flush=True)
