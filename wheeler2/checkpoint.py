@@ -175,11 +175,16 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
         state = _torch_load(path, map_location)
     except pickle.UnpicklingError as exc:
         found = _unsafe_global(str(exc))
-        if found is None or not found.startswith("numpy."):
-            what = f"pickled global {found}" if found else "content a weights_only load refuses"
+        if found is None:  # no object to build, just bytes the unpickler cannot read
+            operand = re.search(r"Unsupported operand \S+", str(exc))
             raise CheckpointError(
-                f"{path}: refused: it holds {what}; a wheeler2 checkpoint holds only tensors and "
-                "plain values, and loading this one could run code it carries"
+                f"{path}: not a readable torch checkpoint (another format, or corrupt)"
+                + (f": {operand.group(0)}" if operand else "")
+            ) from None
+        if not found.startswith("numpy."):
+            raise CheckpointError(
+                f"{path}: refused: it holds pickled global {found}; a wheeler2 checkpoint holds "
+                "only tensors and plain values, and loading this one could run code it carries"
             ) from None
         # Checkpoints of normalize_obs runs written before the statistics became tensors hold
         # plain numpy arrays: allow exactly the globals that rebuild a numeric array.

@@ -1,7 +1,7 @@
 """The ``wheeler2`` command: run | check | eval | resume | plot.
 
-Exit codes: 0 success, 2 an invalid config or usage (message only, no traceback), 130 interrupted,
-1 anything else (with its traceback, since that is a bug to report).
+Exit codes: 0 success, 2 an invalid config, usage or checkpoint (message only, no traceback),
+130 interrupted, 1 anything else (with its traceback, since that is a bug to report).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from wheeler2.checkpoint import CheckpointError
 from wheeler2.config import (
     Config,
     ConfigDeprecationWarning,
@@ -200,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (ConfigError, UsageError) as exc:
+    except (ConfigError, UsageError, CheckpointError) as exc:  # CheckpointError: eval, resume
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:

@@ -41,10 +41,15 @@ def evaluate_run(run_dir: Path, episodes: int | None = None, which: str = "best"
 
     run_dir = Path(run_dir)
     config = load(run_dir / "config.toml")
-    path = run_dir / "checkpoints" / f"{which}.pt"
-    if not path.exists():
-        path = run_dir / "checkpoints" / "latest.pt"
+    path = ckpt.checkpoint_path(run_dir, which)
+    if not path.exists():  # no eval beat the first yet, or the run stopped before one
+        path = ckpt.checkpoint_path(run_dir, "latest")
+    # A missing, unreadable or unsafe file, or one of another team or network shape, is a
+    # CheckpointError (one line, exit 2), not a traceback from inside load_state_dict.
     payload = ckpt.load(path)
+    run = payload.get("run")
+    if not isinstance(run, dict) or "env_steps" not in run:
+        raise ckpt.CheckpointError(f"{path}: not a wheeler2 run checkpoint (no run counters)")
     plans = build.plan_team(config)
     lead = build.learner_plan(plans)
     episodes = int(episodes or config.experiment.eval_episodes)
@@ -52,7 +57,15 @@ def evaluate_run(run_dir: Path, episodes: int | None = None, which: str = "best"
     try:
         heads = build.make_heads(config, env, build.make_task(config))
         agent = build.make_agent(config, lead, build.space_info(env.info, heads), 0)
-        agent.load_state_dict(payload["members"][lead.name])
+        # check_matches loads the saved state into ``agent`` once it fits.
+        ckpt.check_matches(
+            path,
+            payload,
+            {lead.name: agent},
+            {lead.name: lead.algo},
+            subset=True,
+            required=[lead.name],
+        )
         result = evaluate(agent, env, int(config.experiment.seed) + 7)
     finally:
         env.close()
@@ -62,5 +75,5 @@ def evaluate_run(run_dir: Path, episodes: int | None = None, which: str = "best"
         "mean_return": result.mean_return,
         "std_return": result.std_return,
         "success": result.success,
-        "env_steps": payload["run"]["env_steps"],
+        "env_steps": run["env_steps"],
     }

@@ -213,9 +213,43 @@ class Recorder:
         return summary
 
 
-def load_resume_state(run_dir: Path) -> tuple[RunState, dict[str, Any]]:
-    path = run_dir / "checkpoints" / "latest.pt"
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no checkpoint to resume from")
+def load_resume_state(run_dir: Path, config: Any = None) -> tuple[RunState, dict[str, Any]]:
+    """The counters and checkpoint payload ``resume`` continues ``run_dir`` from.
+
+    The one place resume reads a checkpoint. It raises ``checkpoint.CheckpointError`` (one line
+    naming the file; the CLI exits 2) when ``latest.pt`` is missing, truncated, foreign or holds
+    pickled code, or was not written by the team ``config`` builds (default: the run's
+    ``config.toml``): other member names, algorithms or network shapes. Without this check a
+    renamed explorer started fresh and its env steps were lost, and a changed network failed
+    deep inside a backend, in a member's process.
+    """
+    run_dir = Path(run_dir)
+    path = ckpt.checkpoint_path(run_dir, "latest")
     payload = ckpt.load(path)
-    return RunState.from_dict(payload["run"]), payload
+    try:
+        state = RunState.from_dict(payload["run"])
+        if not isinstance(payload["rng"], dict):
+            raise TypeError("rng is not a dict")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ckpt.CheckpointError(
+            f"{path}: not a wheeler2 run checkpoint (its run counters or RNG state: {exc!r})"
+        ) from None
+    if config is None and (run_dir / "config.toml").is_file():
+        from wheeler2.config import load
+
+        config = load(run_dir / "config.toml")
+    if config is not None:
+        from wheeler2.runtime import build
+
+        # Fresh agents of the config, built the way every backend builds them, tell what the
+        # checkpoint must hold; they are thrown away once compared.
+        plans = build.plan_team(config)
+        probe = build.make_env(config, 1, 0, build.learner_plan(plans))
+        try:
+            heads = build.make_heads(config, probe, build.make_task(config))
+            space = build.space_info(probe.info, heads)
+        finally:
+            probe.close()
+        agents = {p.name: build.make_agent(config, p, space, 0) for p in plans}
+        ckpt.check_matches(path, payload, agents, {p.name: p.algo for p in plans})
+    return state, payload
