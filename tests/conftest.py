@@ -40,8 +40,10 @@ class Params:
     device: str = "cpu"
 
     def __post_init__(self):
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
+        # A cross-field rule no field can state, to test the "rejects these parameters" path;
+        # real bounds (gamma in [0, 1], ...) are tested on the real algorithms' Params.
+        if self.learning_starts < len(self.hidden):
+            raise ValueError(f"learning_starts must be >= len(hidden), got {self.learning_starts}")
 
 
 class Fake(Agent):

@@ -315,9 +315,20 @@ def test_param_type_errors(write_config, param, expected):
 
 
 def test_params_post_init_rejection_is_a_config_error(write_config):
-    err = error_of(write_config(BASE + "[team.params]\ngamma = 2.0\n"))
-    assert err.table == "[[team]] #1 (target).params"
-    assert "gamma must be in [0, 1]" in err.message
+    err = error_of(write_config(BASE + "[team.params]\nlearning_starts = 1\n"))
+    assert (err.table, err.key) == ("[[team]] #1 (target).params", None)
+    assert err.message == (
+        f"{ALGO} rejects these parameters: learning_starts must be >= len(hidden), got 1"
+    )
+
+
+def test_gamma_bound_of_a_real_algorithm(write_config):
+    # The bound is agents/ddpg.py's own (field metadata), not a test fake's (issue 19).
+    pytest.importorskip("agents.ddpg")
+    path = write_config(with_replaced(BASE, ALGO, "ddpg") + "[team.params]\ngamma = 2.0\n")
+    assert str(error_of(path)) == (
+        f"{path}: [[team]] #1 (target).params gamma: expected a number in [0, 1], got 2.0"
+    )
 
 
 def test_sync_alpha_must_be_in_0_1(write_config):
