@@ -67,12 +67,12 @@ def make_task(config: Any) -> Task | None:
 
 
 def make_heads(config: Any, env: VecEnv, task: Task | None) -> RewardHeads:
+    """The run's reward heads: the ``[[task.heads]]`` the file wrote, else those the task class
+    declares (:func:`wheeler2.task.reward_head`), else the env reward alone."""
     task_cfg = getattr(config, "task", None)
     head_specs = list(getattr(task_cfg, "heads", None) or [])
     goal_reward = getattr(env, "compute_reward", None) if env.info.goal_dim else None
-    # The TOML default (one "env" head) gives way to heads the task class declares itself.
-    only_default = [(h.name, h.reward) for h in head_specs] in ([], [("env", "env")])
-    if task is not None and only_default and task.declared_heads():
+    if task is not None and not _heads_written(config) and task.declared_heads():
         head_specs = [HeadConfig(n, m, w) for n, m, w in task.declared_heads()]
     if not head_specs:
         return RewardHeads([Head("env", 1.0, None)], goal_reward)
@@ -89,6 +89,54 @@ def make_heads(config: Any, env: VecEnv, task: Task | None) -> RewardHeads:
     if any(h.fn is not None for h in heads):
         validate_heads(out, env)  # a wrong shape fails here, before training, naming the head
     return out
+
+
+def _heads_written(config: Any) -> bool:
+    """Did the experiment file (or a --set override) write ``[[task.heads]]``?
+
+    The validated config fills in one "env" head when the file has none, so only the parsed
+    TOML (``config.raw``) tells a written ``name = "env"`` head, which must win over the task
+    class's heads, from that default. A config built without TOML has no ``raw``: there, heads
+    other than the lone default "env" head count as written.
+    """
+    raw = getattr(config, "raw", None)
+    if isinstance(raw, dict):
+        task = raw.get("task")
+        return isinstance(task, dict) and "heads" in task
+    heads = getattr(getattr(config, "task", None), "heads", None) or ()
+    return [(h.name, h.reward) for h in heads] not in ([], [("env", "env")])
+
+
+def head_reward_spec(head: Head) -> str:
+    """The ``reward`` a ``[[task.heads]]`` table needs to make ``head`` again: ``"env"``, a
+    task method as ``"module:Class.method"`` (see :func:`_task_method`) or ``"module:function"``.
+    """
+    fn = head.fn
+    if fn is None:
+        return "env"
+    owner = getattr(fn, "__self__", None)
+    if owner is not None:
+        cls = type(owner)
+        return f"{cls.__module__}:{cls.__qualname__}.{fn.__name__}"
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def resolved_heads_config(config: Any, heads: RewardHeads) -> Any:
+    """``config`` with ``task.heads`` set to the heads the run actually uses.
+
+    Write this one (``.to_toml()``) as the run directory's ``config.toml``: a run whose heads
+    came from its task class then records them, and ``resume`` / ``eval``, which read that
+    file, build the same heads (and critics) instead of the one-"env"-head default.
+    """
+    written = tuple(HeadConfig(h.name, head_reward_spec(h), float(h.weight)) for h in heads.heads)
+    task = dataclasses.replace(config.task, heads=written)
+    raw = dict(getattr(config, "raw", None) or {})
+    # The heads now count as written (see _heads_written), as they will once read back.
+    raw["task"] = {
+        **(raw.get("task") or {}),
+        "heads": [dataclasses.asdict(h) for h in written],
+    }
+    return dataclasses.replace(config, task=task, raw=raw)
 
 
 def _task_method(task: Task | None, spec: str) -> Any:
