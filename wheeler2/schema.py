@@ -415,6 +415,16 @@ def field_checker(cls: type, f: dataclasses.Field, nonempty_strings: bool = Fals
     return checker(type_hints(cls).get(f.name), spec_of(f), nonempty_strings)
 
 
+def describe(cls: type, f: dataclasses.Field, nonempty_strings: bool = False) -> str:
+    """What field ``f`` accepts, as ``docs/config.md`` states it: "integer > 0", "number in
+    [0, 1]", "one of 'serial', 'local', 'ray'" (the expected text without its article)."""
+    text = expected_of(field_checker(cls, f, nonempty_strings))
+    for article in ("a ", "an "):
+        if text.startswith(article):
+            return text[len(article) :]
+    return text
+
+
 def problems(obj: Any, skip: Sequence[str] = ()) -> list[str]:
     """``name: expected ..., got ...`` for each field of dataclass ``obj`` its schema refuses.
 
