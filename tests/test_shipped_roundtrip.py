@@ -1,0 +1,121 @@
+"""Every experiment file in cfg/ runs, evaluates and resumes: ``wheeler2 run`` writes checkpoints
+that ``wheeler2 eval`` and ``wheeler2 resume`` load with ``weights_only=True``.
+
+Before, a normalize_obs run (cfg/fetchreach_her.toml as shipped) saved numpy arrays and neither
+command could open its checkpoint; no test had evaluated or resumed such a run. Each file runs
+shrunk through ``--set`` (serial backend, one env copy, tiny networks and step counts), so the
+whole module takes seconds per file; the algorithms' learning is tested elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from wheeler2 import cli
+from wheeler2.config import dumps_toml, load
+from wheeler2.runtime import build
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "cfg").glob("*.toml"))
+STEPS = 96  # env steps of the first session; resume goes on to twice that
+
+# Param overrides by field name, applied to every member whose algorithm's Params has the field.
+SMALL_PARAMS = {
+    "hidden": "[16]",
+    "learning_starts": "32",
+    "n_steps": "16",
+    "batch_size": "16",
+    "n_epochs": "1",
+}
+
+# Heads the task class declares are recorded in config.toml only once the runtime writes
+# build.resolved_heads_config(...) there; until then resume and eval rebuild the default env
+# head and (rightly) refuse the two-head checkpoint.
+NEEDS_RESOLVED_HEADS = {"reacher_heads"}
+
+
+def _overrides(path: Path, out: Path) -> list[str]:
+    config = load(path)
+    sets = [
+        'experiment.backend="serial"',
+        f"experiment.total_steps={STEPS}",
+        f"experiment.eval_every={STEPS}",
+        "experiment.eval_episodes=1",
+        "experiment.progress=false",
+        f'experiment.out="{out.as_posix()}"',
+        "env.num_envs=1",
+        "buffer.capacity=2000",
+        "buffer.batch_size=16",
+    ]
+    for member in config.team:
+        fields = {f.name for f in dataclasses.fields(member.params)}
+        for key, value in SMALL_PARAMS.items():
+            if key in fields:
+                sets.append(f"team.{member.name}.params.{key}={value}")
+    return sets
+
+
+def _skip_without_env(path: Path) -> None:
+    """Skip, naming the package, when this machine lacks the file's env (an optional extra)."""
+    try:
+        config = load(path)
+        env = build.make_env(config, 1, 0)
+    except ImportError as exc:
+        pytest.skip(f"{path.name}: env package not installed ({exc})")
+    except Exception as exc:
+        if type(exc).__name__ in ("DependencyNotInstalled", "NamespaceNotFound"):
+            pytest.skip(f"{path.name}: env package not installed ({exc})")
+        raise
+    env.close()
+
+
+def _params(path: Path) -> list[pytest.param]:
+    out = []
+    for p in path:
+        marks = []
+        if p.stem in NEEDS_RESOLVED_HEADS:
+            marks.append(pytest.mark.xfail(reason="runtime does not write resolved heads yet"))
+        out.append(pytest.param(p, id=p.stem, marks=marks))
+    return out
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("path", _params(CONFIGS))
+def test_shipped_config_saves_evaluates_and_resumes(path: Path, tmp_path: Path) -> None:
+    logging.getLogger("mlagents_envs").setLevel(logging.ERROR)
+    _skip_without_env(path)
+    out = tmp_path / "runs"
+    args = ["run", str(path)]
+    for expr in _overrides(path, out):
+        args += ["--set", expr]
+    assert cli.main(args) == 0
+    (run_dir,) = out.iterdir()
+    assert (run_dir / "checkpoints" / "latest.pt").is_file()
+
+    assert cli.main(["eval", str(run_dir), "--episodes", "1"]) == 0
+    assert cli.main(["eval", str(run_dir), "--episodes", "1", "--checkpoint", "latest"]) == 0
+
+    # Resume with steps left to take, so the restored agents, optimizers and RNGs are used.
+    first = json.loads((run_dir / "summary.json").read_text())["env_steps"]
+    data = tomllib.loads((run_dir / "config.toml").read_text())
+    data["experiment"]["total_steps"] = 2 * STEPS
+    (run_dir / "config.toml").write_text(dumps_toml(data))
+    assert cli.main(["resume", str(run_dir)]) == 0
+    again = json.loads((run_dir / "summary.json").read_text())["env_steps"]
+    # Not exactly STEPS: a run stops at the first vector step past it (or, with agents that
+    # lag, as unity:mock's do, just short); the resumed session must add steps to the count.
+    assert first > STEPS // 2 and again > first + STEPS // 2, (first, again)
+    assert cli.main(["eval", str(run_dir), "--episodes", "1", "--checkpoint", "latest"]) == 0
+
+
+def test_fetch_normalize_obs_is_covered() -> None:
+    """The reported bug's config must stay in the list above, with normalize_obs on."""
+    fetch = ROOT / "cfg" / "fetchreach_her.toml"
+    assert fetch in CONFIGS
+    assert load(fetch).learner.params.normalize_obs is True
