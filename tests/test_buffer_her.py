@@ -131,3 +131,59 @@ def test_nstep_returns_are_folded_after_relabelling() -> None:
             np.testing.assert_allclose(b["reward"][i], ret, rtol=1e-5, atol=1e-5)
             assert b["discount"][i] == pytest.approx(discount)
             np.testing.assert_array_equal(b["next_obs"][i, :2], traj[t + k - 1][1])
+
+
+def test_future_window_includes_own_next_goal_and_reaches_episode_end() -> None:
+    """``future`` draws the goal uniformly from the next achieved goals of steps t..T-1 of the
+    transition's episode: offset 0 (its own next achieved goal, whose relabelled reward is the
+    success reward) included, as in SB3's HerReplayBuffer and OpenAI baselines. One-step
+    targets bootstrap through a truncated last step (discount gamma), not a terminated one."""
+    length, episodes = 8, 6
+    cfg = ReplayConfig(
+        capacity=1024,
+        batch_size=4096,
+        min_size=1,
+        updates_per_insert=0,
+        prioritized=False,
+        her=HerConfig("future", k=10_000),  # practically every row relabelled
+    )
+    layout = Layout(obs_dim=2, act_dim=1, num_heads=2, goal_dim=2)
+    with Replay.create(layout, cfg, gamma=GAMMA, relabel=relabel, seed=3) as replay:
+        w = replay.writer(num_envs=1)
+        for ep in range(episodes):
+            for t in range(length):
+                # obs = (episode, step); the next achieved goal encodes the step it follows.
+                obs = np.array([[ep, t]], np.float32)
+                nag = np.array([[100 + ep, t]], np.float32)
+                last = t == length - 1
+                w.add(
+                    obs,
+                    np.zeros((1, 1), np.float32),
+                    np.full((1, 2), -1.0, np.float32),
+                    obs + 0.5,
+                    np.array([last and ep % 2 == 0]),
+                    np.array([last and ep % 2 == 1]),
+                    achieved_goal=obs,
+                    desired_goal=np.full((1, 2), -7.0, np.float32),
+                    next_achieved_goal=nag,
+                )
+        b = replay.sample()
+    ep, t = b["obs"][:, 0].astype(int), b["obs"][:, 1].astype(int)
+    goal = b["obs"][:, 2:]
+    rel = goal[:, 0] != -7.0
+    assert rel.mean() > 0.99
+    g_ep, g_t = goal[rel, 0].astype(int) - 100, goal[rel, 1].astype(int)
+    np.testing.assert_array_equal(g_ep, ep[rel])  # same episode
+    offset = g_t - t[rel]
+    assert offset.min() == 0  # the transition's own next achieved goal is drawn
+    assert (g_t <= length - 1).all() and (g_t == length - 1).any()
+    # Uniform over the length - t candidates: offset 0 has probability 1 / (length - t).
+    expected = (1.0 / (length - t[rel])).sum()
+    assert abs((offset == 0).sum() - expected) < 4 * np.sqrt(expected)
+    # A relabel to the own next goal is a success: reward 0 on the sparse head.
+    assert (b["reward"][rel][offset == 0, 0] == 0.0).all()
+    last = t == length - 1
+    terminated = last & (ep % 2 == 0)
+    np.testing.assert_allclose(b["discount"][terminated], 0.0)
+    np.testing.assert_allclose(b["discount"][~terminated], GAMMA, rtol=1e-6)
+    assert (last & ~terminated).any() and terminated.any()

@@ -1,0 +1,323 @@
+"""FetchReach-v4 DDPG + HER, like for like: wheeler2 arms against Stable-Baselines3, seed by seed.
+
+    python experiments/her_parity.py --seeds 0 1 2 3 4 --arms sb3 w2 w2-per-step
+
+Every arm runs the same hyperparameters (cfg/fetchreach_her.toml, as in
+experiments/fetch_her_vs_sb3.py) and stops at its first eval (20 deterministic episodes every
+1,000 env steps) with success >= 0.9, or at --max-steps. Arms run one after another, interleaved
+seed by seed, so machine load drifts over all arms alike. Each finished run is appended to
+``--jsonl`` at once (a killed sweep keeps what it finished); ``--table`` rewrites the markdown
+table from that file.
+
+Arms (``sb3*`` are Stable-Baselines3, the rest wheeler2):
+
+* ``sb3``: SB3 DDPG + HerReplayBuffer, no normalization.
+* ``sb3-norm``: the same under VecNormalize(norm_obs=True, norm_reward=False).
+* ``w2``: wheeler2 as shipped, ``normalize_obs = false``.
+* ``w2-norm``: wheeler2 as shipped, ``normalize_obs = true``.
+* ``w2-per-step``: ``w2`` with at most one gradient step per env step, so the 50 updates an
+  episode unlocks are spread over the next episode's steps, SB3's schedule (SB3 trains one step
+  per env step on the episodes finished so far), instead of one burst at the episode's end.
+* ``w2-sb3-layout``: ``w2`` whose DDPG sees SB3's input layout, [achieved_goal, desired_goal,
+  observation] (16 inputs) instead of [observation, desired_goal] (13).
+* ``w2:<override>;<override>``: ``w2`` with config overrides, e.g.
+  ``w2:buffer.her.future_offset=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
+RESULTS = ROOT / "experiments" / "results"
+THRESHOLD = 0.9
+EVAL_EVERY = 1_000
+EVAL_EPISODES = 20
+
+
+def _sb3_layout() -> Any:
+    """Patch DDPG to see SB3's MultiInputPolicy input: [achieved_goal, desired_goal, observation]
+    (sorted dict keys) instead of wheeler2's [observation, desired_goal]. FetchReach's achieved
+    goal is the gripper position, observation[0:3], so the 16 inputs are rebuilt from the 13.
+    Returns an undo function."""
+    import dataclasses
+
+    from agents import ddpg
+
+    def widen(x: Any) -> Any:
+        cat = torch.cat if isinstance(x, torch.Tensor) else np.concatenate
+        return cat([x[:, 0:3], x[:, 10:13], x[:, 0:10]], -1)
+
+    init, act, learn = ddpg.DDPG.__init__, ddpg.DDPG.act, ddpg.DDPG.learn
+
+    def new_init(self: Any, space: Any, params: Any, device: str = "cpu", seed: int = 0) -> None:
+        assert space.obs_dim == 13, "the sb3 layout arm is for FetchReach"
+        init(self, dataclasses.replace(space, obs_dim=16), params, device, seed)
+
+    def new_act(self: Any, obs: np.ndarray, explore: bool) -> Any:
+        return act(self, widen(obs), explore)
+
+    def new_learn(self: Any, batch: Any) -> Any:
+        return learn(
+            self, dataclasses.replace(batch, obs=widen(batch.obs), next_obs=widen(batch.next_obs))
+        )
+
+    ddpg.DDPG.__init__, ddpg.DDPG.act, ddpg.DDPG.learn = new_init, new_act, new_learn
+
+    def undo() -> None:
+        ddpg.DDPG.__init__, ddpg.DDPG.act, ddpg.DDPG.learn = init, act, learn
+
+    return undo
+
+
+def run_w2(
+    seed: int, max_steps: int, overrides: list[str], per_step: bool, sb3_layout: bool = False
+) -> dict[str, Any]:
+    from wheeler2.config import load
+    from wheeler2.runtime import experiment as rexp
+    from wheeler2.runtime import member as rmember
+    from wheeler2.runtime import run_experiment
+
+    # Stop at the first eval with success >= THRESHOLD (the config's own stop is on returns).
+    rexp.Recorder.solved = property(  # type: ignore[assignment]
+        lambda self: any((e["success"] or 0.0) >= THRESHOLD for e in self.state.evals)
+    )
+    original = rmember.Trainer.train_available
+    if per_step:
+
+        def one_update(self: Any, max_updates: int | None = None) -> int:
+            return original(self, 1 if max_updates is None else min(max_updates, 1))
+
+        rmember.Trainer.train_available = one_update  # type: ignore[method-assign]
+    undo = _sb3_layout() if sb3_layout else None
+    try:
+        config = load(
+            ROOT / "cfg" / "fetchreach_her.toml",
+            overrides=[
+                "experiment.progress=false",
+                f"experiment.total_steps={max_steps}",
+                f"experiment.eval_every={EVAL_EVERY}",
+                f"experiment.eval_episodes={EVAL_EPISODES}",
+                *overrides,
+            ],
+            seed=seed,
+            out=str(ROOT / "runs" / "her_parity"),
+        )
+        t0 = time.perf_counter()
+        run_dir = run_experiment(config)
+        wall = time.perf_counter() - t0
+    finally:
+        rmember.Trainer.train_available = original  # type: ignore[method-assign]
+        if undo is not None:
+            undo()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    curve = [(e["env_steps"], e["success"] or 0.0) for e in summary["eval"]]
+    hit = next((s for s, v in curve if v >= THRESHOLD), None)
+    return {"steps": hit, "wall": wall, "curve": curve}
+
+
+def run_sb3(seed: int, max_steps: int, normalize: bool) -> dict[str, Any]:
+    import gymnasium as gym
+    import gymnasium_robotics
+    from stable_baselines3 import DDPG, HerReplayBuffer
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.noise import NormalActionNoise
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    gym.register_envs(gymnasium_robotics)
+    env: Any = DummyVecEnv([lambda: gym.make("FetchReach-v4")])
+    if normalize:
+        env = VecNormalize(env, norm_obs=True, norm_reward=False)
+    eval_env = gym.make("FetchReach-v4")
+
+    def evaluate(model: DDPG) -> float:
+        hits = []
+        for ep in range(EVAL_EPISODES):
+            obs, _ = eval_env.reset(seed=seed + 99_991 + ep)
+            done, info = False, {}
+            while not done:
+                x = env.normalize_obs(obs) if normalize else obs
+                action, _ = model.predict(x, deterministic=True)
+                obs, _, term, trunc, info = eval_env.step(action)
+                done = term or trunc
+            hits.append(float(info["is_success"]))
+        return float(np.mean(hits))
+
+    class Evaluator(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.curve: list[tuple[int, float]] = []
+            self.hit: int | None = None
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps % EVAL_EVERY == 0:
+                s = evaluate(self.model)
+                self.curve.append((self.num_timesteps, s))
+                if s >= THRESHOLD:
+                    self.hit = self.num_timesteps
+                    return False
+            return True
+
+    cb = Evaluator()
+    model = DDPG(
+        "MultiInputPolicy",
+        env,
+        replay_buffer_class=HerReplayBuffer,
+        replay_buffer_kwargs=dict(n_sampled_goal=4, goal_selection_strategy="future"),
+        buffer_size=1_000_000,
+        batch_size=256,
+        gamma=0.95,
+        learning_rate=1e-3,
+        learning_starts=1_000,
+        tau=0.05,
+        action_noise=NormalActionNoise(np.zeros(4), 0.2 * np.ones(4)),
+        policy_kwargs=dict(net_arch=[256, 256, 256]),
+        train_freq=1,
+        gradient_steps=1,
+        seed=seed,
+        device="cpu",
+    )
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=max_steps, callback=cb)
+    return {"steps": cb.hit, "wall": time.perf_counter() - t0, "curve": cb.curve}
+
+
+def run_arm(arm: str, seed: int, max_steps: int) -> dict[str, Any]:
+    if arm in ("sb3", "sb3-norm"):
+        return run_sb3(seed, max_steps, normalize=arm == "sb3-norm")
+    base, _, extra = arm.partition(":")
+    overrides = [o for o in extra.split(";") if o]
+    norm = base.startswith("w2-norm")
+    overrides.insert(0, f"team.target.params.normalize_obs={'true' if norm else 'false'}")
+    known = ("w2", "w2-norm", "w2-per-step", "w2-norm-per-step", "w2-sb3-layout")
+    if base not in known:
+        raise SystemExit(f"unknown arm {arm!r}")
+    return run_w2(
+        seed,
+        max_steps,
+        overrides,
+        per_step=base.endswith("per-step"),
+        sb3_layout=base == "w2-sb3-layout",
+    )
+
+
+def load_runs(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def table(runs: list[dict[str, Any]], max_steps: int) -> str:
+    arms: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in runs:
+        arms.setdefault(r["arm"], {})[r["seed"]] = r  # the latest run of an (arm, seed) wins
+    seeds = sorted({s for by_seed in arms.values() for s in by_seed})
+    head = "| arm | " + " | ".join(f"seed {s}" for s in seeds) + " | median | solved |"
+    lines = [
+        f"FetchReach-v4, DDPG + HER, env steps to the first eval with success >= {THRESHOLD} "
+        f"({EVAL_EPISODES} episodes every {EVAL_EVERY} steps); '—': not within "
+        f"{max_steps:,} steps, counted as {max_steps + EVAL_EVERY:,} in the median.",
+        "",
+        head,
+        "|" + " --- |" * (len(seeds) + 3),
+    ]
+    for arm, by_seed in arms.items():
+        cells, vals = [], []
+        for s in seeds:
+            r = by_seed.get(s)
+            if r is None:
+                cells.append("")
+                continue
+            cells.append("—" if r["steps"] is None else f"{r['steps']:,}")
+            vals.append(steps_or_cap(r["steps"], max_steps))
+        med = statistics.median(vals) if vals else None
+        solved = sum(1 for s in seeds if s in by_seed and by_seed[s]["steps"] is not None)
+        med_s = "—" if med is None else f"{med:,.0f}"
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {med_s} | {solved}/{len(by_seed)} |")
+    return "\n".join(lines)
+
+
+def steps_or_cap(steps: int | None, max_steps: int) -> int:
+    """Steps to the threshold; a run that never got there counts as one eval past the budget."""
+    return max_steps + EVAL_EVERY if steps is None else int(steps)
+
+
+def write_reference(runs: list[dict[str, Any]], arm: str, max_steps: int, path: Path) -> None:
+    """The like-for-like reference tests/test_her_parity.py checks wheeler2 against: SB3's steps
+    per seed, and the seed noise of its median (a bootstrap over SB3's and ``arm``'s seeds)."""
+    by = {a: {r["seed"]: r for r in runs if r["arm"] == a} for a in ("sb3", arm)}
+    seeds = sorted(set(by["sb3"]) & set(by[arm]))
+    sb3 = [steps_or_cap(by["sb3"][s]["steps"], max_steps) for s in seeds]
+    ours = [steps_or_cap(by[arm][s]["steps"], max_steps) for s in seeds]
+    rng = np.random.default_rng(0)
+    pooled = np.array(sb3 + ours, float)
+    meds = np.median(rng.choice(pooled, (10_000, len(seeds))), axis=1)
+    lo, hi = np.percentile(meds, [5, 95])
+    import stable_baselines3
+
+    ref = {
+        "env": "FetchReach-v4",
+        "config": "cfg/fetchreach_her.toml with normalize_obs = false",
+        "arm": arm,
+        "threshold": THRESHOLD,
+        "eval_every": EVAL_EVERY,
+        "eval_episodes": EVAL_EPISODES,
+        "max_steps": max_steps,
+        "seeds": seeds,
+        "sb3_version": stable_baselines3.__version__,
+        "sb3_steps": [by["sb3"][s]["steps"] for s in seeds],
+        "sb3_median": float(np.median(sb3)),
+        "sb3_solved": sum(by["sb3"][s]["steps"] is not None for s in seeds),
+        "wheeler2_steps": [by[arm][s]["steps"] for s in seeds],
+        "wheeler2_median": float(np.median(ours)),
+        "wheeler2_solved": sum(by[arm][s]["steps"] is not None for s in seeds),
+        # Half the 90% bootstrap interval of a median over len(seeds) runs, at least one eval.
+        "tolerance": float(max(EVAL_EVERY, (hi - lo) / 2)),
+    }
+    path.write_text(json.dumps(ref, indent=1) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--arms", nargs="+", default=["sb3", "w2"])
+    ap.add_argument("--max-steps", type=int, default=10_000)
+    ap.add_argument("--jsonl", default=str(RESULTS / "her_parity_runs.jsonl"))
+    ap.add_argument("--table", action="store_true", help="only print the table of --jsonl")
+    ap.add_argument(
+        "--write-reference",
+        metavar="ARM",
+        help="write experiments/results/her_parity_reference.json from sb3 and ARM's runs",
+    )
+    args = ap.parse_args()
+    path = Path(args.jsonl)
+    if not args.table and not args.write_reference:
+        torch.set_num_threads(1)
+        for seed in args.seeds:
+            for arm in args.arms:
+                r = run_arm(arm, seed, args.max_steps)
+                row = {"arm": arm, "seed": seed, "max_steps": args.max_steps, **r}
+                print(json.dumps(row), flush=True)
+                with path.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+    runs = load_runs(path)
+    print(table(runs, args.max_steps))
+    if args.write_reference:
+        out = RESULTS / "her_parity_reference.json"
+        write_reference(runs, args.write_reference, args.max_steps, out)
+        print(out.read_text())
+
+
+if __name__ == "__main__":
+    main()
