@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from wheeler2 import cli
+from wheeler2 import cli, registry
 from wheeler2.config import dumps_toml, load
 from wheeler2.runtime import build
 
@@ -119,3 +119,64 @@ def test_fetch_normalize_obs_is_covered() -> None:
     fetch = ROOT / "cfg" / "fetchreach_her.toml"
     assert fetch in CONFIGS
     assert load(fetch).learner.params.normalize_obs is True
+
+
+# The shipped files use ddpg and ppo only: this team brings in the other algorithms (DQN with
+# normalize_obs, so its statistics take the same path as Fetch's), each with optimizer state.
+EXTRA_TEAM = """
+[experiment]
+name = "other-algos"
+seed = 0
+total_steps = {steps}
+eval_every = {steps}
+eval_episodes = 1
+backend = "serial"
+progress = false
+out = "{out}"
+
+[env]
+id = "CartPole-v1"
+
+[buffer]
+capacity = 2_000
+batch_size = 16
+
+[[team]]
+name = "learner"
+algo = "dqn"
+role = "learner"
+[team.params]
+hidden = [16]
+learning_starts = 32
+normalize_obs = true
+
+[[team]]
+name = "a2c"
+algo = "a2c"
+role = "explorer"
+[team.params]
+hidden = [16]
+n_steps = 8
+"""
+
+
+def test_other_algorithms_save_evaluate_and_resume(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    path = tmp_path / "team.toml"
+    path.write_text(EXTRA_TEAM.format(steps=STEPS, out=out.as_posix()))
+    assert cli.main(["run", str(path)]) == 0
+    (run_dir,) = out.iterdir()
+    assert cli.main(["eval", str(run_dir), "--episodes", "1", "--checkpoint", "latest"]) == 0
+    data = tomllib.loads((run_dir / "config.toml").read_text())
+    data["experiment"]["total_steps"] = 2 * STEPS
+    (run_dir / "config.toml").write_text(dumps_toml(data))
+    assert cli.main(["resume", str(run_dir)]) == 0
+    assert json.loads((run_dir / "summary.json").read_text())["env_steps"] >= 2 * STEPS
+
+
+def test_every_algorithm_is_round_tripped() -> None:
+    """A new algorithm in agents/ must be added to a shipped file or to EXTRA_TEAM above."""
+    used = {m.algo for p in CONFIGS for m in load(p).team}
+    extra = tomllib.loads(EXTRA_TEAM.format(steps=STEPS, out="runs"))
+    used |= {m["algo"] for m in extra["team"]}
+    assert set(registry.algorithms()) <= used
