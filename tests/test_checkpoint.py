@@ -108,6 +108,16 @@ def test_load_refuses_unreadable_files_in_one_line(tmp_path, kind):
     _assert_one_line_naming(info.value, path)
 
 
+def test_numpy_allowance_does_not_let_objects_through(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "old.pt"
+    torch.save({"mean": np.array([_RunsCode(marker)], dtype=object)}, path)
+    with pytest.raises(ckpt.CheckpointError, match="refused.*ObjectDType") as info:
+        ckpt.load(path)
+    _assert_one_line_naming(info.value, path)
+    assert not marker.exists()
+
+
 def test_load_reads_numpy_arrays_of_older_checkpoints(tmp_path):
     """normalize_obs runs saved numpy arrays before the fix: they still evaluate and resume."""
     path = tmp_path / "old.pt"

@@ -192,10 +192,11 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
             with torch.serialization.safe_globals(_numpy_array_globals()):
                 state = _torch_load(path, map_location)
         except Exception as again:  # noqa: BLE001 - anything else numpy-ish is refused too
-            found = _unsafe_global(str(again)) or "content a weights_only load refuses"
+            found = _unsafe_global(str(again))
+            what = f"pickled global {found}" if found else "numpy data other than plain arrays"
             raise CheckpointError(
-                f"{path}: refused: it holds pickled global {found}; a wheeler2 checkpoint holds "
-                "only tensors and plain values"
+                f"{path}: refused: it holds {what}; a wheeler2 checkpoint holds only tensors and "
+                "plain values, and loading this one could run code it carries"
             ) from None
     except (RuntimeError, EOFError, KeyError, ValueError, zipfile.BadZipFile, OSError) as exc:
         detail = _first_line(exc)
@@ -216,8 +217,9 @@ def _torch_load(path: Path, map_location: str | torch.device) -> Any:
 
 
 def _unsafe_global(message: str) -> str | None:
-    match = re.search(r"GLOBAL ([\w.]+)", message)
-    return match.group(1) if match else None
+    """The global (function or class) a refused pickle names, from torch's message."""
+    match = re.search(r"GLOBAL ([\w.]+)|but got <class '([\w.]+)'>", message)
+    return (match.group(1) or match.group(2)) if match else None
 
 
 def _first_line(exc: BaseException) -> str:
