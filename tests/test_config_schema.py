@@ -102,6 +102,16 @@ def test_experiment_name_must_be_a_plain_name(write_config, name):
     assert "a plain name without '/', '\\' or '..'" in err.message
 
 
+def test_name_taken_from_the_file_name_is_checked_too(write_config):
+    path = write_config(REAL.replace('name = "t"\n', "", 1), "..sneaky.toml")
+    err = error_of(path)
+    assert (err.table, err.key) == ("[experiment]", "name")
+    assert err.message.endswith('got "..sneaky"')
+    assert load(write_config(REAL.replace('name = "t"\n', "", 1), "fine.toml")).experiment.name == (
+        "fine"
+    )
+
+
 def test_empty_experiment_name_is_refused(write_config):
     err = error_of(write_config(REAL.replace('name = "t"', 'name = ""', 1)))
     assert (err.table, err.key, err.message) == (

@@ -135,7 +135,9 @@ class Reader:
             values[name] = value
         for name, compute in fallback.items():
             if name not in values:
-                values[name] = compute(values)
+                # Checked like a written value: a file called "../x.toml" is no plain name.
+                check = field_checker(cls, fields[name], engine)
+                values[name] = self.value(table, name, compute(values), check)
         return values
 
     def value(self, table: str, key: str, raw: Any, check: Callable[[Any], Any]) -> Any:
