@@ -100,7 +100,6 @@ def setting(
     nonempty: bool = False,
     rule: Callable[[Any], str | None] | None = None,
     expected: str | None = None,
-    compare: bool = True,
 ) -> Any:
     """A dataclass field with its checks; no default (and no factory) means required."""
     spec = Spec(
@@ -114,9 +113,7 @@ def setting(
         rule=rule,
         expected=expected,
     )
-    return dataclasses.field(
-        default=default, default_factory=default_factory, compare=compare, metadata={KEY: spec}
-    )
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={KEY: spec})
 
 
 def bounded(
