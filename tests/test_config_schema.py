@@ -222,6 +222,12 @@ def test_replay_config_refuses_out_of_bounds(kwargs, message):
     assert message in str(info.value)
 
 
+def test_replay_config_wants_a_her_config_not_a_table():
+    with pytest.raises(ReplayError, match="her: expected a HerConfig, got a table"):
+        ReplayConfig(her={"strategy": "future", "k": 4})
+    assert ReplayConfig(her=HerConfig("final", 2)).her.fraction == pytest.approx(2 / 3)
+
+
 def test_replay_config_still_lets_code_disable_the_gate():
     assert ReplayConfig(updates_per_insert=0).updates_per_insert == 0
 

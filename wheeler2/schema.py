@@ -435,8 +435,17 @@ def problems(obj: Any, skip: Sequence[str] = ()) -> list[str]:
         value = getattr(obj, f.name)
         if value is None and not required(f) and f.default is None:
             continue
-        if dataclasses.is_dataclass(value):
-            continue  # checked by its own __post_init__ where it has one
+        hint = type_hints(type(obj)).get(f.name)
+        nested = [
+            a
+            for a in (hint, *typing.get_args(hint))
+            if isinstance(a, type) and dataclasses.is_dataclass(a)
+        ]
+        if nested:
+            # Code passes the dataclass itself (checked by its own __post_init__), not a table.
+            if not isinstance(value, tuple(nested)):
+                found.append(f"{f.name}: expected a {nested[0].__name__}, got {show(value)}")
+            continue
         try:
             field_checker(type(obj), f)(value)
         except Mismatch as exc:
