@@ -216,7 +216,16 @@ def _import_builtin_envs() -> None:
     # A spawned worker starts from a fresh interpreter: our own env ids must be registered there.
     from wheeler2 import registry
 
-    registry._import_builtin_envs()
+    registry.import_builtin_envs()
+
+
+def make(
+    env_id: str, kwargs: dict[str, Any], num_envs: int, seed: int, vector: str = "sync"
+) -> GymVecEnv | AsyncGymVecEnv:
+    """Registry entry point for gymnasium ids: copies stepped in this process (``"sync"``) or
+    one subprocess each (``"async"``)."""
+    cls = AsyncGymVecEnv if vector == "async" else GymVecEnv
+    return cls(env_id, kwargs, num_envs, seed)
 
 
 def _stack(parts: list[np.ndarray | None]) -> np.ndarray | None:

@@ -162,6 +162,7 @@ class PettingZooVecEnv:
             act_dim=act_dim,
             discrete=self.discrete,
             max_episode_steps=_max_cycles(env),
+            agents=tuple(self.agent_names),
         )
         self.active = np.zeros(self.num_envs, bool)
         self.head_rewards = np.zeros((self.num_envs, m), np.float32)

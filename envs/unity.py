@@ -159,7 +159,9 @@ class UnityVecEnv:
         self.branches = tuple(int(b) for b in action_spec.discrete_branches)
         act_dim = int(np.prod(self.branches)) if self.discrete else action_spec.continuous_size
         obs_dim = int(sum(np.prod(o.shape) for o in self.spec.observation_specs))
-        self.info = EnvInfo(obs_dim=obs_dim, act_dim=act_dim, discrete=self.discrete)
+        self.info = EnvInfo(
+            obs_dim=obs_dim, act_dim=act_dim, discrete=self.discrete, agents=(behavior,)
+        )
 
         self._reset_copies()
         per_copy = {len(ids) for ids in self._agent_ids}

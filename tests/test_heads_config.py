@@ -130,11 +130,6 @@ def test_the_resolved_config_records_the_heads_and_reads_back_to_them(
     assert build.resolved_heads_config(explicit, _heads(explicit)).task == explicit.task
 
 
-@pytest.mark.xfail(
-    reason="needs the runtime to write build.resolved_heads_config(config, heads) as the run's "
-    "config.toml (Recorder); until then config.toml records the default env head",
-    strict=False,
-)
 def test_a_run_records_its_task_heads_and_resumes_with_them(experiment) -> None:
     from wheeler2 import cli
 

@@ -349,21 +349,29 @@ def _steps(t: int, start: float = 0.0) -> dict[str, np.ndarray]:
 
 
 def test_shard_gate_holds_producers_and_serves_learner(tmp_path: Path, cluster: Cluster) -> None:
-    from wheeler2.runtime.ray_actors import ReplayShard
+    from wheeler2.buffer.ray_shard import ReplayShard
+    from wheeler2.buffer.shm import wheeler2_entries
+    from wheeler2.runtime import build
 
     config = load(write_team(tmp_path, total=5_000))  # min_size 200, gate tolerance 100
-    shard = ReplayShard.remote(config, 0, 1, False, 0.99)
+    spec = build.replay_spec(config, build.prepare_team(config, {}))
+    shard = ReplayShard.remote(spec, 0)
+
+    def own() -> set[str]:  # this shard's entries only: other runs may share the machine
+        return {e for e in wheeler2_entries() if f"_{pid}_" in e}
+
     try:
+        pid = ray.get(shard.ready.remote())
         assert ray.get(shard.sample.remote(8, 0.0))["n"] == 0, "nothing before min_size"
         for k in range(4):  # 256 inserts: 56 past min_size, within the tolerance
-            ray.get(shard.insert.remote("explorer", _steps(64, 64 * k), False), timeout=10)
-        ray.get(shard.insert.remote("explorer", _steps(64, 256), False), timeout=10)
+            ray.get(shard.insert.remote("explorer", _steps(64, 64 * k), True), timeout=10)
+        ray.get(shard.insert.remote("explorer", _steps(64, 256), True), timeout=10)
         # 320 inserts: 120 past min_size, more than the tolerance ahead of 0 updates.
-        held = shard.insert.remote("explorer", _steps(64, 320), False)
+        held = shard.insert.remote("explorer", _steps(64, 320), True)
         ready, _ = ray.wait([held], timeout=1.5)
         assert not ready, "a producer too far ahead must not be served"
         # The learner's own steps are never held back.
-        ray.get(shard.insert.remote("target", _steps(64, 1_000), True), timeout=10)
+        ray.get(shard.insert.remote("target", _steps(64, 1_000), False), timeout=10)
         reply = ray.get(shard.sample.remote(8, 1.0), timeout=10)
         assert reply["n"] == 8 and reply["batch"]["obs"].shape == (8, 32, 3)
         taken = 8
@@ -379,5 +387,8 @@ def test_shard_gate_holds_producers_and_serves_learner(tmp_path: Path, cluster: 
             pass
         stats = ray.get(shard.stats.remote())
         assert stats["updates"] == 448 - 200 + 1
+        assert len(own()) >= 10, "the shard's segments and semaphores live on this machine"
+        ray.get(shard.close.remote(), timeout=10)
+        assert not own(), "close() unlinks every segment and semaphore of the shard"
     finally:
         ray.kill(shard)

@@ -34,12 +34,6 @@ SMALL_PARAMS = {
     "n_epochs": "1",
 }
 
-# Heads the task class declares are recorded in config.toml only once the runtime writes
-# build.resolved_heads_config(...) there; until then resume and eval rebuild the default env
-# head and (rightly) refuse the two-head checkpoint.
-NEEDS_RESOLVED_HEADS = {"reacher_heads"}
-
-
 def _overrides(path: Path, out: Path) -> list[str]:
     config = load(path)
     sets = [
@@ -78,10 +72,7 @@ def _skip_without_env(path: Path) -> None:
 def _params(path: Path) -> list[pytest.param]:
     out = []
     for p in path:
-        marks = []
-        if p.stem in NEEDS_RESOLVED_HEADS:
-            marks.append(pytest.mark.xfail(reason="runtime does not write resolved heads yet"))
-        out.append(pytest.param(p, id=p.stem, marks=marks))
+        out.append(pytest.param(p, id=p.stem))
     return out
 
 

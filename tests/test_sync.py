@@ -156,7 +156,7 @@ def test_other_process_sees_updates_and_leaves_segment(pub, method):
     assert shm_exists(pub.handle().name)  # children detached without unlinking
     client = WeightClient.attach(pub.handle(), Actor(seed=2), keep=["head"], alpha=1.0)
     assert client.pull() == 2
-    assert torch.all(client._module.trunk[0].weight == 0.25)
+    assert torch.all(client.module.trunk[0].weight == 0.25)
     client.close()
 
 

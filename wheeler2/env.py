@@ -27,6 +27,8 @@ class EnvInfo:
     discrete: bool
     goal_dim: int = 0  # 0 for envs without goals
     max_episode_steps: int | None = None
+    # Multi-agent adapters: the agents (PettingZoo names, Unity behaviors) this vector drives.
+    agents: tuple[str, ...] | None = None
 
 
 @dataclass

@@ -179,7 +179,7 @@ def check_env_id(env_id: str) -> None:
         return
     import gymnasium
 
-    _import_builtin_envs()
+    import_builtin_envs()
     if sep:
         # gymnasium's own "module:EnvId" form: importing the module registers its ids.
         try:
@@ -200,12 +200,14 @@ def check_env_id(env_id: str) -> None:
     )
 
 
+# The adapter of every id without an adapter prefix (gymnasium ids, "module:EnvId").
+DEFAULT_ENV_ADAPTER = "envs.gym"
 # Modules of `envs` that adapt other packages rather than define envs; importing them for ids
 # would pull in optional, slow dependencies.
-_ADAPTER_MODULES = {"envs.gym", *ENV_ADAPTERS.values()}
+_ADAPTER_MODULES = {DEFAULT_ENV_ADAPTER, *ENV_ADAPTERS.values()}
 
 
-def _import_builtin_envs() -> None:
+def import_builtin_envs() -> None:
     """Our own envs (``envs/bitflip.py``, ...) register their gymnasium ids on import."""
     for module_name in _package_modules("envs"):
         if module_name not in _ADAPTER_MODULES:
@@ -239,11 +241,6 @@ def make_env(
             f"'{env_cfg.id}' is a single-agent gymnasium env: a team member's 'agents' globs "
             f"only apply to 'pettingzoo:' and 'unity:' ids"
         )
-    _import_builtin_envs()
-    if getattr(env_cfg, "vector", "sync") == "async":
-        from envs.gym import AsyncGymVecEnv
-
-        return AsyncGymVecEnv(env_cfg.id, kwargs, num_envs, seed)
-    from envs.gym import GymVecEnv
-
-    return GymVecEnv(env_cfg.id, kwargs, num_envs, seed)
+    import_builtin_envs()
+    adapter = importlib.import_module(DEFAULT_ENV_ADAPTER)
+    return adapter.make(env_cfg.id, kwargs, num_envs, seed, vector=env_cfg.vector)

@@ -20,10 +20,8 @@ released by the kernel if a process dies holding it, so a crashed learner cannot
 
 from __future__ import annotations
 
-import _posixshmem
 import atexit
 import fcntl
-import mmap
 import os
 import secrets
 import threading
@@ -31,23 +29,27 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from multiprocessing import resource_tracker
 
 import numpy as np
 import torch
 from torch import nn
 
+from wheeler2.buffer.shm import Segment
+
 __all__ = [
     "SyncError",
+    "SyncPlan",
     "WeightHandle",
     "WeightPublisher",
     "WeightClient",
+    "blend",
     "check_sync",
+    "float_state",
     "match_keep",
+    "source_shapes",
 ]
 
 _HEADER_BYTES = 64  # keeps the data cache-line aligned; slot 0 holds the version
-_TRACKER_TYPE = "shared_memory"  # the type name multiprocessing's own SharedMemory registers
 
 
 class SyncError(ValueError):
@@ -133,6 +135,52 @@ def _plan(
     return synced
 
 
+class SyncPlan:
+    """Which of a member's actor tensors take the learner's values, and how: the one rule for
+    every transport (shared memory here, Ray's object store in ``runtime.ray_backend``)."""
+
+    def __init__(
+        self,
+        source: dict[str, tuple[int, ...]],
+        module: nn.Module,
+        keep: Sequence[str],
+        alpha: float,
+        member: str,
+    ) -> None:
+        if not 0.0 < alpha <= 1.0:
+            raise SyncError(f"[[team]] {member}: sync alpha must be in (0, 1], got {alpha}")
+        self.alpha = float(alpha)
+        self.names: tuple[str, ...] = tuple(_plan(source, _float_shapes(module), keep, member))
+        self._slots = _slots(module, self.names)
+
+    def targets(self) -> list[torch.Tensor]:
+        return [d[k] for d, k in self._slots]
+
+    @torch.no_grad()
+    def apply(self, source: dict[str, torch.Tensor]) -> None:
+        """Blend ``source`` (name -> tensor, e.g. :func:`float_state` of the learner's actor)
+        into the module; every planned name must be there."""
+        targets = self.targets()
+        missing = [n for n in self.names if n not in source]
+        if missing:
+            raise SyncError(f"published weights lack {missing}: learner and plan disagree")
+        blend(targets, [source[n].to(t.device) for n, t in zip(self.names, targets)], self.alpha)
+
+
+def float_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """The float tensors of ``module`` as detached CPU copies: what a learner publishes."""
+    return {
+        k: v.detach().to("cpu", copy=True)
+        for k, v in module.state_dict().items()
+        if torch.is_floating_point(v)
+    }
+
+
+def source_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of the float tensors a learner's actor publishes."""
+    return _float_shapes(module)
+
+
 def check_sync(
     learner_actor: nn.Module, explorer_actor: nn.Module, keep: list[str], member: str
 ) -> None:
@@ -145,67 +193,7 @@ def check_sync(
 
 
 # --------------------------------------------------------------------------------------------
-# shared-memory segment
-
-
-class _Segment:
-    """A POSIX shared-memory block plus a per-process descriptor used for flock.
-
-    Written against ``_posixshmem`` instead of ``SharedMemory`` because on 3.11 every
-    ``SharedMemory(name)`` registers with the resource tracker, and undoing that with
-    ``unregister`` also drops the owner's registration when the tracker is shared (fork, or
-    ``multiprocess`` children), which then prints a KeyError at the owner's unlink. Attachers
-    here never register; only the owner does, as a backstop if it is killed before ``close``.
-    """
-
-    def __init__(self, name: str, size: int, create: bool) -> None:
-        self.name = name
-        self.owner_pid = os.getpid() if create else None
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        fd = _posixshmem.shm_open("/" + name, flags, mode=0o600)
-        try:
-            if create:
-                os.ftruncate(fd, size)
-            else:
-                size = os.fstat(fd).st_size
-            self.mmap = mmap.mmap(fd, size)
-        except BaseException:
-            os.close(fd)
-            if create:
-                _posixshmem.shm_unlink("/" + name)
-            raise
-        if create:
-            resource_tracker.register("/" + name, _TRACKER_TYPE)
-        self._fd = fd
-        self._fd_pid = os.getpid()
-
-    def lock_fd(self) -> int:
-        # flock belongs to the open file description, which a forked child shares with its
-        # parent; a child reopens the segment so that the lock excludes the parent too.
-        if self._fd_pid != os.getpid():
-            self._fd = _posixshmem.shm_open("/" + self.name, os.O_RDWR, mode=0o600)
-            self._fd_pid = os.getpid()
-        return self._fd
-
-    def unlink(self) -> None:
-        if self.owner_pid != os.getpid():
-            return
-        self.owner_pid = None
-        try:
-            _posixshmem.shm_unlink("/" + self.name)
-        except FileNotFoundError:
-            pass
-        resource_tracker.unregister("/" + self.name, _TRACKER_TYPE)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            if self._fd_pid == os.getpid():
-                os.close(self._fd)
-            self._fd = -1
-        try:
-            self.mmap.close()
-        except BufferError:
-            pass  # a view is still alive somewhere; the mapping goes when it does
+# the shared block (a wheeler2.buffer.shm.Segment) and its lock
 
 
 class _Locked:
@@ -227,7 +215,7 @@ class _Locked:
 class _Shared:
     """The segment viewed as a version slot and one flat float32 tensor."""
 
-    def __init__(self, segment: _Segment, numel: int) -> None:
+    def __init__(self, segment: Segment, numel: int) -> None:
         self.segment = segment
         self.header = np.frombuffer(segment.mmap, dtype=np.int64, count=8, offset=0)
         self.flat = torch.from_numpy(
@@ -271,7 +259,7 @@ def _slots(module: nn.Module, names: Sequence[str]) -> list[tuple[dict, str]]:
 class WeightPublisher:
     """Learner side: publishes its actor's float tensors into one shared block, versioned."""
 
-    def __init__(self, handle: WeightHandle, segment: _Segment) -> None:
+    def __init__(self, handle: WeightHandle, segment: Segment) -> None:
         self._handle = handle
         self._shared = _Shared(segment, handle.numel)
         self._names = [name for name, _, _ in handle.layout]
@@ -293,7 +281,8 @@ class WeightPublisher:
         if not layout:
             raise SyncError(f"{type(template).__name__} has no float tensors to publish")
         name = f"w2sync_{os.getpid()}_{secrets.token_hex(4)}"
-        segment = _Segment(name, _HEADER_BYTES + 4 * max(offset, 1), create=True)
+        nbytes = _HEADER_BYTES + 4 * max(offset, 1)
+        segment = Segment(name, (nbytes,), np.dtype(np.uint8), create=True)
         pub = cls(WeightHandle(name, offset, tuple(layout)), segment)
         # Ctrl-C and uncaught errors unwind through atexit; close() is idempotent.
         atexit.register(pub.close)
@@ -302,7 +291,7 @@ class WeightPublisher:
     @classmethod
     def attach(cls, handle: WeightHandle) -> WeightPublisher:
         """Open an existing block (e.g. in the learner process); never unlinks it."""
-        return cls(handle, _Segment(handle.name, 0, create=False))
+        return cls(handle, Segment.attach_bytes(handle.name))
 
     def __reduce__(self) -> tuple:
         # Sending the publisher to a member process hands over access, not ownership.
@@ -397,17 +386,15 @@ class WeightClient:
         alpha: float,
         member: str = "explorer",
     ) -> None:
-        if not 0.0 < alpha <= 1.0:
-            raise SyncError(f"[[team]] {member}: sync alpha must be in (0, 1], got {alpha}")
         source = {name: shape for name, shape, _ in handle.layout}
         offsets = {name: offset for name, _, offset in handle.layout}
-        names = _plan(source, _float_shapes(module), keep, member)
-        self.alpha = float(alpha)
-        self.synced: tuple[str, ...] = tuple(names)
-        self._module = module
-        self._slots = _slots(module, names)
+        self.plan = SyncPlan(source, module, keep, alpha, member)
+        self.module = module
+        names = self.plan.names
+        self.alpha = self.plan.alpha
+        self.synced: tuple[str, ...] = names
         self._spans = [(offsets[n], offsets[n] + _numel(source[n]), source[n]) for n in names]
-        self._shared = _Shared(_Segment(handle.name, 0, create=False), handle.numel)
+        self._shared = _Shared(Segment.attach_bytes(handle.name), handle.numel)
         self._views = self._make_views(self._shared.flat)
         self._staging: tuple[torch.Tensor, list[torch.Tensor]] | None = None
         self._pulled = 0
@@ -450,7 +437,7 @@ class WeightClient:
         # update is picked up on the next pull.
         if shared.header[0] == self._pulled:
             return None
-        targets = [d[k] for d, k in self._slots]
+        targets = self.plan.targets()
         device = targets[0].device
         with _Locked(shared.segment.lock_fd(), exclusive=False):
             version = int(shared.header[0])
@@ -458,12 +445,12 @@ class WeightClient:
                 return None
             if device.type == "cpu":
                 # Blend straight from the shared block: the lock is held for one pass over it.
-                _blend(targets, self._views, self.alpha)
+                blend(targets, self._views, self.alpha)
             else:
                 staging = self._device_staging(device)
                 staging[0].copy_(shared.flat)
         if device.type != "cpu":
-            _blend(targets, staging[1], self.alpha)
+            blend(targets, staging[1], self.alpha)
         self._pulled = version
         return version
 
@@ -496,7 +483,8 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def _blend(targets: list[torch.Tensor], sources: list[torch.Tensor], alpha: float) -> None:
+def blend(targets: Sequence[torch.Tensor], sources: Sequence[torch.Tensor], alpha: float) -> None:
+    """θ ← α·θ_source + (1−α)·θ, in place, tensor by tensor (α = 1 copies)."""
     if alpha == 1.0:
         for t, s in zip(targets, sources):
             t.copy_(s)

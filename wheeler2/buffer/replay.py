@@ -378,6 +378,10 @@ class Replay:
         finally:
             st.release()
 
+    def finish(self) -> None:
+        """The learner's sampling is over. Nothing is in flight in shared memory; a remote
+        replay (``buffer.ray_shard.ShardedReplay``) collects its outstanding calls here."""
+
     def close(self) -> None:
         """Members detach; the owner also unlinks every shared-memory segment."""
         if self._closed:

@@ -16,11 +16,13 @@ import _posixshmem
 import atexit
 import mmap
 import os
+import re
 import secrets
 import signal
 import threading
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 
 import _multiprocess
 import numpy as np
@@ -43,11 +45,15 @@ def _tracker() -> object | None:
 
 
 class Segment:
-    """One POSIX shared-memory block exposed as a numpy array."""
+    """One POSIX shared-memory block, exposed as a numpy array over its whole mapping.
+
+    The replay's fields and the weight-sync block are both segments. Only the creating process
+    (``owner_pid``) unlinks; attachers only map and unmap.
+    """
 
     def __init__(self, name: str, shape: tuple[int, ...], dtype: np.dtype, create: bool) -> None:
         self.name = name
-        self.owner = create
+        self.owner_pid = os.getpid() if create else None
         dtype = np.dtype(dtype)
         nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
@@ -58,24 +64,50 @@ class Segment:
                 tracker = _tracker()
                 if tracker is not None:
                     tracker.register("/" + name, "shared_memory")
-            self._mmap = mmap.mmap(fd, nbytes)
+            self.mmap = mmap.mmap(fd, nbytes)
         except BaseException:
             os.close(fd)
             if create:
                 self.unlink()
             raise
         os.close(fd)
-        self.array = np.ndarray(shape, dtype=dtype, buffer=self._mmap)
+        self._lock_fd = -1
+        self._lock_pid = -1
+        self.array = np.ndarray(shape, dtype=dtype, buffer=self.mmap)
+
+    @classmethod
+    def attach_bytes(cls, name: str) -> Segment:
+        """Map an existing segment whole, as bytes, without knowing its size in advance."""
+        fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+        try:
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        return cls(name, (size,), np.dtype(np.uint8), create=False)
+
+    def lock_fd(self) -> int:
+        """A descriptor of this segment for ``flock``, opened once per process: flock belongs to
+        the open file description, which a forked child would otherwise share with its parent."""
+        if self._lock_pid != os.getpid():
+            self._lock_fd = _posixshmem.shm_open("/" + self.name, os.O_RDWR, mode=0o600)
+            self._lock_pid = os.getpid()
+        return self._lock_fd
 
     def close(self) -> None:
         self.array = None  # type: ignore[assignment]
+        if self._lock_fd >= 0 and self._lock_pid == os.getpid():
+            os.close(self._lock_fd)
+        self._lock_fd = -1
         try:
-            self._mmap.close()
+            self.mmap.close()
         except BufferError:
             # Someone still holds a view; the mapping goes away with the process.
             pass
 
     def unlink(self) -> None:
+        if self.owner_pid != os.getpid():
+            return
+        self.owner_pid = None
         try:
             _posixshmem.shm_unlink("/" + self.name)
         except FileNotFoundError:
@@ -186,3 +218,57 @@ def register_cleanup(owner: object, fn: Callable[[], None]) -> int:
 def unregister_cleanup(key: int) -> None:
     with _cleanup_lock:
         _cleanups.pop(key, None)
+
+
+# Every segment and semaphore wheeler2 creates is named <kind>_<creator pid>_<random>: the
+# replay's fields (w2r_) and the weight-sync block (w2sync_). POSIX semaphores live beside them
+# as sem.<name>.
+_STALE_NAME = re.compile(r"^(?:sem\.)?(?:w2r|w2sync)_(\d+)_[0-9a-f]+")
+SHM_DIR = Path("/dev/shm")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
+def stale_entries(shm_dir: Path = SHM_DIR) -> list[Path]:
+    """wheeler2's shared-memory entries on this machine whose creating process is gone."""
+    if not shm_dir.is_dir():
+        return []
+    out = []
+    for entry in shm_dir.iterdir():
+        found = _STALE_NAME.match(entry.name)
+        if found is not None and not _pid_alive(int(found.group(1))):
+            out.append(entry)
+    return out
+
+
+def sweep_stale(shm_dir: Path = SHM_DIR) -> tuple[int, int]:
+    """Remove the entries of dead creators (a run killed with SIGKILL, a Ray actor killed
+    without its teardown); returns (entries removed, bytes freed). A live creator's entries are
+    never touched, so this is safe while other runs use the machine."""
+    removed = freed = 0
+    for entry in stale_entries(shm_dir):
+        try:
+            size = entry.stat().st_size
+            entry.unlink()
+        except FileNotFoundError:
+            continue  # another run's sweep got there first
+        except OSError:
+            continue
+        removed += 1
+        freed += size
+    return removed, freed
+
+
+def wheeler2_entries(shm_dir: Path = SHM_DIR) -> set[str]:
+    """Names of every wheeler2 entry in ``shm_dir`` (for tests and diagnostics)."""
+    if not shm_dir.is_dir():
+        return set()
+    return {e.name for e in shm_dir.iterdir() if _STALE_NAME.match(e.name)}

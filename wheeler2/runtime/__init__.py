@@ -10,11 +10,14 @@ from wheeler2.runtime.experiment import new_run_dir
 
 
 def run_experiment(config: Any, run_dir: Path | None = None, resume: bool = False) -> Path:
-    """Run (or resume) ``config``; returns the run directory holding every result."""
+    """Run (or resume) ``config``; returns the run directory holding every result.
+
+    The directory is created once the team is built, so a run that fails at start leaves none.
+    """
     if resume and run_dir is None:
         raise ValueError("resume needs the run directory")
     run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    _sweep_shared_memory()
     backend = config.experiment.backend
     if backend == "serial":
         from wheeler2.runtime.serial import run_serial
@@ -31,6 +34,20 @@ def run_experiment(config: Any, run_dir: Path | None = None, resume: bool = Fals
     else:  # config validation rejects this first; kept for callers that build configs by hand
         raise ValueError(f"unknown backend {backend!r}: expected serial, local or ray")
     return run_dir
+
+
+def _sweep_shared_memory() -> None:
+    """Free the shared memory of earlier runs on this machine whose processes are gone (killed
+    with SIGKILL, or Ray actors ended without their teardown), so no crash leaks past a run."""
+    from wheeler2.buffer.shm import sweep_stale
+
+    removed, freed = sweep_stale()
+    if removed:
+        print(
+            f"freed {freed / 2**20:.1f} MiB of shared memory left by dead runs "
+            f"({removed} entries in /dev/shm)",
+            flush=True,
+        )
 
 
 def evaluate_run(run_dir: Path, episodes: int | None = None, which: str = "best") -> dict[str, Any]:
@@ -53,7 +70,7 @@ def evaluate_run(run_dir: Path, episodes: int | None = None, which: str = "best"
     plans = build.plan_team(config)
     lead = build.learner_plan(plans)
     episodes = int(episodes or config.experiment.eval_episodes)
-    env = build.make_env(config, episodes, int(config.experiment.seed) + 99_991, lead)
+    env = build.make_env(config, episodes, build.eval_env_seed(config), lead)
     try:
         heads = build.make_heads(config, env, build.make_task(config))
         agent = build.make_agent(config, lead, build.space_info(env.info, heads), 0)
@@ -66,7 +83,7 @@ def evaluate_run(run_dir: Path, episodes: int | None = None, which: str = "best"
             subset=True,
             required=[lead.name],
         )
-        result = evaluate(agent, env, int(config.experiment.seed) + 7)
+        result = evaluate(agent, env, build.eval_reset_seed(config))
     finally:
         env.close()
     return {

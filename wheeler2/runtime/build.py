@@ -45,15 +45,36 @@ def learner_plan(plans: list[MemberPlan]) -> MemberPlan:
     return next(p for p in plans if p.role == "learner")
 
 
+# Every seed of a run derives from experiment.seed through these, so the offsets live here once.
+MEMBER_SEED_STRIDE = 10_007  # runs with consecutive seeds give members disjoint seed ranges
+MEMBER_SEED_SPACING = 1_000  # a member's env copies take seed + 0 .. seed + num_envs - 1
+EVAL_ENV_SEED_OFFSET = 99_991  # the eval env copies: a prime far from every member's range
+EVAL_RESET_SEED_OFFSET = 7  # the reset seed of every eval: each eval sees the same episodes
+SHARD_SEED_STRIDE = 1_000  # replay shard i samples with seed * stride + i
+
+
 def member_seed(config: Any, plan: MemberPlan) -> int:
     # Spread members far apart so their env copies (seed + i) never share a seed.
-    return int(config.experiment.seed) * 10_007 + plan.index * 1_000
+    return int(config.experiment.seed) * MEMBER_SEED_STRIDE + plan.index * MEMBER_SEED_SPACING
+
+
+def eval_env_seed(config: Any) -> int:
+    return int(config.experiment.seed) + EVAL_ENV_SEED_OFFSET
+
+
+def eval_reset_seed(config: Any) -> int:
+    return int(config.experiment.seed) + EVAL_RESET_SEED_OFFSET
+
+
+def replay_seed(config: Any, shard: int = 0, shards: int = 1) -> int:
+    seed = int(config.experiment.seed)
+    return seed if shards == 1 else seed * SHARD_SEED_STRIDE + shard
 
 
 def make_env(config: Any, num_envs: int, seed: int, plan: MemberPlan | None = None) -> VecEnv:
     """``plan``'s own agents of a multi-agent env (its ``agents`` globs); without a plan, or
     when the member names none, the agents ``[env] kwargs`` select (default: all)."""
-    agents = None if plan is None else getattr(plan.spec, "agents", None)
+    agents = None if plan is None else plan.spec.agents
     return registry.make_env(config.env, num_envs, seed, agents=agents)
 
 
@@ -236,15 +257,22 @@ def set_compute_threads() -> int:
 
 @dataclass
 class TeamSetup:
-    """What every multi-process backend settles in the driver before starting any member."""
+    """What every backend settles in the driver before any member starts."""
 
     plans: list[MemberPlan]
     lead: MemberPlan
     heads: RewardHeads
-    space: SpaceInfo
     info: EnvInfo
-    learner: Agent  # the driver's copy: sync checks, and the replay's gamma
+    learner: Agent  # the driver's copy: sync checks, the replay's gamma, the publish layout
     uses_logp: bool  # some explorer stores a behaviour log-prob
+
+    @property
+    def uses_replay(self) -> bool:
+        """An on-policy learner learns from its own rollouts: no central replay to fill."""
+        return self.learner.uses_replay
+
+    def layout(self) -> Any:
+        return replay_layout(self.info, self.heads, logp=self.uses_logp)
 
 
 def prepare_team(config: Any, payload: dict[str, Any]) -> TeamSetup:
@@ -255,13 +283,17 @@ def prepare_team(config: Any, payload: dict[str, Any]) -> TeamSetup:
     plans = plan_team(config)
     lead = learner_plan(plans)
     probe = make_env(config, 1, 0, lead)
-    heads = make_heads(config, probe, make_task(config))
-    space = space_info(probe.info, heads)
-    info = probe.info
-    probe.close()
+    try:
+        heads = make_heads(config, probe, make_task(config))
+        info = probe.info
+    finally:
+        probe.close()
+    space = space_info(info, heads)
     learner = make_agent(config, lead, space, member_seed(config, lead))
-    if payload:
-        learner.load_state_dict(payload["members"][lead.name])
+    # A checkpoint written before the learner's first report has no state for it: start fresh.
+    state = (payload.get("members") or {}).get(lead.name) if payload else None
+    if state is not None:
+        learner.load_state_dict(state)
     uses_logp = False
     checked: set[str] = set()
     for p in plans:
@@ -272,4 +304,71 @@ def prepare_team(config: Any, payload: dict[str, Any]) -> TeamSetup:
         if p.spec.sync is not None and p.team not in checked:
             checked.add(p.team)
             check_sync(learner.actor, explorer.actor, list(p.spec.sync.keep), p.team)
-    return TeamSetup(plans, lead, heads, space, info, learner, uses_logp)
+    return TeamSetup(plans, lead, heads, info, learner, uses_logp)
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """Everything :meth:`Replay.create` takes, settled in the driver; picklable, so a Ray
+    shard actor creates its part of the buffer from the very same spec."""
+
+    layout: Any
+    cfg: Any
+    gamma: float
+    relabel: Any
+    seed: int
+
+    def create(self) -> Any:
+        from wheeler2.buffer import Replay
+
+        return Replay.create(self.layout, self.cfg, self.gamma, self.relabel, self.seed)
+
+
+def replay_spec(
+    config: Any,
+    setup: TeamSetup,
+    chunk: int | None = None,
+    shard: int = 0,
+    shards: int = 1,
+) -> ReplaySpec:
+    """The central replay of a run (or one shard of it): the one place its settings are made,
+    whatever the backend."""
+    cfg = replay_config(config, setup.lead.spec.params, chunk=chunk)
+    if shards > 1:
+        cfg = shard_config(cfg, shards)
+    her = config.buffer.her is not None
+    return ReplaySpec(
+        layout=setup.layout(),
+        cfg=cfg,
+        gamma=float(setup.learner.params.gamma),
+        relabel=setup.heads.relabel if her else None,
+        seed=replay_seed(config, shard, shards),
+    )
+
+
+def make_replay(config: Any, setup: TeamSetup, chunk: int | None = None) -> Any:
+    """The run's replay, owned (and unlinked at close) by the calling process."""
+    return replay_spec(config, setup, chunk=chunk).create()
+
+
+def shard_config(replay_cfg: Any, shards: int) -> Any:
+    """One shard's share of the buffer: capacity, warm-up and gate slack split N ways, so that N
+    shards together behave like the one buffer of the local backend."""
+    return dataclasses.replace(
+        replay_cfg,
+        capacity=max(1, replay_cfg.capacity // shards),
+        min_size=max(replay_cfg.batch_size, -(-replay_cfg.min_size // shards)),
+        gate_tolerance=max(replay_cfg.batch_size, replay_cfg.gate_tolerance // shards),
+        beta_steps=None
+        if replay_cfg.beta_steps is None
+        else max(1, replay_cfg.beta_steps // shards),
+    )
+
+
+def member_payload(payload: dict[str, Any], name: str) -> tuple[dict[str, Any] | None, int]:
+    """A member's resumed agent state (None: start fresh) and env steps."""
+    if not payload:
+        return None, 0
+    state = (payload.get("members") or {}).get(name)
+    steps = int((payload.get("member_steps") or {}).get(name, 0))
+    return state, steps

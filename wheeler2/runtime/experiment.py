@@ -6,9 +6,11 @@ writes and when, so every backend produces the same run directory.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -41,13 +43,38 @@ class MemberFailed(RuntimeError):
 
 
 def new_run_dir(config: Any) -> Path:
+    """A free run directory path; it is created only once the team is built (by Recorder), so
+    a run that fails at start leaves nothing behind."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     base = Path(config.experiment.out) / f"{config.experiment.name}-{stamp}"
     run_dir, k = base, 1
     while run_dir.exists():  # two runs started in the same second
         run_dir, k = Path(f"{base}-{k}"), k + 1
-    run_dir.mkdir(parents=True)
     return run_dir
+
+
+def first_eval(config: Any, env_steps: int) -> int:
+    """The env step count of the first eval after ``env_steps`` (a resumed run's count)."""
+    every = int(config.experiment.eval_every)
+    return (int(env_steps) // every + 1) * every
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupt_on_sigterm() -> Iterator[None]:
+    """SIGTERM stops a run the way Ctrl-C does (exit 130, final checkpoint); both handlers are
+    restored when the run returns, whichever way."""
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 @dataclass
@@ -105,19 +132,18 @@ class Recorder:
         self.run_dir = run_dir
         self.state = state
         exp = config.experiment
-        self.schedule = Schedule(
-            int(exp.eval_every), int(getattr(exp, "checkpoint_every", 0) or exp.eval_every)
-        )
+        self.schedule = Schedule(int(exp.eval_every), int(exp.checkpoint_every or exp.eval_every))
         self.schedule.start(state.env_steps)
-        self.threshold = getattr(exp, "eval_threshold", None)
+        self.threshold = exp.eval_threshold
+        run_dir.mkdir(parents=True, exist_ok=True)
         self.log = RunLog(
             run_dir,
-            progress=bool(getattr(exp, "progress", True)),
+            progress=bool(exp.progress),
             total_steps=int(exp.total_steps),
             wall_offset_s=state.wall_s,
         )
         self._t0 = time.perf_counter()
-        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         (run_dir / "config.toml").write_text(config.to_toml())
 
     @property
@@ -128,10 +154,7 @@ class Recorder:
     def solved(self) -> bool:
         """The run asked to stop at the threshold, and an eval passed it."""
         exp = self.config.experiment
-        return (
-            bool(getattr(exp, "stop_at_threshold", False))
-            and self.state.steps_to_threshold is not None
-        )
+        return bool(exp.stop_at_threshold) and self.state.steps_to_threshold is not None
 
     def eval_due(self, env_steps: int) -> bool:
         return env_steps >= self.schedule.next_eval

@@ -1,22 +1,41 @@
-"""One team member in the current process: its env copies, its agent and its replay writer.
+"""One team member: its env copies, its agent, its replay writer, and the loop that runs it.
 
-This is the actor half of Acme's split; the learner half is :class:`Trainer`. Every backend runs
-members through these two classes, whether they share one process (serial) or each have their
-own (local, ray).
+:class:`Member` is the actor half of Acme's split and :class:`Trainer` the learner half;
+:class:`MemberLoop` (and :func:`run_member`) is the one loop every backend runs a member with.
+The backend only supplies what differs between placements, behind small interfaces: the replay
+(shared memory or Ray shards), a :class:`Budget` (step budget, stop, checkpoint requests), a
+:class:`Link` to the coordinator, and the weight transport (:class:`WeightSink` on the learner,
+a :class:`WeightSource` on syncing explorers).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+from torch import nn
 
 from wheeler2.agent import Agent, Batch, Transitions
 from wheeler2.env import EnvStep, VecEnv, policy_obs
+from wheeler2.runtime import build
+from wheeler2.runtime.evaluation import evaluate
+from wheeler2.runtime.messages import (
+    Evaluated,
+    Figures,
+    Finished,
+    Message,
+    Started,
+    StateReply,
+)
 from wheeler2.task import RewardHeads
+
+REPORT_EVERY_S = 2.0  # figures, which are also the member's heartbeat
+PUBLISH_EVERY = 50  # learner updates (on-policy: env steps) between weight publishes
 
 
 @dataclass
@@ -25,9 +44,14 @@ class MemberStats:
     episodes: int = 0
     recent_returns: deque = field(default_factory=lambda: deque(maxlen=20))
     started: float = field(default_factory=time.perf_counter)
+    resumed_steps: int = 0  # steps restored from a checkpoint: not taken in this session
+
+    def resume_from(self, env_steps: int) -> None:
+        self.env_steps = self.resumed_steps = int(env_steps)
 
     def steps_per_s(self) -> float:
-        return self.env_steps / max(time.perf_counter() - self.started, 1e-9)
+        taken = self.env_steps - self.resumed_steps
+        return taken / max(time.perf_counter() - self.started, 1e-9)
 
 
 def _valid_mask(st: EnvStep) -> np.ndarray | None:
@@ -188,9 +212,11 @@ class Trainer:
             done += 1
         return done
 
-    def train_blocking(self, timeout: float | None) -> None:
-        """One gradient step, waiting on the gate for inserts (a learner in its own process)."""
-        self._step(self.replay.sample(timeout=timeout))
+    def train_owed(self) -> int:
+        """The budget is spent: take every update the gate still owes (producers run at most
+        its tolerance ahead), including batches a remote replay still has in flight."""
+        self.replay.finish()
+        return self.train_available()
 
     def pop_metrics(self) -> dict[str, float]:
         """Mean of each metric since the last call (keeps logging off the per-update path)."""
@@ -199,3 +225,248 @@ class Trainer:
         self._sums.clear()
         self._count = 0
         return out
+
+
+# --------------------------------------------------------------------------------------------
+# what a backend supplies
+
+
+class Budget(Protocol):
+    """The member's share of ``total_steps`` and the run's control flags."""
+
+    def claim(self, n: int) -> bool:
+        """Reserve ``n`` env steps of the run's budget; False when the member should stop."""
+
+    def settle(self, claimed: int, used: int) -> None:
+        """After a step: ``used`` of the ``claimed`` steps were taken; the rest go back."""
+
+    def run_steps(self, own: int) -> int:
+        """The whole run's env steps so far (the learner schedules evals on it)."""
+
+    def stopped(self) -> bool:
+        """The coordinator asked every member to stop (Ctrl-C, a failure, the threshold)."""
+
+    def request(self) -> int:
+        """The coordinator's checkpoint request counter: a change asks for this member's state."""
+
+
+class Link(Protocol):
+    """How messages reach the coordinator (a pipe, the Ray board, a list)."""
+
+    def send(self, message: Message) -> None: ...
+
+
+class WeightSink(Protocol):
+    """Learner side of weight sync."""
+
+    def publish(self, actor: nn.Module) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class WeightSource(Protocol):
+    """Explorer side of weight sync, bound to the explorer's own actor."""
+
+    synced: tuple[str, ...]
+
+    @property
+    def version(self) -> int: ...
+
+    def lag(self) -> int: ...
+
+    def pull(self) -> int | None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Wiring:
+    """Everything a backend hands one member: where it runs is the backend's only decision."""
+
+    budget: Budget
+    link: Link
+    replay: Any | None  # a Replay, or ray's ShardedReplay: writer(), and the sampling side
+    # Whether the member has a process of its own: its producer side may then wait on the ratio
+    # gate; in one shared process (serial) a wait would deadlock the learner that must sample.
+    own_process: bool
+    sink: WeightSink | None = None  # the learner's
+    source: Callable[[nn.Module], WeightSource] | None = None  # an explorer's, given its actor
+    state: dict[str, Any] | None = None  # resumed agent state
+    env_steps: int = 0  # resumed step count
+    next_eval: int = 0
+    where: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# the loop
+
+
+class MemberLoop:
+    """Builds one member and runs it one vector step per :meth:`tick`."""
+
+    def __init__(self, config: Any, plan: build.MemberPlan, wiring: Wiring) -> None:
+        self.config = config
+        self.plan = plan
+        self.wiring = wiring
+        self.budget = wiring.budget
+        self.link = wiring.link
+        self.learner = plan.role == "learner"
+        self.eval_every = int(config.experiment.eval_every)
+        self.next_eval = wiring.next_eval
+        self.last_eval: int | None = None
+        self.stopped = False
+        self._closing: list[Any] = []
+        self.member: Member | None = None
+        try:
+            self._build(config, plan, wiring)
+        except BaseException:
+            self.close()  # the envs already built (a Unity build, env subprocesses) go too
+            raise
+
+    def _build(self, config: Any, plan: build.MemberPlan, wiring: Wiring) -> None:
+        exp = config.experiment
+        seed = build.member_seed(config, plan)
+        env = build.make_env(config, int(config.env.num_envs), seed, plan)
+        self._closing.append(env)
+        heads = build.make_heads(config, env, build.make_task(config))
+        agent = build.make_agent(config, plan, build.space_info(env.info, heads), seed)
+        if wiring.state is not None:
+            agent.load_state_dict(wiring.state)
+        replay = wiring.replay
+        writer = None
+        if replay is not None:
+            block = (not self.learner) if wiring.own_process else None
+            writer = replay.writer(num_envs=env.num_envs, block=block)
+        self.agent = agent
+        self.member = Member(plan.name, plan.role, agent, env, heads, writer, seed)
+        self.member.stats.resume_from(wiring.env_steps)
+        self.trainer = Trainer(agent, replay) if self.learner and replay is not None else None
+        self.sink = wiring.sink if self.learner else None
+        self.eval_env = None
+        if self.learner:
+            self.eval_env = build.make_env(
+                config, int(exp.eval_episodes), build.eval_env_seed(config), plan
+            )
+            self._closing.append(self.eval_env)
+        self.source = None
+        sync = plan.spec.sync
+        if not self.learner and sync is not None and wiring.source is not None:
+            self.source = wiring.source(agent.actor)
+            self._closing.append(self.source)
+            self.source.pull()
+        self.sync_every = int(sync.every) if sync is not None else 0
+        self.next_sync = wiring.env_steps + self.sync_every
+        self.next_publish = PUBLISH_EVERY
+        self.seen_request = self.budget.request()
+        self.next_report = time.perf_counter() + REPORT_EVERY_S
+        self.link.send(
+            Started(
+                member=plan.name,
+                pid=os.getpid(),
+                agents=env.info.agents,
+                synced=() if self.source is None else tuple(self.source.synced),
+                where=dict(wiring.where),
+            )
+        )
+
+    def tick(self) -> bool:
+        """One vector step of every env copy and whatever is due after it (updates, publish,
+        eval, sync, state, report). False once the member is done: budget spent or stop."""
+        budget = self.budget
+        if budget.stopped():
+            self.stopped = True
+            return False
+        want = self.member.env.num_envs
+        if not budget.claim(want):
+            self.stopped = budget.stopped()
+            return False
+        used = self.member.step()
+        budget.settle(want, used)
+        if self.learner:
+            self._learn()
+        elif self.source is not None and self.member.stats.env_steps >= self.next_sync:
+            self.source.pull()
+            self.next_sync += self.sync_every
+        request = budget.request()
+        if request != self.seen_request:
+            self.seen_request = request
+            self.link.send(
+                StateReply(
+                    self.plan.name, request, self.agent.state_dict(), self.member.stats.env_steps
+                )
+            )
+        now = time.perf_counter()
+        if now >= self.next_report:
+            self.next_report = now + REPORT_EVERY_S
+            self.link.send(Figures(self.plan.name, self.figures()))
+        return True
+
+    def _learn(self) -> None:
+        trainer = self.trainer
+        if trainer is not None:
+            trainer.train_available(max_updates=PUBLISH_EVERY)
+        # Off-policy learners publish every PUBLISH_EVERY updates, on-policy ones (which update
+        # inside step) every PUBLISH_EVERY of their env steps.
+        progress = trainer.updates if trainer is not None else self.member.stats.env_steps
+        if self.sink is not None and progress >= self.next_publish:
+            self.sink.publish(self.agent.actor)
+            self.next_publish = progress + PUBLISH_EVERY
+        total = self.budget.run_steps(self.member.stats.env_steps)
+        if total >= self.next_eval:
+            self._evaluate(total)
+            self.next_eval = (total // self.eval_every + 1) * self.eval_every
+
+    def _evaluate(self, env_steps: int) -> None:
+        self.last_eval = env_steps
+        result = evaluate(self.agent, self.eval_env, build.eval_reset_seed(self.config))
+        self.link.send(Evaluated(self.plan.name, env_steps, result, self.agent.state_dict()))
+
+    def finish(self) -> None:
+        """After the last tick. A learner whose budget is spent takes the updates the gate still
+        owes, then the closing eval, so the curve ends on the final actor; a stopped one does
+        neither. Every member then sends its figures and its final state."""
+        if self.learner and not self.stopped:
+            updates = self.trainer.train_owed() if self.trainer is not None else 0
+            total = self.budget.run_steps(self.member.stats.env_steps)
+            if updates or total != self.last_eval:
+                self._evaluate(total)
+        self.link.send(Figures(self.plan.name, self.figures()))
+        self.link.send(
+            Finished(self.plan.name, self.agent.state_dict(), self.member.stats.env_steps)
+        )
+
+    def figures(self) -> dict[str, float]:
+        values = self.member.figures()
+        if self.trainer is not None:
+            values.update(self.trainer.pop_metrics())
+            stats = self.trainer.replay.stats()
+            values["updates_per_insert"] = float(stats.get("updates_per_insert", 0.0))
+        if self.source is not None and self.source.version:
+            values["sync_version"] = float(self.source.version)
+            values["sync_version_lag"] = float(self.source.lag())
+        return values
+
+    def close(self) -> None:
+        """Flush the writer and close the envs and the weight source; the replay and the sink
+        belong to the backend."""
+        try:
+            if self.member is not None and self.member.writer is not None:
+                self.member.writer.flush()
+        finally:
+            self._close_resources()
+
+    def _close_resources(self) -> None:
+        for res in reversed(self._closing):
+            res.close()
+        self._closing.clear()
+
+
+def run_member(config: Any, plan: build.MemberPlan, wiring: Wiring) -> None:
+    """Run one member to the end of its budget (or a stop) in this process."""
+    loop = MemberLoop(config, plan, wiring)
+    try:
+        while loop.tick():
+            pass
+        loop.finish()
+    finally:
+        loop.close()

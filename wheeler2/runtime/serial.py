@@ -1,165 +1,204 @@
 """Backend ``serial``: every member in this process, stepped in turn. For debugging and tests,
-and the fastest choice for a lone learner: no process boundary, no lock contention."""
+and the fastest choice for a lone learner: no process boundary, no lock contention.
+
+The members are the same :class:`~wheeler2.runtime.member.MemberLoop` every backend runs; this
+module only decides that they run here, one tick each per round, and that their messages go into
+a list the coordinator reads. A member stuck in one tick (an env that never returns) is stopped
+by an alarm after ``heartbeat_s``, the serial form of the other backends' heartbeat.
+"""
 
 from __future__ import annotations
 
 import signal
+import threading
+import traceback
 from pathlib import Path
 from typing import Any
 
 from wheeler2 import checkpoint as ckpt
 from wheeler2.runtime import build
-from wheeler2.runtime.evaluation import evaluate
-from wheeler2.runtime.experiment import Recorder, RunState, load_resume_state, shield_shutdown
-from wheeler2.runtime.member import Member, Trainer
+from wheeler2.runtime.budget import REQUEST, STOP, CountingBudget, new_block, run_steps
+from wheeler2.runtime.coordinator import Coordinator
+from wheeler2.runtime.experiment import (
+    Recorder,
+    RunState,
+    first_eval,
+    interrupt_on_sigterm,
+    load_resume_state,
+)
+from wheeler2.runtime.member import MemberLoop, Wiring
+from wheeler2.runtime.messages import Failed, Message
+
+
+class _Hung(Exception):
+    pass
+
+
+class _ListLink:
+    def __init__(self, inbox: list[Message]) -> None:
+        self.inbox = inbox
+
+    def send(self, message: Message) -> None:
+        self.inbox.append(message)
+
+
+class SerialTransport:
+    """Members as loops in this process; ``receive`` runs one round of ticks."""
+
+    def __init__(
+        self, config: Any, setup: build.TeamSetup, payload: dict[str, Any], next_eval: int
+    ) -> None:
+        from wheeler2.sync import WeightClient, WeightPublisher
+
+        self.config = config
+        self.heartbeat_s = float(config.experiment.heartbeat_s)
+        self.inbox: list[Message] = []
+        self.replay = None
+        self.publisher = None
+        self.loops: dict[str, MemberLoop] = {}
+        self.done: set[str] = set()
+        plans = setup.plans
+        self.block = new_block([build.member_payload(payload, p.name)[1] for p in plans])
+        total = int(config.experiment.total_steps)
+        try:
+            if setup.uses_replay:
+                # One process: insert every step (chunk 1) so a transition is sampleable at
+                # once, as in a classic loop; HER needs whole episodes, collected by the writer.
+                her = config.buffer.her is not None
+                self.replay = build.make_replay(config, setup, chunk=None if her else 1)
+                if payload.get("replay") is not None:
+                    self.replay.load_state_dict(payload["replay"])
+            if any(p.spec.sync is not None for p in plans):
+                self.publisher = WeightPublisher.create(setup.learner.actor)
+                self.publisher.publish(setup.learner.actor)
+            for p in plans:
+                state, env_steps = build.member_payload(payload, p.name)
+                source = None
+                if self.publisher is not None and p.spec.sync is not None:
+                    source = _client_factory(WeightClient, self.publisher.handle(), p)
+                wiring = Wiring(
+                    budget=CountingBudget(self.block, None, p.index, total),
+                    link=_ListLink(self.inbox),
+                    replay=self.replay,
+                    own_process=False,
+                    sink=self.publisher if p.role == "learner" else None,
+                    source=source,
+                    state=state,
+                    env_steps=env_steps,
+                    next_eval=next_eval,
+                )
+                self.loops[p.name] = MemberLoop(config, p, wiring)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- Transport --
+    def receive(self, timeout: float) -> list[Message]:
+        for name, loop in self.loops.items():
+            if name in self.done:
+                continue
+            try:
+                with self._watchdog():
+                    going = loop.tick()
+                    if not going:
+                        loop.finish()
+            except _Hung:
+                self.inbox.append(
+                    Failed(
+                        name,
+                        f"sent nothing for {self.heartbeat_s:g} s (heartbeat_s): it hangs "
+                        f"(stuck in its env or a step)",
+                    )
+                )
+                going = False
+            except KeyboardInterrupt:
+                raise
+            except Exception:
+                self.inbox.append(Failed(name, traceback.format_exc()))
+                going = False
+            if not going:
+                self.done.add(name)
+                loop.close()
+        out, self.inbox[:] = list(self.inbox), []
+        return out
+
+    def _watchdog(self) -> Any:
+        return _Alarm(self.heartbeat_s)
+
+    def failures(self) -> dict[str, str]:
+        return {}
+
+    def env_steps(self) -> int:
+        return run_steps(self.block)
+
+    def request_states(self) -> int:
+        self.block[REQUEST] += 1
+        return int(self.block[REQUEST])
+
+    def release(self) -> None:
+        pass  # one process: nobody waits on the gate
+
+    def stop(self) -> None:
+        self.block[STOP] = 1
+
+    def kill(self, name: str) -> None:
+        self.done.add(name)
+
+    def replay_state(self) -> dict[str, Any] | None:
+        return None if self.replay is None else self.replay.state_dict()
+
+    def close(self) -> None:
+        for name, loop in self.loops.items():
+            if name not in self.done:
+                loop.close()
+        if self.publisher is not None:
+            self.publisher.close()
+        if self.replay is not None:
+            self.replay.close()
+
+
+def _client_factory(client_cls: Any, handle: Any, plan: build.MemberPlan) -> Any:
+    sync = plan.spec.sync
+
+    def source(actor: Any) -> Any:
+        return client_cls.attach(handle, actor, list(sync.keep), float(sync.alpha), plan.name)
+
+    return source
+
+
+class _Alarm:
+    """Raise :class:`_Hung` in this (main) thread if the block takes longer than ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.armed = threading.current_thread() is threading.main_thread()
+
+    def _fire(self, signum: int, frame: Any) -> None:
+        raise _Hung
+
+    def __enter__(self) -> None:
+        if self.armed:
+            self.previous = signal.signal(signal.SIGALRM, self._fire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
 
 
 def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
-    from wheeler2.buffer import Replay
-    from wheeler2.sync import WeightClient, WeightPublisher
-
     build.set_compute_threads()
-    state, payload = load_resume_state(run_dir) if resume else (RunState(), {})
-    plans = build.plan_team(config)
-    lead = build.learner_plan(plans)
-    exp = config.experiment
-    num_envs = int(config.env.num_envs)
-
-    probe = build.make_env(config, 1, 0, lead)
-    task = build.make_task(config)
-    heads = build.make_heads(config, probe, task)
-    space = build.space_info(probe.info, heads)
-    info = probe.info
-    probe.close()
-
-    agents = {
-        p.name: build.make_agent(config, p, space, build.member_seed(config, p)) for p in plans
-    }
-    learner = agents[lead.name]
-    her = config.buffer.her is not None
-    # An on-policy learner learns from its own rollouts: no central replay to fill.
-    replay = None
-    if learner.uses_replay:
-        # One process: insert every step (chunk 1) so a transition is sampleable at once, as in
-        # a classic loop; HER needs whole episodes, which the writer then collects by itself.
-        replay = Replay.create(
-            build.replay_layout(info, heads, logp=any(not a.uses_replay for a in agents.values())),
-            build.replay_config(config, lead.spec.params, chunk=None if her else 1),
-            gamma=float(learner.params.gamma),
-            relabel=heads.relabel if her else None,
-            seed=int(exp.seed),
-        )
-    old_handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    publisher = clients = None
-    members: list[Member] = []
-    eval_env = None
-    recorder = None
-    interrupted = False
-    try:
-        for p in plans:
-            env = build.make_env(config, num_envs, build.member_seed(config, p), p)
-            members.append(
-                Member(
-                    p.name,
-                    p.role,
-                    agents[p.name],
-                    env,
-                    heads,
-                    None if replay is None else replay.writer(num_envs=env.num_envs),
-                    build.member_seed(config, p),
-                )
-            )
-        if payload:
-            for name, agent in agents.items():
-                agent.load_state_dict(payload["members"][name])
-            if "replay" in payload and replay is not None:
-                replay.load_state_dict(payload["replay"])
-            ckpt.set_rng_state(payload["rng"])
-        syncing = [
-            (m, p.spec.sync) for m, p in zip(members, plans) if p.role == "explorer" and p.spec.sync
-        ]
-        if syncing:
-            publisher = WeightPublisher.create(learner.actor)
-            publisher.publish(learner.actor)
-            clients = {
-                m.name: WeightClient.attach(
-                    publisher.handle(), m.agent.actor, list(s.keep), float(s.alpha)
-                )
-                for m, s in syncing
-            }
-        trainer = Trainer(learner, replay) if replay is not None else None
-        eval_env = build.make_env(config, int(exp.eval_episodes), int(exp.seed) + 99_991, lead)
-        recorder = Recorder(config, run_dir, state)
-        next_sync = {m.name: s.every for m, s in syncing}
-
-        def checkpoint_payload() -> dict[str, Any]:
-            out: dict[str, Any] = {"members": {n: a.state_dict() for n, a in agents.items()}}
-            if config.buffer.checkpoint and replay is not None:
-                out["replay"] = replay.state_dict()
-            return out
-
+    state, payload = load_resume_state(run_dir, config) if resume else (RunState(), {})
+    setup = build.prepare_team(config, payload)
+    with interrupt_on_sigterm():
+        transport = SerialTransport(config, setup, payload, first_eval(config, state.env_steps))
         try:
-            while state.env_steps < exp.total_steps and not recorder.solved:
-                for m in members:
-                    state.env_steps += m.step()
-                if trainer is not None:
-                    trainer.train_available()
-                for m, s in syncing:
-                    if m.stats.env_steps >= next_sync[m.name]:
-                        publisher.publish(learner.actor)
-                        clients[m.name].pull()
-                        next_sync[m.name] += s.every
-                if recorder.eval_due(state.env_steps):
-                    best = recorder.record_eval(
-                        state.env_steps, evaluate(learner, eval_env, int(exp.seed) + 7)
-                    )
-                    if best or recorder.checkpoint_due(state.env_steps):
-                        recorder.save_checkpoint(checkpoint_payload(), best=best)
-                elif recorder.checkpoint_due(state.env_steps):
-                    recorder.save_checkpoint(checkpoint_payload())
-                if recorder.log_due():
-                    _log_figures(recorder, state.env_steps, members, trainer)
-        except KeyboardInterrupt:
-            interrupted = True
-            shield_shutdown()
-        final = _log_figures(recorder, state.env_steps, members, trainer)
-        recorder.save_checkpoint(checkpoint_payload())
-        summary = recorder.finish(final, interrupted=interrupted)
-        if interrupted:
-            raise KeyboardInterrupt
-        return summary
-    finally:
-        for sig, handler in old_handlers.items():
-            signal.signal(sig, handler)
-        for m in members:
-            m.close()
-        if eval_env is not None:
-            eval_env.close()
-        if clients:
-            for c in clients.values():
-                c.close()
-        if publisher is not None:
-            publisher.close()
-        if replay is not None:
-            replay.close()
-
-
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
-def _log_figures(
-    recorder: Recorder, env_steps: int, members: list[Member], trainer: Trainer | None
-) -> dict[str, dict[str, float]]:
-    figures = {}
-    for m in members:
-        values = m.figures()
-        if m.role == "learner" and trainer is not None:
-            values.update(trainer.pop_metrics())
-            stats = trainer.replay.stats()
-            values["updates_per_insert"] = float(stats.get("updates_per_insert", 0.0))
-        recorder.scalars(m.name, env_steps, values)
-        figures[m.name] = values
-    recorder.progress(env_steps, figures)
-    return figures
+            if payload.get("rng") is not None:
+                ckpt.set_rng_state(payload["rng"])
+            recorder = Recorder(build.resolved_heads_config(config, setup.heads), run_dir, state)
+            names = [p.name for p in setup.plans]
+            coordinator = Coordinator(config, recorder, transport, names, setup.lead.name, payload)
+            return coordinator.supervise()
+        finally:
+            transport.close()

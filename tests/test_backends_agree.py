@@ -1,0 +1,77 @@
+"""One small team file on serial, local and ray: the same members must drive the same agents
+of a multi-agent env and take the same layers from the learner. (Under ray the explorer's
+``agents`` globs were once ignored, so it drove the learner's agents.)"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from wheeler2.config import load
+from wheeler2.runtime import run_experiment
+
+TEAM = """
+[experiment]
+name = "agree"
+seed = 0
+total_steps = 400
+eval_every = 200
+eval_episodes = 1
+backend = "{backend}"
+progress = false
+
+[env]
+id = "unity:mock"
+kwargs = {{ num_agents = 2, behaviors = ["Runner", "Helper"] }}
+
+[buffer]
+capacity = 2_000
+batch_size = 16
+
+[[team]]
+name = "runner"
+algo = "ddpg"
+role = "learner"
+agents = ["Runner*"]
+[team.params]
+learning_starts = 100
+hidden = [16, 16]
+
+[[team]]
+name = "helper"
+algo = "ppo"
+role = "explorer"
+agents = ["Helper*"]
+sync = {{ every = 50, keep = ["actor.head"] }}
+[team.params]
+hidden = [16, 16]
+n_steps = 32
+batch_size = 32
+"""
+
+
+def run_team(tmp_path: Path, backend: str) -> dict:
+    cfg = tmp_path / f"{backend}.toml"
+    cfg.write_text(TEAM.format(backend=backend))
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    run = run_experiment(load(cfg), tmp_path / backend)
+    team = json.loads((run / "team.json").read_text())
+    return {n: {"agents": m["agents"], "synced": m["synced"]} for n, m in team.items()}
+
+
+def test_serial_local_and_ray_drive_the_same_agents_and_sync_the_same_layers(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("mlagents_envs", reason="the Unity adapter needs the unity extra")
+    pytest.importorskip("ray", reason="backend ray needs the optional extra")
+    serial = run_team(tmp_path, "serial")
+    assert serial["runner"]["agents"] == ["Runner"]
+    assert serial["helper"]["agents"] == ["Helper"]
+    assert serial["runner"]["synced"] == []
+    synced = serial["helper"]["synced"]
+    assert synced and not any(name.startswith("head") for name in synced)
+    assert run_team(tmp_path, "local") == serial
+    assert run_team(tmp_path, "ray") == serial

@@ -1,0 +1,294 @@
+"""Faults on every backend, from outside, as a user meets them: a member that dies, raises or
+hangs (stuck, or stopped with SIGSTOP), a dead learner, Ctrl-C. Each must end the run with the
+right exit code, name the member, leave a checkpoint, and leave no member process and no
+/dev/shm entry behind.
+
+The misbehaving members come from ``tests/w2_faults.py`` (on PYTHONPATH for the run, so member
+processes and Ray workers import it too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from wheeler2 import checkpoint as ckpt
+from wheeler2.buffer.shm import SHM_DIR, _pid_alive
+
+ROOT = Path(__file__).resolve().parents[1]
+HEARTBEAT_S = 8.0  # a healthy member reports every 2 s; 8 s leaves room on a loaded CI machine
+
+TEAM = """
+[experiment]
+name = "faults"
+seed = 2
+total_steps = {total}
+eval_every = 1_000
+eval_episodes = 2
+backend = "{backend}"
+heartbeat_s = {heartbeat}
+progress = false
+
+[env]
+id = "Pendulum-v1"
+
+[buffer]
+capacity = 20_000
+batch_size = 32
+
+[[team]]
+name = "target"
+algo = "w2_faults:FaultyDDPG"
+role = "learner"
+[team.params]
+learning_starts = 200
+hidden = [16, 16]
+{learner_fault}
+
+[[team]]
+name = "explorer"
+algo = "w2_faults:FaultyPPO"
+role = "explorer"
+count = 2
+sync = {{ every = 100, keep = ["actor.head"] }}
+[team.params]
+hidden = [16, 16]
+n_steps = 64
+batch_size = 32
+"""
+
+# The second explorer gets the fault: its table is repeated with count = 1 under another name.
+FAULTY_EXPLORER = """
+[[team]]
+name = "bad"
+algo = "w2_faults:FaultyPPO"
+role = "explorer"
+sync = {{ every = 100, keep = ["actor.head"] }}
+[team.params]
+hidden = [16, 16]
+n_steps = 64
+batch_size = 32
+fault = "{fault}"
+fault_at = 300
+"""
+
+
+def write_team(
+    tmp_path: Path,
+    backend: str,
+    total: int = 1_000_000,
+    explorer_fault: str = "",
+    learner_fault: str = "",
+) -> Path:
+    text = TEAM.format(
+        total=total,
+        backend=backend,
+        heartbeat=HEARTBEAT_S,
+        learner_fault=f'fault = "{learner_fault}"\nfault_at = 400' if learner_fault else "",
+    )
+    if explorer_fault:
+        text += FAULTY_EXPLORER.format(fault=explorer_fault)
+    path = tmp_path / "team.toml"
+    path.write_text(text)
+    return path
+
+
+class Run:
+    """``wheeler2 run`` in a subprocess with its own RAY_TMPDIR, watched from outside."""
+
+    def __init__(self, cfg: Path, out: Path) -> None:
+        self.out = out
+        self.ray_tmp = tempfile.mkdtemp(prefix="w2ray", dir="/tmp")
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+            RAY_TMPDIR=self.ray_tmp,
+            RAY_AUTH_MODE="disabled",
+        )
+        self.shm_before = _shm()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "wheeler2", "run", str(cfg), "--out", str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,  # Ctrl-C from a terminal reaches the whole process group
+        )
+        self.members: dict[str, int] = {}
+        self.run_dir: Path | None = None
+
+    def wait_members(self, names: set[str], timeout: float = 180) -> None:
+        """Until every named member has started and reported figures once."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(self.proc.stdout.read())
+            for path in self.out.glob("*/members.json"):
+                self.run_dir = path.parent
+                try:
+                    self.members = json.loads(path.read_text())
+                except json.JSONDecodeError:
+                    continue  # caught mid-write
+                metrics = path.parent / "metrics.csv"
+                rows = metrics.read_text().splitlines()[1:] if metrics.exists() else []
+                if names <= set(self.members) and names <= {r.split(",")[2] for r in rows}:
+                    return
+            time.sleep(0.2)
+        raise AssertionError(f"members {names} never reported")
+
+    def finish(self, timeout: float = 120) -> str:
+        try:
+            output, _ = self.proc.communicate(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        return output
+
+    def assert_clean(self) -> None:
+        """No member process and no new /dev/shm entry of a process that is gone."""
+        deadline = time.monotonic() + 20  # Ray reaps its workers shortly after the driver
+        while time.monotonic() < deadline:
+            alive = [n for n, pid in self.members.items() if _alive(pid)]
+            if not alive:
+                break
+            time.sleep(0.25)
+        assert not alive, f"member processes left behind: {alive}"
+        leaked = {e for e in _shm() - self.shm_before if not _creator_alive(e)}
+        assert not leaked, f"shared memory left behind: {sorted(leaked)}"
+
+
+def _shm() -> set[str]:
+    kinds = ("w2r", "sem.w2r", "w2sync")
+    return {e.name for e in SHM_DIR.iterdir() if e.name.split("_")[0] in kinds}
+
+
+def _creator_alive(name: str) -> bool:
+    # Entries of other runs on this machine (their creators are alive) are not this run's.
+    return _pid_alive(int(name.split("_")[1]))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+MULTI = ["local", "ray"]
+ALL = ["serial", "local", "ray"]
+
+
+def _skip_without_ray(backend: str) -> None:
+    if backend == "ray":
+        pytest.importorskip("ray", reason="backend ray needs the optional extra")
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_normal_run_leaves_nothing_behind(tmp_path: Path, backend: str) -> None:
+    _skip_without_ray(backend)
+    run = Run(write_team(tmp_path, backend, total=1_500), tmp_path / "runs")
+    output = run.finish(timeout=240)
+    assert run.proc.returncode == 0, output
+    run.members = json.loads(next(run.out.glob("*/members.json")).read_text())
+    summary = json.loads(next(run.out.glob("*/summary.json")).read_text())
+    assert summary["env_steps"] == 1_500, "the budget is spent exactly"
+    run.assert_clean()
+
+
+@pytest.mark.parametrize("backend", MULTI)
+def test_member_that_dies_is_named_and_the_run_exits_1(tmp_path: Path, backend: str) -> None:
+    _skip_without_ray(backend)
+    run = Run(write_team(tmp_path, backend, explorer_fault="exit"), tmp_path / "runs")
+    output = run.finish(timeout=240)
+    assert run.proc.returncode == 1, output
+    assert "member 'bad' died" in output, output
+    assert (run.run_dir or next(run.out.glob("*"))).joinpath("checkpoints/latest.pt").exists()
+    run.members = json.loads(next(run.out.glob("*/members.json")).read_text())
+    run.assert_clean()
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_member_that_raises_is_named_with_its_traceback(tmp_path: Path, backend: str) -> None:
+    _skip_without_ray(backend)
+    run = Run(write_team(tmp_path, backend, explorer_fault="raise"), tmp_path / "runs")
+    output = run.finish(timeout=240)
+    assert run.proc.returncode == 1, output
+    assert "member 'bad' raised" in output and "injected fault" in output, output
+    run.members = json.loads(next(run.out.glob("*/members.json")).read_text())
+    run.assert_clean()
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_member_stuck_in_a_step_is_caught_by_the_heartbeat(tmp_path: Path, backend: str) -> None:
+    _skip_without_ray(backend)
+    run = Run(write_team(tmp_path, backend, explorer_fault="hang"), tmp_path / "runs")
+    output = run.finish(timeout=240)
+    assert run.proc.returncode == 1, output
+    assert (
+        "member 'bad' hangs" in output
+        and f"heartbeat_s = {HEARTBEAT_S:g}" in output
+        or (backend == "serial" and "member 'bad'" in output and "hangs" in output)
+    ), output
+    run.members = json.loads(next(run.out.glob("*/members.json")).read_text())
+    run.assert_clean()
+
+
+@pytest.mark.parametrize("backend", MULTI)
+def test_stopped_member_is_caught_by_the_heartbeat(tmp_path: Path, backend: str) -> None:
+    _skip_without_ray(backend)
+    run = Run(write_team(tmp_path, backend), tmp_path / "runs")
+    run.wait_members({"target", "explorer-0", "explorer-1"})
+    os.kill(run.members["explorer-1"], signal.SIGSTOP)
+    t0 = time.monotonic()
+    output = run.finish(timeout=240)
+    took = time.monotonic() - t0
+    assert run.proc.returncode == 1, output
+    assert "member 'explorer-1' hangs" in output, output
+    # Detection takes heartbeat_s after the last report (<= 2 s before the stop), then the
+    # stop, the drain of the others and the final checkpoint; 45 s is a loaded machine's bound.
+    assert took < HEARTBEAT_S + 45, f"a stopped member ended the run only after {took:.0f} s"
+    run.assert_clean()
+
+
+@pytest.mark.parametrize("backend", MULTI)
+def test_learner_that_dies_frees_producers(tmp_path: Path, backend: str) -> None:
+    """The explorers wait on the ratio gate for a learner that is gone: they must be let go
+    at once, not after the gate's 60 s timeout."""
+    _skip_without_ray(backend)
+    run = Run(write_team(tmp_path, backend, learner_fault="exit"), tmp_path / "runs")
+    run.wait_members({"target"})
+    t0 = time.monotonic()
+    output = run.finish(timeout=240)
+    took = time.monotonic() - t0
+    assert run.proc.returncode == 1, output
+    assert "member 'target' died" in output, output
+    assert took < 40, f"the run took {took:.0f} s to end after its learner died"
+    run.assert_clean()
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_ctrl_c_exits_130_with_a_resumable_checkpoint(tmp_path: Path, backend: str) -> None:
+    _skip_without_ray(backend)
+    run = Run(write_team(tmp_path, backend, total=200_000), tmp_path / "runs")
+    run.wait_members({"target", "explorer-0", "explorer-1"})
+    os.killpg(run.proc.pid, signal.SIGINT)
+    output = run.finish(timeout=120)
+    assert run.proc.returncode == 130, output
+    payload = ckpt.load(run.run_dir / "checkpoints" / "latest.pt")
+    assert set(payload["members"]) == {"target", "explorer-0", "explorer-1"}
+    assert 0 < payload["run"]["env_steps"] < 200_000
+    run.assert_clean()

@@ -1,0 +1,63 @@
+"""Algorithms that misbehave on purpose, for the fault tests (``algo = "w2_faults:FaultyPPO"``).
+
+Each acts like its parent until its ``fault_at``-th ``act`` call, then: ``"exit"`` ends its
+process at once (a crash: no traceback, no message), ``"raise"`` raises, ``"hang"`` sleeps
+forever (a member stuck in its env or a C call). The tests put ``tests/`` on PYTHONPATH so
+member processes and Ray workers import this module by name.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from agents.ddpg import DDPG
+from agents.ddpg import Params as DDPGParams
+from agents.ppo import PPO
+from agents.ppo import Params as PPOParams
+from wheeler2.agent import ActOut
+
+
+def _misbehave(fault: str) -> None:
+    if fault == "exit":
+        os._exit(3)
+    if fault == "raise":
+        raise RuntimeError("injected fault")
+    if fault == "hang":
+        while True:
+            time.sleep(3600)
+
+
+@dataclass
+class FaultyPPOParams(PPOParams):
+    fault: str = ""  # "", "exit", "raise", "hang"
+    fault_at: int = 0  # act() calls before the fault
+
+
+class FaultyPPO(PPO):
+    Params = FaultyPPOParams
+
+    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+        self._calls = getattr(self, "_calls", 0) + 1
+        if self.params.fault and explore and self._calls > self.params.fault_at:
+            _misbehave(self.params.fault)
+        return super().act(obs, explore)
+
+
+@dataclass
+class FaultyDDPGParams(DDPGParams):
+    fault: str = ""
+    fault_at: int = 0
+
+
+class FaultyDDPG(DDPG):
+    Params = FaultyDDPGParams
+
+    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+        self._calls = getattr(self, "_calls", 0) + 1
+        if self.params.fault and explore and self._calls > self.params.fault_at:
+            _misbehave(self.params.fault)
+        return super().act(obs, explore)

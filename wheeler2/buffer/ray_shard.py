@@ -1,0 +1,328 @@
+"""The central replay across Ray: shard actors, and a client with the local :class:`Replay`'s
+interface (``writer``, ``can_sample``, ``sample``, ``update_priorities``, ``stats``, ``finish``,
+``close``), so the member loop uses either without knowing which.
+
+* members stage their transitions locally (:class:`RemoteWriter`) and send ``chunk`` vector steps
+  per remote call to their home shard (member index % shards); the shard replays them into a
+  real :class:`Writer`, so episode ids, n-step links and HER episodes are exactly the local
+  backend's;
+* the learner pulls several batches per call from every shard, one call in flight per shard,
+  and sends priorities back in batches;
+* the ratio gate is each shard's own rule, awaited inside the (async) shard actor: a producer's
+  insert call is not served while it is too far ahead, and a sample call is served only with the
+  batches the gate allows. Producers keep at most one insert in flight, so an unserved call
+  stops them.
+
+Only imported by the ray backend (it imports ``ray``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+import ray
+
+BATCHES_PER_CALL = 8  # replay batches per sample call: ~1 ms of call latency over ~8 updates
+SAMPLE_WAIT_S = 1.0  # how long a shard holds an unservable sample call before answering empty
+
+
+@ray.remote(num_cpus=0)
+class ReplayShard:
+    """One shard of the central replay: a :class:`wheeler2.buffer.Replay` owned by this actor.
+
+    An async actor: every call runs on one event loop, so the Replay is only ever touched by one
+    thread, while calls that must wait for the gate wait as coroutines without blocking others.
+    Its shared memory is unlinked by :meth:`close` (the driver calls it on every ending), by
+    ``__ray_shutdown__`` when Ray ends the actor gracefully, and otherwise by the next run's
+    sweep of segments whose creator is gone (:func:`wheeler2.buffer.shm.sweep_stale`).
+    """
+
+    def __init__(self, spec: Any, shard: int) -> None:
+        from wheeler2.buffer.shm import sweep_stale
+        from wheeler2.runtime.build import set_compute_threads
+
+        set_compute_threads()
+        sweep_stale()  # this node's leftovers of killed runs (the driver sweeps its own node)
+        self.replay = spec.create()
+        self.shard = shard
+        self.timeout_s = float(spec.cfg.timeout_s)
+        self.writers: dict[str, Any] = {}
+        self.released = False
+        self.last_update = time.time()
+        self._changed: asyncio.Condition | None = None
+
+    def _cond(self) -> asyncio.Condition:
+        if self._changed is None:  # created on the actor's event loop, not in __init__
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    async def _notify(self) -> None:
+        cond = self._cond()
+        async with cond:
+            cond.notify_all()
+
+    async def _wait(self, ready: Any, limit_s: float) -> bool:
+        cond = self._cond()
+        deadline = time.monotonic() + limit_s
+        async with cond:
+            while not (ready() or self.released):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                try:
+                    await asyncio.wait_for(cond.wait(), timeout=min(left, 1.0))
+                except TimeoutError:
+                    pass
+        return True
+
+    async def ready(self) -> int:
+        """The actor's pid: its segments are named after it."""
+        return os.getpid()
+
+    async def insert(self, producer: str, steps: dict[str, np.ndarray], wait: bool) -> int:
+        """Stage ``T`` vector steps (arrays shaped [T, num_envs, ...]) into ``producer``'s writer.
+
+        Not served while the producer runs too far ahead of the learner, unless ``wait`` is
+        False (the learner's own steps: the gate waits on the learner).
+        """
+        gate = self.replay.gate
+        if wait and gate.enabled:
+            while not await self._wait(gate.producer_may_insert, 5.0):
+                # Time out on silence from the learner, not on total waiting.
+                if time.time() - self.last_update > self.timeout_s:
+                    from wheeler2.buffer import ReplayTimeout
+
+                    raise ReplayTimeout(
+                        f"shard {self.shard}: no update for {self.timeout_s:.0f} s: the learner "
+                        "may have died or stopped sampling"
+                    )
+        writer = self.writers.get(producer)
+        obs = steps["obs"]
+        if writer is None:
+            writer = self.writers[producer] = self.replay.writer(num_envs=obs.shape[1], block=False)
+        for t in range(obs.shape[0]):
+            writer.add(**{k: v[t] for k, v in steps.items()})
+        await self._notify()
+        return int(obs.shape[0])
+
+    async def flush(self, producer: str) -> None:
+        writer = self.writers.get(producer)
+        if writer is not None:
+            writer.flush()
+            await self._notify()
+
+    async def sample(self, batches: int, wait_s: float) -> dict[str, Any]:
+        """Up to ``batches`` batches, stacked key by key ([n, B, ...]); waits up to ``wait_s``
+        for the gate to allow the first one and answers with n = 0 if it does not."""
+        replay = self.replay
+        out: list[dict[str, np.ndarray]] = []
+        if wait_s <= 0 or await self._wait(replay.can_sample, wait_s):
+            while len(out) < batches and replay.can_sample():
+                out.append(replay.sample(timeout=0.0))
+        if out:
+            self.last_update = time.time()
+            await self._notify()
+        stacked = {k: np.stack([b[k] for b in out]) for k in out[0]} if out else {}
+        return {"n": len(out), "batch": stacked, "stats": replay.stats()}
+
+    async def update_priorities(self, items: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        for index, td in items:
+            self.replay.update_priorities(index, td)
+
+    async def release(self) -> None:
+        """The run is stopping: serve every waiting producer so that it can see the stop."""
+        self.released = True
+        await self._notify()
+
+    async def stats(self) -> dict[str, float]:
+        return self.replay.stats()
+
+    async def state_dict(self) -> dict[str, Any]:
+        for writer in self.writers.values():
+            writer.flush()
+        return self.replay.state_dict()
+
+    async def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.replay.load_state_dict(state)
+
+    async def close(self) -> None:
+        """Unlink the shard's shared memory (idempotent)."""
+        self.replay.close()
+
+    def __ray_shutdown__(self) -> None:
+        self.replay.close()
+
+
+class RemoteWriter:
+    """Member-side staging with the Writer's ``add`` / ``flush``: ``chunk`` vector steps per
+    remote call, at most one call in flight (waiting on it is how the gate stops a producer)."""
+
+    def __init__(self, shard: Any, producer: str, chunk: int, wait: bool, layout: Any) -> None:
+        self.layout = layout  # what Member reads to know whether the buffer stores logp
+        self.shard = shard
+        self.producer = producer
+        self.chunk = max(1, int(chunk))
+        self.wait_on_gate = wait
+        self.staged: dict[str, list[np.ndarray]] = {}
+        self.count = 0
+        self.in_flight: Any = None
+        self.sent = 0
+
+    def add(
+        self,
+        obs: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        **optional: np.ndarray | None,
+    ) -> None:
+        """Stage one vector step: ``Writer.add``'s arguments, forwarded by name to the shard's
+        writer, so optional ones (``logp``, goals, ``valid``) need nothing here."""
+        values = {
+            "obs": obs,
+            "action": action,
+            "reward": reward,
+            "next_obs": next_obs,
+            "terminated": terminated,
+            "truncated": truncated,
+            **optional,
+        }
+        for key, value in values.items():
+            if value is not None:
+                # A copy: env adapters may hand out the same array again on the next step.
+                self.staged.setdefault(key, []).append(np.array(value))
+        self.count += 1
+        if self.count >= self.chunk:
+            self._send()
+
+    def _send(self) -> None:
+        if not self.count:
+            return
+        steps = {k: np.stack(v) for k, v in self.staged.items()}
+        self.staged = {}
+        self.count = 0
+        self._wait()
+        self.in_flight = self.shard.insert.remote(self.producer, steps, self.wait_on_gate)
+
+    def _wait(self) -> None:
+        if self.in_flight is not None:
+            self.sent += ray.get(self.in_flight)
+            self.in_flight = None
+
+    def flush(self) -> None:
+        self._send()
+        self._wait()
+        ray.get(self.shard.flush.remote(self.producer))
+
+
+class ShardedReplay:
+    """A member's view of the shards, with the local :class:`Replay`'s methods.
+
+    Producers write to their home shard; the learner keeps one sample call in flight per shard,
+    each bringing up to ``BATCHES_PER_CALL`` batches. ``can_sample`` never blocks.
+    """
+
+    def __init__(self, shards: list[Any], layout: Any, chunk: int, producer: str, home: int):
+        self.shards = shards
+        self.layout = layout
+        self.chunk = int(chunk)
+        self.producer = producer
+        self.home = shards[home % len(shards)]
+        self.batches = BATCHES_PER_CALL
+        self.queue: deque[tuple[int, dict[str, np.ndarray]]] = deque()
+        self.in_flight: dict[Any, int] = {}
+        self.priorities: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in shards]
+        self.shard_stats: list[dict[str, float]] = [{} for _ in shards]
+        self._last = 0
+        self.finished = False
+
+    # -- producer side --
+    def writer(self, num_envs: int, block: bool | None = None) -> RemoteWriter:
+        return RemoteWriter(self.home, self.producer, self.chunk, bool(block), self.layout)
+
+    # -- learner side --
+    def _issue(self, i: int, wait_s: float = SAMPLE_WAIT_S) -> None:
+        self.in_flight[self.shards[i].sample.remote(self.batches, wait_s)] = i
+
+    def _take(self, ref: Any) -> int:
+        i = self.in_flight.pop(ref)
+        reply = ray.get(ref)
+        self.shard_stats[i] = reply["stats"]
+        batch = reply["batch"]
+        for j in range(reply["n"]):
+            # Copies: arrays that come out of the object store are read-only.
+            self.queue.append((i, {k: np.array(v[j]) for k, v in batch.items()}))
+        return int(reply["n"])
+
+    def _poll(self) -> None:
+        if self.finished:
+            return
+        busy = set(self.in_flight.values())
+        for i in range(len(self.shards)):
+            if i not in busy:
+                self._issue(i)
+        ready, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=0)
+        for ref in ready:
+            i = self.in_flight[ref]
+            self._take(ref)
+            self._issue(i)
+
+    def can_sample(self) -> bool:
+        if not self.queue:
+            self._poll()
+        return bool(self.queue)
+
+    def sample(self, batch_size: int | None = None, timeout: float | None = None) -> dict:
+        while not self.queue:
+            self._poll()
+            if not self.queue:
+                ray.wait(list(self.in_flight), num_returns=1, timeout=timeout)
+        self._last, batch = self.queue.popleft()
+        return batch
+
+    def update_priorities(self, index: np.ndarray, td_error: np.ndarray) -> None:
+        pending = self.priorities[self._last]
+        pending.append((np.asarray(index), np.asarray(td_error, dtype=np.float32)))
+        if len(pending) >= self.batches:
+            self._send_priorities(self._last)
+
+    def _send_priorities(self, i: int) -> None:
+        if self.priorities[i]:
+            self.shards[i].update_priorities.remote(self.priorities[i])
+            self.priorities[i] = []
+
+    def finish(self) -> None:
+        """The budget is spent: collect what is in flight, then every batch the gates still
+        allow, so that the last updates are taken as in the local backend."""
+        self.finished = True
+        while self.in_flight:
+            self._take(next(iter(self.in_flight)))
+        got = 1
+        while got:
+            refs = [s.sample.remote(self.batches, 0.0) for s in self.shards]
+            got = 0
+            for i, ref in enumerate(refs):
+                self.in_flight[ref] = i
+                got += self._take(ref)
+
+    def stats(self) -> dict[str, float]:
+        inserts = sum(s.get("inserts", 0) for s in self.shard_stats)
+        updates = sum(s.get("updates", 0) for s in self.shard_stats)
+        ratios = [s["updates_per_insert"] for s in self.shard_stats if "updates_per_insert" in s]
+        return {
+            "inserts": inserts,
+            "updates": updates,
+            "updates_per_insert": float(np.mean(ratios)) if ratios else 0.0,
+        }
+
+    def close(self) -> None:
+        """Send the priorities still batched here; the shards belong to the driver."""
+        for i in range(len(self.shards)):
+            self._send_priorities(i)

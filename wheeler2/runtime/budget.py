@@ -1,0 +1,67 @@
+"""The step budget of the serial and local backends: one small block of shared counters.
+
+``block[GRANTED]`` counts env steps handed out, ``block[STEPS + i]`` the steps member ``i``
+took; claims take the lock, so the run ends at exactly ``total_steps`` (or as close as a whole
+vector step of the last member allows). The same class serves one process (a numpy array and no
+lock) and many (a ``multiprocess`` shared array and lock). The Ray backend's budget is claimed
+from its board instead (``runtime.ray_backend``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import numpy as np
+
+GRANTED, REQUEST, STOP, STEPS = 0, 1, 2, 3
+
+
+def new_block(member_steps: list[int], shared: Any | None = None) -> Any:
+    """Counters for a team whose members took ``member_steps`` so far (resume); ``shared`` is a
+    multiprocess context for a block the member processes can see, None for one process."""
+    values = [sum(member_steps), 0, 0, *member_steps]
+    if shared is None:
+        return np.array(values, np.int64)
+    return shared.Array("q", values, lock=False)
+
+
+class CountingBudget:
+    """One member's view of the block (see :class:`wheeler2.runtime.member.Budget`)."""
+
+    def __init__(self, block: Any, lock: Any | None, slot: int, total_steps: int) -> None:
+        self.block = block
+        self.lock = lock if lock is not None else contextlib.nullcontext()
+        self.slot = STEPS + slot
+        self.total = int(total_steps)
+
+    def claim(self, n: int) -> bool:
+        block = self.block
+        with self.lock:
+            if block[STOP] or block[GRANTED] + n > self.total:
+                return False
+            block[GRANTED] += n
+        return True
+
+    def settle(self, claimed: int, used: int) -> None:
+        self.block[self.slot] += used
+        if used < claimed:
+            with self.lock:
+                self.block[GRANTED] -= claimed - used
+
+    def run_steps(self, own: int) -> int:
+        return int(sum(self.block[STEPS:]))
+
+    def stopped(self) -> bool:
+        return bool(self.block[STOP])
+
+    def request(self) -> int:
+        return int(self.block[REQUEST])
+
+
+def run_steps(block: Any) -> int:
+    return int(sum(block[STEPS:]))
+
+
+def member_steps(block: Any, slot: int) -> int:
+    return int(block[STEPS + slot])

@@ -1,0 +1,241 @@
+"""The coordinator: one loop for every backend that reads the members' messages, records evals,
+assembles checkpoints, notices members that died or hang, and stops the team.
+
+Where members run and how their messages travel is a :class:`Transport`, the only thing a
+backend writes (``serial``: members stepped in this process; ``local``: one process and pipe
+per member; ``ray``: actors and a board). Paths out are the same everywhere: a member that
+raised, died or stopped sending heartbeats ends the run with :class:`MemberFailed` naming it
+(exit 1); Ctrl-C / SIGTERM end it with ``KeyboardInterrupt`` (exit 130). Both write a final
+checkpoint and summary first.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Protocol
+
+from wheeler2.runtime.experiment import MemberFailed, Recorder, shield_shutdown
+from wheeler2.runtime.messages import (
+    Evaluated,
+    Failed,
+    Figures,
+    Finished,
+    Message,
+    Started,
+    StateReply,
+)
+
+STOP_GRACE_S = 10.0  # members get this long to finish a step and send their final state
+POLL_S = 0.1
+# A member that has not reported Started may still be importing torch, building envs (a Unity
+# build, env subprocesses) or waiting for Ray to place it: it gets at least this long.
+START_GRACE_S = 120.0
+
+
+class Transport(Protocol):
+    """What a backend provides the coordinator: where members run, how messages travel."""
+
+    def receive(self, timeout: float) -> list[Message]:
+        """Messages that arrived (waiting up to ``timeout`` for the first)."""
+
+    def failures(self) -> dict[str, str]:
+        """Members that are gone without finishing: name -> how (e.g. "exit code -9")."""
+
+    def env_steps(self) -> int:
+        """Env steps of the whole run so far."""
+
+    def request_states(self) -> int:
+        """Ask every member for its state (a checkpoint); returns the request number."""
+
+    def release(self) -> None:
+        """Nobody samples any more: producers waiting on the ratio gate may go."""
+
+    def stop(self) -> None:
+        """Members stop at their next step (and producers are released)."""
+
+    def kill(self, name: str) -> None:
+        """End a member that no longer responds."""
+
+    def replay_state(self) -> dict[str, Any] | None:
+        """The replay's contents for a checkpoint (``buffer.checkpoint = true``), or None."""
+
+
+class Coordinator:
+    def __init__(
+        self,
+        config: Any,
+        recorder: Recorder,
+        transport: Transport,
+        names: list[str],
+        lead: str,
+        payload: dict[str, Any],
+    ) -> None:
+        self.config = config
+        self.recorder = recorder
+        self.transport = transport
+        self.names = list(names)
+        self.lead = lead
+        self.heartbeat_s = float(config.experiment.heartbeat_s)
+        self.states: dict[str, Any] = dict(payload.get("members") or {}) if payload else {}
+        self.steps: dict[str, int] = dict(payload.get("member_steps") or {}) if payload else {}
+        self.figures: dict[str, dict[str, Any]] = {}
+        self.started: dict[str, Started] = {}
+        self.finished: set[str] = set()
+        self.errors: dict[str, str] = {}
+        self.pending: tuple[int, set[str]] | None = None  # checkpoint being assembled
+        now = time.monotonic()
+        self.last_seen = {n: now for n in self.names}
+        self.released = False
+
+    # -- the loop --
+    def supervise(self) -> dict[str, Any]:
+        interrupted = False
+        failed: str | None = None
+        try:
+            while len(self.finished) < len(self.names):
+                self._receive(POLL_S)
+                failed = self._find_failure()
+                if failed is not None or self.recorder.solved:
+                    break
+                env_steps = self.transport.env_steps()
+                self.recorder.state.env_steps = env_steps
+                if self.pending is None and self.recorder.checkpoint_due(env_steps):
+                    self.pending = (self.transport.request_states(), set())
+                if self.recorder.log_due():
+                    self.recorder.progress(env_steps, self.figures)
+        except KeyboardInterrupt:
+            interrupted = True
+        shield_shutdown(quiet=not (interrupted or failed))
+        if failed is not None:
+            print(f"\nmember {failed!r} {self._how(failed)}; stopping the team", flush=True)
+        self.transport.stop()
+        self.released = True
+        self._drain(STOP_GRACE_S)
+        self.recorder.state.env_steps = self.transport.env_steps()
+        self.recorder.save_checkpoint(self._payload())
+        members = {
+            n: {**self.figures.get(n, {}), **(self.started[n].where if n in self.started else {})}
+            for n in self.names
+        }
+        summary = self.recorder.finish(members, interrupted=interrupted or failed is not None)
+        if failed is not None:
+            detail = self.errors[failed]
+            print(f"member {failed!r} failed; the team was stopped and checkpointed.\n{detail}")
+            raise MemberFailed(failed, detail)
+        if interrupted:
+            raise KeyboardInterrupt
+        return summary
+
+    def _receive(self, timeout: float) -> None:
+        for message in self.transport.receive(timeout):
+            self._handle(message)
+
+    def _handle(self, message: Message) -> None:
+        name = message.member
+        self.last_seen[name] = time.monotonic()
+        if isinstance(message, Figures):
+            self.figures[name] = message.values
+            self.recorder.scalars(name, self.transport.env_steps(), message.values)
+        elif isinstance(message, Evaluated):
+            recorder = self.recorder
+            recorder.state.env_steps = max(self.transport.env_steps(), message.env_steps)
+            best = recorder.record_eval(message.env_steps, message.result)
+            self.states[name] = message.state
+            if best:
+                recorder.save_checkpoint(self._payload(), best=True)
+        elif isinstance(message, StateReply):
+            self.states[name], self.steps[name] = message.state, message.env_steps
+            if self.pending is not None and message.request == self.pending[0]:
+                self.pending[1].add(name)
+                if self.pending[1] >= self._running():
+                    self.recorder.save_checkpoint(self._payload())
+                    self.pending = None
+        elif isinstance(message, Finished):
+            self.states[name], self.steps[name] = message.state, message.env_steps
+            self.finished.add(name)
+            if name == self.lead and not self.released:
+                self.released = True
+                self.transport.release()
+        elif isinstance(message, Started):
+            self.started[name] = message
+            self._write_members()
+        elif isinstance(message, Failed):
+            self.errors.setdefault(name, message.detail)
+
+    def _running(self) -> set[str]:
+        return set(self.names) - self.finished - set(self.errors)
+
+    # -- faults --
+    def _find_failure(self) -> str | None:
+        if self.errors:
+            return next(iter(self.errors))
+        gone = {n: how for n, how in self.transport.failures().items() if n not in self.finished}
+        if gone:
+            # A member that raised sends its traceback before it exits: give it a moment.
+            self._receive(0.2)
+            if self.errors:
+                return next(iter(self.errors))
+            name, how = next(iter(gone.items()))
+            self.errors[name] = f"its process is gone ({how})"
+            return name
+        now = time.monotonic()
+        for name in self._running():
+            limit = self.heartbeat_s
+            if name not in self.started:
+                limit = max(limit, START_GRACE_S)
+            silent = now - self.last_seen[name]
+            if silent > limit:
+                self.transport.kill(name)
+                self.errors[name] = (
+                    f"sent nothing for {silent:.0f} s (heartbeat_s = {self.heartbeat_s:g}): it "
+                    f"hangs (stopped, or stuck in its env); it was killed"
+                )
+                return name
+        return None
+
+    def _how(self, name: str) -> str:
+        detail = self.errors.get(name, "")
+        if detail.startswith("sent nothing"):
+            return "hangs"
+        if detail.startswith("its process is gone"):
+            return "died"
+        return "raised"
+
+    def _drain(self, grace_s: float) -> None:
+        """After the stop: collect the final states of the members still running."""
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            gone = self.transport.failures()
+            waiting = [n for n in self._running() if n not in gone]
+            if not waiting:
+                break
+            self._receive(POLL_S)
+        self._receive(0.0)
+
+    def _payload(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"members": dict(self.states), "member_steps": dict(self.steps)}
+        if self.config.buffer.checkpoint:
+            replay = self.transport.replay_state()
+            if replay is not None:
+                out["replay"] = replay
+        return out
+
+    def _write_members(self) -> None:
+        """Which process is which member, and what it drives and syncs, for a person (or a
+        test) looking at the run from outside."""
+        run_dir = self.recorder.run_dir
+        started = self.started
+        (run_dir / "members.json").write_text(
+            json.dumps({n: s.pid for n, s in started.items()}, indent=1)
+        )
+        team = {
+            n: {
+                "pid": s.pid,
+                "agents": None if s.agents is None else list(s.agents),
+                "synced": list(s.synced),
+                **s.where,
+            }
+            for n, s in started.items()
+        }
+        (run_dir / "team.json").write_text(json.dumps(team, indent=1))
