@@ -198,7 +198,9 @@ def case_a(capacity: int, seconds: float) -> list[tuple]:
     rb = cpprb.PrioritizedReplayBuffer(capacity, cpprb_env(), alpha=0.6)
     fill_cpprb(rb, capacity)
     layout = Layout(obs_dim=OBS, act_dim=ACT)
-    cfg = ReplayConfig(capacity=capacity, batch_size=BATCH, updates_per_insert=0, min_size=1)
+    cfg = ReplayConfig(
+        capacity=capacity, batch_size=BATCH, prioritized=True, updates_per_insert=0, min_size=1
+    )
     with Replay.create(layout, cfg, gamma=0.99) as replay:
         fill_wheeler(replay, capacity)
         base, ours = interleaved(
@@ -229,7 +231,9 @@ def case_b(capacity: int, seconds: float, rate: float) -> list[tuple]:
     )
     rb = None  # free its shared memory before ours is allocated
     layout = Layout(obs_dim=OBS, act_dim=ACT)
-    cfg = ReplayConfig(capacity=capacity, batch_size=BATCH, updates_per_insert=0, min_size=1)
+    cfg = ReplayConfig(
+        capacity=capacity, batch_size=BATCH, prioritized=True, updates_per_insert=0, min_size=1
+    )
     mp = multiprocess.get_context("spawn")
     with Replay.create(layout, cfg, gamma=0.99) as replay:
         fill_wheeler(replay, capacity // 10)
@@ -253,6 +257,7 @@ def case_c(capacity: int, seconds: float) -> list[tuple]:
     cfg = ReplayConfig(
         capacity=capacity,
         batch_size=BATCH,
+        prioritized=True,
         updates_per_insert=0,
         min_size=1,
         her=HerConfig("future", 4),

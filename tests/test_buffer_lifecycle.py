@@ -235,7 +235,9 @@ def test_handle_pickles_with_pickle_and_dill() -> None:
 
 
 def test_checkpoint_round_trip_through_weights_only_load() -> None:
-    cfg = ReplayConfig(capacity=32, batch_size=16, min_size=1, updates_per_insert=0, n_step=2)
+    cfg = ReplayConfig(
+        capacity=32, batch_size=16, prioritized=True, min_size=1, updates_per_insert=0, n_step=2
+    )
     with Replay.create(LAYOUT, cfg, gamma=0.9, seed=5) as a:
         w = a.writer(num_envs=2)
         for t in range(25):  # wraps

@@ -28,7 +28,14 @@ def _fill(replay: Replay, n: int, discrete: bool = False) -> None:
 @pytest.fixture
 def replay():
     cfg = ReplayConfig(
-        capacity=8, batch_size=64, alpha=0.6, beta=0.4, eps=1e-6, updates_per_insert=0, min_size=1
+        capacity=8,
+        batch_size=64,
+        prioritized=True,
+        alpha=0.6,
+        beta=0.4,
+        eps=1e-6,
+        updates_per_insert=0,
+        min_size=1,
     )
     r = Replay.create(Layout(obs_dim=3, act_dim=2, logp=True), cfg, gamma=0.9, seed=3)
     yield r
@@ -69,7 +76,13 @@ def test_new_items_get_the_max_priority(replay: Replay) -> None:
 
 def test_beta_anneals_linearly_to_one() -> None:
     cfg = ReplayConfig(
-        capacity=16, batch_size=32, beta=0.4, beta_steps=10, updates_per_insert=0, min_size=1
+        capacity=16,
+        batch_size=32,
+        prioritized=True,
+        beta=0.4,
+        beta_steps=10,
+        updates_per_insert=0,
+        min_size=1,
     )
     with Replay.create(Layout(obs_dim=3, act_dim=2, logp=True), cfg, gamma=0.9) as r:
         _fill(r, 4)
