@@ -61,3 +61,18 @@ class FaultyDDPG(DDPG):
         if self.params.fault and explore and self._calls > self.params.fault_at:
             _misbehave(self.params.fault)
         return super().act(obs, explore)
+
+
+_reward_calls = 0
+
+
+def nan_after_300(obs, action, next_obs, achieved_goal, desired_goal, info) -> np.ndarray:
+    """A reward head that turns NaN after 300 calls (a bug in a user's reward code)."""
+    global _reward_calls
+    _reward_calls += 1
+    return np.full(len(obs), np.nan if _reward_calls > 300 else 0.0, np.float32)
+
+
+def huge(obs, action, next_obs, achieved_goal, desired_goal, info) -> np.ndarray:
+    """A finite reward so large that the critic's squared TD error overflows to inf."""
+    return np.full(len(obs), 3e38, np.float32)

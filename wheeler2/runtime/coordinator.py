@@ -200,6 +200,8 @@ class Coordinator:
             return "hangs"
         if detail.startswith("its process is gone"):
             return "died"
+        if "non-finite value" in detail.splitlines()[0]:
+            return "produced a non-finite value"
         return "raised"
 
     def _drain(self, grace_s: float) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,9 +65,11 @@ def member_main(args: MemberArgs) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         _run(args)
-    except BaseException:
+    except BaseException as exc:
+        from wheeler2.runtime.member import failure_detail
+
         try:
-            args.conn.send(Failed(args.plan.name, traceback.format_exc()))
+            args.conn.send(Failed(args.plan.name, failure_detail(exc)))
         except (BrokenPipeError, EOFError, OSError):
             pass  # the coordinator is gone (it was killed): there is nobody left to tell
         # The coordinator prints the traceback it was sent; a plain exit avoids a second copy.

@@ -10,6 +10,7 @@ a :class:`WeightSource` on syncing explorers).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import deque
@@ -35,6 +36,44 @@ from wheeler2.runtime.messages import (
 from wheeler2.task import RewardHeads
 
 REPORT_EVERY_S = 2.0  # figures, which are also the member's heartbeat
+
+
+class NonFiniteError(RuntimeError):
+    """A reward head or a loss turned NaN or infinite: learning from it would poison every
+    network and the replay, so the member stops before the value is stored or applied again."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.member = ""
+        self.env_steps: int | None = None
+        super().__init__(what)
+
+    def __str__(self) -> str:
+        at = "" if self.env_steps is None else f" at env step {self.env_steps:,}"
+        who = f"member {self.member!r}: " if self.member else ""
+        return (
+            f"{who}non-finite value: {self.what}{at}; the run stopped and kept the last "
+            f"checkpoint from before it"
+        )
+
+
+def failure_detail(exc: BaseException) -> str:
+    """What a member that raised tells the coordinator: one line for a non-finite value (its
+    own message says everything), the traceback otherwise."""
+    import traceback
+
+    if isinstance(exc, NonFiniteError):
+        return str(exc)
+    return "".join(traceback.format_exception(exc))
+
+
+def _check_losses(metrics: dict[str, float]) -> None:
+    # Losses only: a statistic such as explained variance is legitimately NaN on a flat batch.
+    for key, value in metrics.items():
+        if "loss" in key and not math.isfinite(value):
+            raise NonFiniteError(f"loss {key!r} is {value}")
+
+
 PUBLISH_EVERY = 50  # learner updates (on-policy: env steps) between weight publishes
 
 
@@ -110,6 +149,10 @@ class Member:
             st.infos,
             st.reward,
         )
+        if not np.isfinite(reward).all():
+            bad = int(np.flatnonzero(~np.isfinite(reward).all(axis=0))[0])
+            value = reward[:, bad][~np.isfinite(reward[:, bad])][0]
+            raise NonFiniteError(f"reward head {self.heads.names[bad]!r} is {value}")
         metrics = self.agent.observe(
             Transitions(
                 obs=pin,
@@ -124,6 +167,7 @@ class Member:
             )
         )
         if metrics:
+            _check_losses(metrics)
             self.last_metrics.update(metrics)
         if self.writer is not None:
             logp = out.logp
@@ -196,7 +240,11 @@ class Trainer:
 
     def _step(self, sample: dict[str, np.ndarray]) -> None:
         out = self.agent.learn(Batch.from_numpy(sample, self.agent.device))
+        # Metrics are host floats already (one sync per update), so the check costs microseconds.
+        _check_losses(out.metrics)
         if out.td_error is not None:
+            if not np.isfinite(out.td_error).all():
+                raise NonFiniteError("the TD error is not finite")
             self.replay.update_priorities(sample["index"], out.td_error)
         self.updates += 1
         for k, v in out.metrics.items():
@@ -380,11 +428,20 @@ class MemberLoop:
         if not budget.claim(want):
             self.stopped = budget.stopped()
             return False
-        used = self.member.step()
-        budget.settle(want, used)
-        if self.learner:
-            self._learn()
-        elif self.source is not None and self.member.stats.env_steps >= self.next_sync:
+        try:
+            used = self.member.step()
+            budget.settle(want, used)
+            if self.learner:
+                self._learn()
+        except NonFiniteError as exc:
+            exc.member = self.plan.name
+            exc.env_steps = budget.run_steps(self.member.stats.env_steps)
+            raise
+        if (
+            not self.learner
+            and self.source is not None
+            and self.member.stats.env_steps >= self.next_sync
+        ):
             self.source.pull()
             self.next_sync += self.sync_every
         request = budget.request()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import socket
-import traceback
 import uuid
 from pathlib import Path
 from typing import Any
@@ -302,10 +301,12 @@ class MemberActor:
         board = args["board"]
         try:
             _run_member(args)
-        except BaseException:
+        except BaseException as exc:
+            from wheeler2.runtime.member import failure_detail
+
             # The traceback as text, posted before the call fails, so the driver names this
             # member's own frames; Ray's wrapper would add its frames around them.
-            ray.get(board.post.remote(Failed(args["plan"].name, traceback.format_exc())))
+            ray.get(board.post.remote(Failed(args["plan"].name, failure_detail(exc))))
             raise
         # Same-caller calls run in order: once this returns, every post above has been handled.
         ray.get(board.ping.remote())

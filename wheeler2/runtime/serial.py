@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from wheeler2.runtime.experiment import (
     interrupt_on_sigterm,
     load_resume_state,
 )
-from wheeler2.runtime.member import MemberLoop, Wiring
+from wheeler2.runtime.member import MemberLoop, Wiring, failure_detail
 from wheeler2.runtime.messages import Failed, Message
 
 
@@ -113,8 +112,8 @@ class SerialTransport:
                 going = False
             except KeyboardInterrupt:
                 raise
-            except Exception:
-                self.inbox.append(Failed(name, traceback.format_exc()))
+            except Exception as exc:
+                self.inbox.append(Failed(name, failure_detail(exc)))
                 going = False
             if not going:
                 self.done.add(name)
