@@ -292,3 +292,22 @@ def test_ctrl_c_exits_130_with_a_resumable_checkpoint(tmp_path: Path, backend: s
     assert set(payload["members"]) == {"target", "explorer-0", "explorer-1"}
     assert 0 < payload["run"]["env_steps"] < 200_000
     run.assert_clean()
+
+
+def test_ctrl_c_during_start_up_is_one_line(tmp_path: Path) -> None:
+    """Ctrl-C while the members are still importing and building: exit 130, no traceback."""
+    run = Run(write_team(tmp_path, "local", total=200_000), tmp_path / "runs")
+    deadline = time.monotonic() + 120
+    # The run directory appears once the team is built, right before the members are spawned.
+    while not list(run.out.glob("*/config.toml")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # the spawned members are importing torch
+    assert run.proc.poll() is None and not list(run.out.glob("*/members.json"))
+    os.killpg(run.proc.pid, signal.SIGINT)
+    output = run.finish(timeout=120)
+    assert run.proc.returncode == 130, output
+    assert "Traceback" not in output, output
+    if run.run_dir is None:
+        found = list(run.out.glob("*/members.json"))
+        run.members = json.loads(found[0].read_text()) if found else {}
+    run.assert_clean()

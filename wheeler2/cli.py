@@ -12,17 +12,10 @@ import traceback
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from wheeler2.checkpoint import CheckpointError
-from wheeler2.config import (
-    Config,
-    ConfigDeprecationWarning,
-    ConfigError,
-    check_with_env,
-    load,
-)
-from wheeler2.runtime.experiment import MemberFailed
+if TYPE_CHECKING:
+    from wheeler2.config import Config
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -41,11 +34,21 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("wheeler2")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wheeler2",
         description="Cooperative multi-algorithm reinforcement learning, declared in TOML.",
     )
+    parser.add_argument("--version", action="version", version=f"wheeler2 {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run an experiment file")
@@ -75,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load(path: Path, overrides: Sequence[str] = (), **kwargs: Any) -> Config:
     """``config.load``, with renamed-key warnings as one plain stderr line each."""
+    from wheeler2.config import ConfigDeprecationWarning, load
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConfigDeprecationWarning)
         config = load(path, overrides, **kwargs)
@@ -94,6 +99,8 @@ def _describe(config: Config) -> str:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from wheeler2.config import check_with_env
+
     config = _load(args.file, args.overrides)
     # Builds the env once: HER needs goals, the buffer must fit in memory (not done by `run`,
     # which builds the env anyway and fails there).
@@ -198,7 +205,15 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Parsed before anything heavy is imported: --help and usage errors answer at once.
     args = build_parser().parse_args(argv)
+    try:
+        from wheeler2.checkpoint import CheckpointError
+        from wheeler2.config import ConfigError
+        from wheeler2.runtime.experiment import MemberFailed
+    except KeyboardInterrupt:  # Ctrl-C while torch is being imported
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     try:
         return COMMANDS[args.command](args)
     except (ConfigError, UsageError, CheckpointError) as exc:  # CheckpointError: eval, resume

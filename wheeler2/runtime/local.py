@@ -165,7 +165,14 @@ class LocalTransport:
             proc = self.ctx.Process(
                 target=member_main, args=(args,), name=f"wheeler2-{p.name}", daemon=True
             )
-            proc.start()
+            # Started with Ctrl-C ignored (a disposition the child inherits): a Ctrl-C at the
+            # terminal reaches the whole group, and a member still importing torch would
+            # otherwise die with a traceback; the coordinator alone stops the team.
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                proc.start()
+            finally:
+                signal.signal(signal.SIGINT, previous)
             writer_end.close()
             self.procs[p.name] = proc
             self.conns[reader] = p.name
