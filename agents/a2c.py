@@ -41,7 +41,7 @@ class Params:
     # Bounds in the fields are checked by the config reader against [team.params].
     n_steps: int = bounded(5, ge=1)  # vector steps between updates
     gamma: float = bounded(0.99, ge=0, le=1)
-    lr: float = bounded(7e-4, gt=0)
+    lr: float = bounded(7e-4, gt=0, le=1)  # a step size above 1 only diverges
     ent_coef: float = 0.0  # entropy bonus
     vf_coef: float = bounded(0.5, ge=0)
     max_grad_norm: float = bounded(0.5, gt=0)  # always applied, so 0 would zero every step

@@ -39,8 +39,8 @@ class Params:
     # Bounds in the fields are checked by the config reader against [team.params].
     gamma: float = bounded(0.98, ge=0, le=1)  # discount (the buffer applies it for n-step)
     tau: float = bounded(0.005, gt=0, le=1)  # Polyak rate of the target networks
-    lr_actor: float = bounded(1e-3, gt=0)
-    lr_critic: float = bounded(1e-3, gt=0)
+    lr_actor: float = bounded(1e-3, gt=0, le=1)  # Adam step sizes above 1 only diverge
+    lr_critic: float = bounded(1e-3, gt=0, le=1)
     hidden: list[int] = sizes(400, 300)  # actor and critic layers
     # Env steps of uniform random actions before the policy acts.
     learning_starts: int = bounded(10_000, ge=0)

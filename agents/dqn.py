@@ -31,7 +31,7 @@ from wheeler2.schema import bounded, choice, sizes
 class Params:
     # Bounds in the fields are checked by the config reader against [team.params].
     gamma: float = bounded(0.99, ge=0, le=1)  # discount (the buffer applies it for n-step)
-    lr: float = bounded(1e-4, gt=0)
+    lr: float = bounded(1e-4, gt=0, le=1)  # a step size above 1 only diverges
     hidden: list[int] = sizes(64, 64)
     learning_starts: int = bounded(1000, ge=0)  # env steps before the first gradient step
     eps_start: float = bounded(1.0, ge=0, le=1)  # epsilon-greedy exploration, decayed linearly

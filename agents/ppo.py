@@ -50,7 +50,7 @@ class Params:
     ent_coef: float = 0.0  # entropy bonus
     vf_coef: float = bounded(0.5, ge=0)
     max_grad_norm: float = bounded(0.5, gt=0)  # always applied, so 0 would zero every step
-    lr: float = bounded(3e-4, gt=0)
+    lr: float = bounded(3e-4, gt=0, le=1)  # a step size above 1 only diverges
     # "constant" | "linear": lr (clip_range) decays to 0 over total_steps.
     lr_schedule: str = choice("constant", ("constant", "linear"))
     clip_schedule: str = choice("constant", ("constant", "linear"))

@@ -267,7 +267,12 @@ def test_out_of_range_message_is_exact(write_config):
         ("[buffer]\nprioritized = 1", "[buffer]", "prioritized", "true or false, got 1"),
         ("[buffer]\nbeta = 1.5", "[buffer]", "beta", "a number in [0, 1], got 1.5"),
         ("[buffer]\nn_step = 0", "[buffer]", "n_step", "an integer >= 1, got 0"),
-        ("[buffer]\nupdates_per_insert = 0", "[buffer]", "updates_per_insert", "a number > 0"),
+        (
+            "[buffer]\nupdates_per_insert = 0",
+            "[buffer]",
+            "updates_per_insert",
+            "a number in (0, 1000]",
+        ),
         ('[buffer]\nher = { strategy = "all" }', "[buffer.her]", "strategy", "one of 'future'"),
         ("[buffer]\nher = 3", "[buffer]", "her", "a table, got 3"),
     ],

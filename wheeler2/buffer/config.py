@@ -68,7 +68,7 @@ class BufferConfig:
     beta: float = bounded(0.4, ge=0, le=1)  # importance-weight exponent, annealed to 1
     n_step: int = bounded(1, ge=1)
     # Learner gradient steps per inserted transition, enforced by the buffer.
-    updates_per_insert: float = bounded(1.0, gt=0)
+    updates_per_insert: float = bounded(1.0, gt=0, le=1000)  # more is a typo, not a ratio
     her: HerConfig | None = None
     checkpoint: bool = False  # save the buffer's contents with each checkpoint
     chunk: int = bounded(64, gt=0)  # transitions a producer stages before one bulk insert

@@ -6,11 +6,12 @@ import math
 import re
 from typing import Any
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def _key(k: str) -> str:
-    return k if _BARE_KEY.match(k) else _toml_string(k)
+    # fullmatch: with match and "$", a key ending in a newline would pass as a bare key.
+    return k if _BARE_KEY.fullmatch(k) else _toml_string(k)
 
 
 def _toml_string(s: str) -> str:
