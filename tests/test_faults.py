@@ -311,3 +311,29 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path: Path) -> None:
         found = list(run.out.glob("*/members.json"))
         run.members = json.loads(found[0].read_text()) if found else {}
     run.assert_clean()
+
+
+def test_members_leave_quietly_when_the_main_process_is_killed(tmp_path: Path) -> None:
+    """The coordinator SIGKILLed: members notice at their next report and exit without a
+    BrokenPipe traceback; the next run's sweep frees the shared memory the dead owner left."""
+    run = Run(write_team(tmp_path, "local"), tmp_path / "runs")
+    run.wait_members({"target", "explorer-0", "explorer-1"})
+    os.kill(run.proc.pid, signal.SIGKILL)
+    output = run.finish(timeout=60)
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in run.members.values()) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert not [n for n, pid in run.members.items() if _alive(pid)], "members outlived the run"
+    assert "Traceback" not in output and "BrokenPipe" not in output, output
+
+
+def test_a_run_that_fails_at_start_leaves_no_run_directory(tmp_path: Path) -> None:
+    cfg = write_team(tmp_path, "local")
+    # A kwarg Pendulum does not take: the team fails while it is built, before any member.
+    cfg.write_text(
+        cfg.read_text().replace('id = "Pendulum-v1"', 'id = "Pendulum-v1"\nkwargs = { x = 1 }')
+    )
+    run = Run(cfg, tmp_path / "runs")
+    output = run.finish(timeout=120)
+    assert run.proc.returncode != 0, output
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir()), output

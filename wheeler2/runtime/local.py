@@ -12,6 +12,7 @@ other members need.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ class MemberArgs:
     state: dict[str, Any] | None
     env_steps: int
     next_eval: int
+    coordinator_pid: int
 
 
 class _PipeLink:
@@ -63,6 +65,7 @@ def member_main(args: MemberArgs) -> None:
     # Ctrl-C reaches the whole process group; the coordinator alone decides how the team stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with(args.coordinator_pid)
     try:
         _run(args)
     except BaseException as exc:
@@ -76,6 +79,21 @@ def member_main(args: MemberArgs) -> None:
         sys.exit(1)
     finally:
         args.conn.close()
+
+
+def _die_with(coordinator_pid: int) -> None:
+    """Linux: SIGTERM this member when the coordinator dies, even by SIGKILL. Otherwise a member
+    waiting on the ratio gate would only notice after the gate's timeout, with nobody left to
+    tell (its shared memory is freed by the next run's sweep)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the gate's timeout ends the member
+        return
+    if os.getppid() != coordinator_pid:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _run(args: MemberArgs) -> None:
@@ -161,6 +179,7 @@ class LocalTransport:
                 state=state,
                 env_steps=env_steps,
                 next_eval=next_eval,
+                coordinator_pid=os.getpid(),
             )
             proc = self.ctx.Process(
                 target=member_main, args=(args,), name=f"wheeler2-{p.name}", daemon=True
