@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wheeler2 import checkpoint as ckpt
 from wheeler2.runtime.experiment import new_run_dir
 
+if TYPE_CHECKING:
+    from wheeler2.config import Config
 
-def run_experiment(config: Any, run_dir: Path | None = None, resume: bool = False) -> Path:
+
+def run_experiment(config: Config, run_dir: Path | None = None, resume: bool = False) -> Path:
     """Run (or resume) ``config``; returns the run directory holding every result.
 
     The directory is created once the team is built, so a run that fails at start leaves none.

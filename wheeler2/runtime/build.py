@@ -15,7 +15,7 @@ import torch
 
 from wheeler2 import registry
 from wheeler2.agent import Agent, SpaceInfo
-from wheeler2.config import HeadConfig
+from wheeler2.config import Config, HeadConfig
 from wheeler2.env import EnvInfo, VecEnv
 from wheeler2.task import Head, RewardHeads, Task, validate_heads
 
@@ -32,7 +32,7 @@ class MemberPlan:
     spec: Any  # the config's member spec
 
 
-def plan_team(config: Any) -> list[MemberPlan]:
+def plan_team(config: Config) -> list[MemberPlan]:
     plans: list[MemberPlan] = []
     for spec in config.team:
         for k in range(spec.count):
@@ -53,45 +53,42 @@ EVAL_RESET_SEED_OFFSET = 7  # the reset seed of every eval: each eval sees the s
 SHARD_SEED_STRIDE = 1_000  # replay shard i samples with seed * stride + i
 
 
-def member_seed(config: Any, plan: MemberPlan) -> int:
+def member_seed(config: Config, plan: MemberPlan) -> int:
     # Spread members far apart so their env copies (seed + i) never share a seed.
     return int(config.experiment.seed) * MEMBER_SEED_STRIDE + plan.index * MEMBER_SEED_SPACING
 
 
-def eval_env_seed(config: Any) -> int:
+def eval_env_seed(config: Config) -> int:
     return int(config.experiment.seed) + EVAL_ENV_SEED_OFFSET
 
 
-def eval_reset_seed(config: Any) -> int:
+def eval_reset_seed(config: Config) -> int:
     return int(config.experiment.seed) + EVAL_RESET_SEED_OFFSET
 
 
-def replay_seed(config: Any, shard: int = 0, shards: int = 1) -> int:
+def replay_seed(config: Config, shard: int = 0, shards: int = 1) -> int:
     seed = int(config.experiment.seed)
     return seed if shards == 1 else seed * SHARD_SEED_STRIDE + shard
 
 
-def make_env(config: Any, num_envs: int, seed: int, plan: MemberPlan | None = None) -> VecEnv:
+def make_env(config: Config, num_envs: int, seed: int, plan: MemberPlan | None = None) -> VecEnv:
     """``plan``'s own agents of a multi-agent env (its ``agents`` globs); without a plan, or
     when the member names none, the agents ``[env] kwargs`` select (default: all)."""
     agents = None if plan is None else plan.spec.agents
     return registry.make_env(config.env, num_envs, seed, agents=agents)
 
 
-def make_task(config: Any) -> Task | None:
-    task_cfg = getattr(config, "task", None)
-    spec = getattr(task_cfg, "spec", None) if task_cfg is not None else None
-    if not spec:
+def make_task(config: Config) -> Task | None:
+    if not config.task.spec:
         return None
-    cls = registry.resolve_object(spec)
+    cls = registry.resolve_object(config.task.spec)
     return cls()
 
 
-def make_heads(config: Any, env: VecEnv, task: Task | None) -> RewardHeads:
+def make_heads(config: Config, env: VecEnv, task: Task | None) -> RewardHeads:
     """The run's reward heads: the ``[[task.heads]]`` the file wrote, else those the task class
     declares (:func:`wheeler2.task.reward_head`), else the env reward alone."""
-    task_cfg = getattr(config, "task", None)
-    head_specs = list(getattr(task_cfg, "heads", None) or [])
+    head_specs = list(config.task.heads)
     goal_reward = getattr(env, "compute_reward", None) if env.info.goal_dim else None
     if task is not None and not _heads_written(config) and task.declared_heads():
         head_specs = [HeadConfig(n, m, w) for n, m, w in task.declared_heads()]
@@ -112,20 +109,15 @@ def make_heads(config: Any, env: VecEnv, task: Task | None) -> RewardHeads:
     return out
 
 
-def _heads_written(config: Any) -> bool:
+def _heads_written(config: Config) -> bool:
     """Did the experiment file (or a --set override) write ``[[task.heads]]``?
 
     The validated config fills in one "env" head when the file has none, so only the parsed
     TOML (``config.raw``) tells a written ``name = "env"`` head, which must win over the task
-    class's heads, from that default. A config built without TOML has no ``raw``: there, heads
-    other than the lone default "env" head count as written.
+    class's heads, from that default.
     """
-    raw = getattr(config, "raw", None)
-    if isinstance(raw, dict):
-        task = raw.get("task")
-        return isinstance(task, dict) and "heads" in task
-    heads = getattr(getattr(config, "task", None), "heads", None) or ()
-    return [(h.name, h.reward) for h in heads] not in ([], [("env", "env")])
+    task = config.raw.get("task")
+    return isinstance(task, dict) and "heads" in task
 
 
 def head_reward_spec(head: Head) -> str:
@@ -142,7 +134,7 @@ def head_reward_spec(head: Head) -> str:
     return f"{fn.__module__}:{fn.__qualname__}"
 
 
-def resolved_heads_config(config: Any, heads: RewardHeads) -> Any:
+def resolved_heads_config(config: Config, heads: RewardHeads) -> Any:
     """``config`` with ``task.heads`` set to the heads the run actually uses.
 
     Write this one (``.to_toml()``) as the run directory's ``config.toml``: a run whose heads
@@ -151,7 +143,7 @@ def resolved_heads_config(config: Any, heads: RewardHeads) -> Any:
     """
     written = tuple(HeadConfig(h.name, head_reward_spec(h), float(h.weight)) for h in heads.heads)
     task = dataclasses.replace(config.task, heads=written)
-    raw = dict(getattr(config, "raw", None) or {})
+    raw = dict(config.raw)
     # The heads now count as written (see _heads_written), as they will once read back.
     raw["task"] = {
         **(raw.get("task") or {}),
@@ -181,7 +173,7 @@ def space_info(info: EnvInfo, heads: RewardHeads) -> SpaceInfo:
     )
 
 
-def make_agent(config: Any, plan: MemberPlan, space: SpaceInfo, seed: int) -> Agent:
+def make_agent(config: Config, plan: MemberPlan, space: SpaceInfo, seed: int) -> Agent:
     cls = registry.resolve_algo(plan.algo)
     params = plan.spec.params
     # Schedules (linear lr / clip annealing) need the run's length; fill it where left at 0.
@@ -209,7 +201,7 @@ def replay_layout(info: EnvInfo, heads: RewardHeads, logp: bool) -> Any:
     )
 
 
-def replay_config(config: Any, learner_params: Any, chunk: int | None = None) -> Any:
+def replay_config(config: Config, learner_params: Any, chunk: int | None = None) -> Any:
     from wheeler2.buffer import HerConfig, ReplayConfig
 
     b = config.buffer
@@ -275,7 +267,7 @@ class TeamSetup:
         return replay_layout(self.info, self.heads, logp=self.uses_logp)
 
 
-def prepare_team(config: Any, payload: dict[str, Any]) -> TeamSetup:
+def prepare_team(config: Config, payload: dict[str, Any]) -> TeamSetup:
     """Probe the env, build the learner (resumed from ``payload``) and one agent per explorer,
     and check weight sync, so a bad team fails here, before a process or actor exists."""
     from wheeler2.sync import check_sync
@@ -325,7 +317,7 @@ class ReplaySpec:
 
 
 def replay_spec(
-    config: Any,
+    config: Config,
     setup: TeamSetup,
     chunk: int | None = None,
     shard: int = 0,
@@ -346,7 +338,7 @@ def replay_spec(
     )
 
 
-def make_replay(config: Any, setup: TeamSetup, chunk: int | None = None) -> Any:
+def make_replay(config: Config, setup: TeamSetup, chunk: int | None = None) -> Any:
     """The run's replay, owned (and unlinked at close) by the calling process."""
     return replay_spec(config, setup, chunk=chunk).create()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from wheeler2.runtime.experiment import MemberFailed, Recorder, shield_shutdown
 from wheeler2.runtime.messages import (
@@ -25,6 +25,9 @@ from wheeler2.runtime.messages import (
     Started,
     StateReply,
 )
+
+if TYPE_CHECKING:
+    from wheeler2.config import Config
 
 STOP_GRACE_S = 10.0  # members get this long to finish a step and send their final state
 POLL_S = 0.1
@@ -64,7 +67,7 @@ class Transport(Protocol):
 class Coordinator:
     def __init__(
         self,
-        config: Any,
+        config: Config,
         recorder: Recorder,
         transport: Transport,
         names: list[str],

@@ -14,11 +14,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wheeler2 import checkpoint as ckpt
 from wheeler2.log import RunLog, write_summary
 from wheeler2.runtime.evaluation import EvalResult
+
+if TYPE_CHECKING:
+    from wheeler2.config import Config
 
 
 def shield_shutdown(quiet: bool = False) -> None:
@@ -42,7 +45,7 @@ class MemberFailed(RuntimeError):
         super().__init__(f"member {member!r} failed: {detail.strip().splitlines()[-1]}")
 
 
-def new_run_dir(config: Any) -> Path:
+def new_run_dir(config: Config) -> Path:
     """A free run directory path; it is created only once the team is built (by Recorder), so
     a run that fails at start leaves nothing behind."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -53,7 +56,7 @@ def new_run_dir(config: Any) -> Path:
     return run_dir
 
 
-def first_eval(config: Any, env_steps: int) -> int:
+def first_eval(config: Config, env_steps: int) -> int:
     """The env step count of the first eval after ``env_steps`` (a resumed run's count)."""
     every = int(config.experiment.eval_every)
     return (int(env_steps) // every + 1) * every
@@ -127,7 +130,7 @@ class RunState:
 class Recorder:
     """Writes the run directory: config, metrics, evals, checkpoints, curve and summary."""
 
-    def __init__(self, config: Any, run_dir: Path, state: RunState) -> None:
+    def __init__(self, config: Config, run_dir: Path, state: RunState) -> None:
         self.config = config
         self.run_dir = run_dir
         self.state = state
@@ -236,7 +239,7 @@ class Recorder:
         return summary
 
 
-def load_resume_state(run_dir: Path, config: Any = None) -> tuple[RunState, dict[str, Any]]:
+def load_resume_state(run_dir: Path, config: Config = None) -> tuple[RunState, dict[str, Any]]:
     """The counters and checkpoint payload ``resume`` continues ``run_dir`` from.
 
     The one place resume reads a checkpoint. It raises ``checkpoint.CheckpointError`` (one line

@@ -17,7 +17,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import multiprocess as mp
 from multiprocess.connection import wait
@@ -34,12 +34,15 @@ from wheeler2.runtime.experiment import (
 )
 from wheeler2.runtime.messages import Failed, Message
 
+if TYPE_CHECKING:
+    from wheeler2.config import Config
+
 
 @dataclass
 class MemberArgs:
     """Everything a member process needs, picklable."""
 
-    config: Any
+    config: Config
     plan: build.MemberPlan
     replay: Any  # ReplayHandle or None
     weights: Any  # WeightHandle
@@ -139,7 +142,7 @@ def _run(args: MemberArgs) -> None:
 class LocalTransport:
     """Member processes, their pipes and the shared resources the main process owns."""
 
-    def __init__(self, config: Any, setup: build.TeamSetup, payload: dict[str, Any]) -> None:
+    def __init__(self, config: Config, setup: build.TeamSetup, payload: dict[str, Any]) -> None:
         from wheeler2.sync import WeightPublisher
 
         self.ctx = mp.get_context("spawn")
@@ -254,7 +257,7 @@ class LocalTransport:
             self.replay.close()
 
 
-def run_local(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
+def run_local(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:
     state, payload = load_resume_state(run_dir, config) if resume else (RunState(), {})
     setup = build.prepare_team(config, payload)
     with interrupt_on_sigterm():

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from torch import nn
@@ -34,6 +34,9 @@ from wheeler2.runtime.messages import (
     StateReply,
 )
 from wheeler2.task import RewardHeads
+
+if TYPE_CHECKING:
+    from wheeler2.config import Config
 
 REPORT_EVERY_S = 2.0  # figures, which are also the member's heartbeat
 
@@ -352,7 +355,7 @@ class Wiring:
 class MemberLoop:
     """Builds one member and runs it one vector step per :meth:`tick`."""
 
-    def __init__(self, config: Any, plan: build.MemberPlan, wiring: Wiring) -> None:
+    def __init__(self, config: Config, plan: build.MemberPlan, wiring: Wiring) -> None:
         self.config = config
         self.plan = plan
         self.wiring = wiring
@@ -371,7 +374,7 @@ class MemberLoop:
             self.close()  # the envs already built (a Unity build, env subprocesses) go too
             raise
 
-    def _build(self, config: Any, plan: build.MemberPlan, wiring: Wiring) -> None:
+    def _build(self, config: Config, plan: build.MemberPlan, wiring: Wiring) -> None:
         exp = config.experiment
         seed = build.member_seed(config, plan)
         env = build.make_env(config, int(config.env.num_envs), seed, plan)
@@ -518,7 +521,7 @@ class MemberLoop:
         self._closing.clear()
 
 
-def run_member(config: Any, plan: build.MemberPlan, wiring: Wiring) -> None:
+def run_member(config: Config, plan: build.MemberPlan, wiring: Wiring) -> None:
     """Run one member to the end of its budget (or a stop) in this process."""
     loop = MemberLoop(config, plan, wiring)
     try:

@@ -21,7 +21,7 @@ import os
 import socket
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -36,6 +36,9 @@ from wheeler2.runtime.experiment import (
     load_resume_state,
 )
 from wheeler2.runtime.messages import Failed, Finished, Message, StateReply
+
+if TYPE_CHECKING:
+    from wheeler2.config import Config
 
 START_TIMEOUT_S = float(os.environ.get("WHEELER2_RAY_START_TIMEOUT", "120"))
 NAMESPACE = "wheeler2"  # actors are named wheeler2-<run id>-<member> in it
@@ -399,7 +402,7 @@ def _check_fits(plans: list[build.MemberPlan]) -> None:
 class RayTransport:
     """Member actors, shard actors and the board, seen from the driver."""
 
-    def __init__(self, config: Any, setup: build.TeamSetup, payload: dict[str, Any]) -> None:
+    def __init__(self, config: Config, setup: build.TeamSetup, payload: dict[str, Any]) -> None:
         self.config = config
         self.setup = setup
         self.payload = payload
@@ -417,7 +420,7 @@ class RayTransport:
             self.close()
             raise
 
-    def _create(self, config: Any, setup: build.TeamSetup, payload: dict[str, Any]) -> None:
+    def _create(self, config: Config, setup: build.TeamSetup, payload: dict[str, Any]) -> None:
         from wheeler2.buffer.ray_shard import ReplayShard
 
         plans = setup.plans
@@ -581,7 +584,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def run_ray(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
+def run_ray(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:
     state, payload = load_resume_state(run_dir, config) if resume else (RunState(), {})
     setup = build.prepare_team(config, payload)
     cpus = sum(member_options(p)["num_cpus"] for p in setup.plans)

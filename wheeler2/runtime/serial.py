@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wheeler2 import checkpoint as ckpt
 from wheeler2.runtime import build
@@ -27,6 +27,9 @@ from wheeler2.runtime.experiment import (
 )
 from wheeler2.runtime.member import MemberLoop, Wiring, failure_detail
 from wheeler2.runtime.messages import Failed, Message
+
+if TYPE_CHECKING:
+    from wheeler2.config import Config
 
 
 class _Hung(Exception):
@@ -45,7 +48,7 @@ class SerialTransport:
     """Members as loops in this process; ``receive`` runs one round of ticks."""
 
     def __init__(
-        self, config: Any, setup: build.TeamSetup, payload: dict[str, Any], next_eval: int
+        self, config: Config, setup: build.TeamSetup, payload: dict[str, Any], next_eval: int
     ) -> None:
         from wheeler2.sync import WeightClient, WeightPublisher
 
@@ -186,7 +189,7 @@ class _Alarm:
             signal.signal(signal.SIGALRM, self.previous)
 
 
-def run_serial(config: Any, run_dir: Path, resume: bool) -> dict[str, Any]:
+def run_serial(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:
     build.set_compute_threads()
     state, payload = load_resume_state(run_dir, config) if resume else (RunState(), {})
     setup = build.prepare_team(config, payload)
