@@ -13,9 +13,21 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from wheeler2.runtime.experiment import MemberFailed, Recorder, shield_shutdown
+from wheeler2.runtime import build
+from wheeler2.runtime.experiment import (
+    MemberFailed,
+    Recorder,
+    RunState,
+    first_eval,
+    interrupt_on_sigterm,
+    load_resume_state,
+    shield_shutdown,
+)
 from wheeler2.runtime.messages import (
     Evaluated,
     Failed,
@@ -244,3 +256,46 @@ class Coordinator:
             for n, s in started.items()
         }
         (run_dir / "team.json").write_text(json.dumps(team, indent=1))
+
+
+class _Opened(Transport, Protocol):
+    def start(self, run_dir: Path, next_eval: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Prepared:
+    """A team settled in the driver, before any member or actor exists."""
+
+    state: RunState
+    payload: dict[str, Any]
+    setup: build.TeamSetup
+
+
+def prepare(config: Config, run_dir: Path, resume: bool) -> Prepared:
+    """Read the checkpoint (resume), probe the env and build the learner: a bad team or
+    checkpoint fails here, before anything is started or written."""
+    state, payload = load_resume_state(run_dir, config) if resume else (RunState(), {})
+    return Prepared(state, payload, build.prepare_team(config, payload))
+
+
+def run_team(
+    config: Config,
+    run_dir: Path,
+    prepared: Prepared,
+    open_transport: Callable[[Config, build.TeamSetup, dict[str, Any]], _Opened],
+) -> dict[str, Any]:
+    """The one way every backend runs a team: open the transport (where members run), then the
+    run directory, start the members and coordinate them to the end; close on every path."""
+    setup, payload, state = prepared.setup, prepared.payload, prepared.state
+    with interrupt_on_sigterm():
+        transport = open_transport(config, setup, payload)
+        try:
+            recorder = Recorder(build.resolved_heads_config(config, setup.heads), run_dir, state)
+            transport.start(run_dir, first_eval(config, state.env_steps))
+            names = [p.name for p in setup.plans]
+            coordinator = Coordinator(config, recorder, transport, names, setup.lead.name, payload)
+            return coordinator.supervise()
+        finally:
+            transport.close()

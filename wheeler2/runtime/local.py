@@ -24,14 +24,7 @@ from multiprocess.connection import wait
 
 from wheeler2.runtime import build
 from wheeler2.runtime.budget import REQUEST, STOP, CountingBudget, new_block, run_steps
-from wheeler2.runtime.coordinator import Coordinator
-from wheeler2.runtime.experiment import (
-    Recorder,
-    RunState,
-    first_eval,
-    interrupt_on_sigterm,
-    load_resume_state,
-)
+from wheeler2.runtime.coordinator import prepare, run_team
 from wheeler2.runtime.messages import Failed, Message
 
 if TYPE_CHECKING:
@@ -167,7 +160,7 @@ class LocalTransport:
             self.close()
             raise
 
-    def start(self, next_eval: int) -> None:
+    def start(self, run_dir: Path, next_eval: int) -> None:
         for p in self.setup.plans:
             state, env_steps = build.member_payload(self.payload, p.name)
             reader, writer_end = self.ctx.Pipe(duplex=False)
@@ -258,15 +251,4 @@ class LocalTransport:
 
 
 def run_local(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:
-    state, payload = load_resume_state(run_dir, config) if resume else (RunState(), {})
-    setup = build.prepare_team(config, payload)
-    with interrupt_on_sigterm():
-        transport = LocalTransport(config, setup, payload)
-        try:
-            recorder = Recorder(build.resolved_heads_config(config, setup.heads), run_dir, state)
-            transport.start(first_eval(config, state.env_steps))
-            names = [p.name for p in setup.plans]
-            coordinator = Coordinator(config, recorder, transport, names, setup.lead.name, payload)
-            return coordinator.supervise()
-        finally:
-            transport.close()
+    return run_team(config, run_dir, prepare(config, run_dir, resume), LocalTransport)

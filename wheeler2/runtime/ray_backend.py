@@ -26,14 +26,9 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from wheeler2.runtime import build
-from wheeler2.runtime.coordinator import Coordinator
+from wheeler2.runtime.coordinator import prepare, run_team
 from wheeler2.runtime.experiment import (
     MemberFailed,
-    Recorder,
-    RunState,
-    first_eval,
-    interrupt_on_sigterm,
-    load_resume_state,
 )
 from wheeler2.runtime.messages import Failed, Finished, Message, StateReply
 
@@ -585,22 +580,12 @@ def _first_line(exc: BaseException) -> str:
 
 
 def run_ray(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:
-    state, payload = load_resume_state(run_dir, config) if resume else (RunState(), {})
-    setup = build.prepare_team(config, payload)
-    cpus = sum(member_options(p)["num_cpus"] for p in setup.plans)
+    prepared = prepare(config, run_dir, resume)  # a bad team fails before Ray starts
+    cpus = sum(member_options(p)["num_cpus"] for p in prepared.setup.plans)
     started = connect(config.experiment.ray_address, cpus)
-    transport = None
     try:
-        # After ray.init, which installs its own SIGTERM handler in the driver.
-        with interrupt_on_sigterm():
-            transport = RayTransport(config, setup, payload)
-            recorder = Recorder(build.resolved_heads_config(config, setup.heads), run_dir, state)
-            transport.start(run_dir, first_eval(config, state.env_steps))
-            names = [p.name for p in setup.plans]
-            coordinator = Coordinator(config, recorder, transport, names, setup.lead.name, payload)
-            return coordinator.supervise()
+        # The transport's handlers go in after ray.init, which installs its own SIGTERM one.
+        return run_team(config, run_dir, prepared, RayTransport)
     finally:
-        if transport is not None:
-            transport.close()
         if started:
             ray.shutdown()

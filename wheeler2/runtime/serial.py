@@ -17,14 +17,7 @@ from typing import TYPE_CHECKING, Any
 from wheeler2 import checkpoint as ckpt
 from wheeler2.runtime import build
 from wheeler2.runtime.budget import REQUEST, STOP, CountingBudget, new_block, run_steps
-from wheeler2.runtime.coordinator import Coordinator
-from wheeler2.runtime.experiment import (
-    Recorder,
-    RunState,
-    first_eval,
-    interrupt_on_sigterm,
-    load_resume_state,
-)
+from wheeler2.runtime.coordinator import prepare, run_team
 from wheeler2.runtime.member import MemberLoop, Wiring, failure_detail
 from wheeler2.runtime.messages import Failed, Message
 
@@ -47,9 +40,7 @@ class _ListLink:
 class SerialTransport:
     """Members as loops in this process; ``receive`` runs one round of ticks."""
 
-    def __init__(
-        self, config: Config, setup: build.TeamSetup, payload: dict[str, Any], next_eval: int
-    ) -> None:
+    def __init__(self, config: Config, setup: build.TeamSetup, payload: dict[str, Any]) -> None:
         from wheeler2.sync import WeightClient, WeightPublisher
 
         self.config = config
@@ -58,7 +49,10 @@ class SerialTransport:
         self.replay = None
         self.publisher = None
         self.loops: dict[str, MemberLoop] = {}
+        self.wirings: dict[str, Wiring] = {}
         self.done: set[str] = set()
+        self.setup = setup
+        self.rng = payload.get("rng")
         plans = setup.plans
         self.block = new_block([build.member_payload(payload, p.name)[1] for p in plans])
         total = int(config.experiment.total_steps)
@@ -78,7 +72,7 @@ class SerialTransport:
                 source = None
                 if self.publisher is not None and p.spec.sync is not None:
                     source = _client_factory(WeightClient, self.publisher.handle(), p)
-                wiring = Wiring(
+                self.wirings[p.name] = Wiring(
                     budget=CountingBudget(self.block, None, p.index, total),
                     link=_ListLink(self.inbox),
                     replay=self.replay,
@@ -87,12 +81,18 @@ class SerialTransport:
                     source=source,
                     state=state,
                     env_steps=env_steps,
-                    next_eval=next_eval,
                 )
-                self.loops[p.name] = MemberLoop(config, p, wiring)
         except BaseException:
             self.close()
             raise
+
+    def start(self, run_dir: Path, next_eval: int) -> None:
+        for p in self.setup.plans:
+            wiring = self.wirings[p.name]
+            wiring.next_eval = next_eval
+            self.loops[p.name] = MemberLoop(self.config, p, wiring)
+        if self.rng is not None:  # one process: the whole run's RNG streams continue
+            ckpt.set_rng_state(self.rng)
 
     # -- Transport --
     def receive(self, timeout: float) -> list[Message]:
@@ -191,16 +191,4 @@ class _Alarm:
 
 def run_serial(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:
     build.set_compute_threads()
-    state, payload = load_resume_state(run_dir, config) if resume else (RunState(), {})
-    setup = build.prepare_team(config, payload)
-    with interrupt_on_sigterm():
-        transport = SerialTransport(config, setup, payload, first_eval(config, state.env_steps))
-        try:
-            if payload.get("rng") is not None:
-                ckpt.set_rng_state(payload["rng"])
-            recorder = Recorder(build.resolved_heads_config(config, setup.heads), run_dir, state)
-            names = [p.name for p in setup.plans]
-            coordinator = Coordinator(config, recorder, transport, names, setup.lead.name, payload)
-            return coordinator.supervise()
-        finally:
-            transport.close()
+    return run_team(config, run_dir, prepare(config, run_dir, resume), SerialTransport)
