@@ -53,6 +53,8 @@ class SerialTransport:
         self.done: set[str] = set()
         self.setup = setup
         self.rng = payload.get("rng")
+        self._alarm_previous: Any = None
+        self._alarmed = False
         plans = setup.plans
         self.block = new_block([build.member_payload(payload, p.name)[1] for p in plans])
         total = int(config.experiment.total_steps)
@@ -87,6 +89,9 @@ class SerialTransport:
             raise
 
     def start(self, run_dir: Path, next_eval: int) -> None:
+        if threading.current_thread() is threading.main_thread():  # signals reach only it
+            self._alarm_previous = signal.signal(signal.SIGALRM, self._fire)
+            self._alarmed = True
         for p in self.setup.plans:
             wiring = self.wirings[p.name]
             wiring.next_eval = next_eval
@@ -96,14 +101,31 @@ class SerialTransport:
 
     # -- Transport --
     def receive(self, timeout: float) -> list[Message]:
+        # One alarm per round of ticks (two syscalls), not per tick: a member stuck in its step
+        # is caught heartbeat_s after the round began.
+        self._arm(self.heartbeat_s)
+        try:
+            self._round()
+        finally:
+            self._arm(0)
+        out, self.inbox[:] = list(self.inbox), []
+        return out
+
+    def _arm(self, seconds: float) -> None:
+        if self._alarmed:
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+
+    def _fire(self, signum: int, frame: Any) -> None:
+        raise _Hung
+
+    def _round(self) -> None:
         for name, loop in self.loops.items():
             if name in self.done:
                 continue
             try:
-                with self._watchdog():
-                    going = loop.tick()
-                    if not going:
-                        loop.finish()
+                going = loop.tick()
+                if not going:
+                    loop.finish()
             except _Hung:
                 self.inbox.append(
                     Failed(
@@ -121,11 +143,6 @@ class SerialTransport:
             if not going:
                 self.done.add(name)
                 loop.close()
-        out, self.inbox[:] = list(self.inbox), []
-        return out
-
-    def _watchdog(self) -> Any:
-        return _Alarm(self.heartbeat_s)
 
     def failures(self) -> dict[str, str]:
         return {}
@@ -150,6 +167,10 @@ class SerialTransport:
         return None if self.replay is None else self.replay.state_dict()
 
     def close(self) -> None:
+        if self._alarmed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._alarm_previous or signal.SIG_DFL)
+            self._alarmed = False
         for name, loop in self.loops.items():
             if name not in self.done:
                 loop.close()
@@ -166,27 +187,6 @@ def _client_factory(client_cls: Any, handle: Any, plan: build.MemberPlan) -> Any
         return client_cls.attach(handle, actor, list(sync.keep), float(sync.alpha), plan.name)
 
     return source
-
-
-class _Alarm:
-    """Raise :class:`_Hung` in this (main) thread if the block takes longer than ``seconds``."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.armed = threading.current_thread() is threading.main_thread()
-
-    def _fire(self, signum: int, frame: Any) -> None:
-        raise _Hung
-
-    def __enter__(self) -> None:
-        if self.armed:
-            self.previous = signal.signal(signal.SIGALRM, self._fire)
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.armed:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self.previous)
 
 
 def run_serial(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:
