@@ -181,16 +181,24 @@ def test_checkpoint_round_trip_restores_weights_and_optimizers():
 
 
 def test_normalize_heads_balances_scales():
-    space = SpaceInfo(
-        obs_dim=2, act_dim=1, discrete=False, heads=("a", "b"), head_weights=(1.0, 1.0)
-    )
-    agent = DDPG(space, Params(hidden=[8], normalize_heads=True))
+    """normalize_heads: the running mean / mean square of each head's Q(s, mu(s)) follow the
+    observed head values (EMA with head_norm_decay from 0 and 1), and the actor loss divides
+    each head by the running std computed from them."""
+    d = 0.5
+    # Learning rates ~0: the nets stay put, so every update observes the same head values.
+    agent = _linear_agent(normalize_heads=True, head_norm_decay=d, lr_actor=1e-12, lr_critic=1e-12)
     batch = _batch()
-    batch.reward = torch.tensor([[1.0, 1000.0], [0.0, 2000.0]])
-    for _ in range(20):
+    with torch.no_grad():
+        q_pi = agent.critic(batch.obs, agent.actor_net(batch.obs))  # [B, H]
+    mean, sq = q_pi.mean(0), q_pi.pow(2).mean(0)
+    assert not torch.allclose(sq, torch.ones(2), atol=0.1)  # the statistic has to move
+    for n in range(1, 6):
         out = agent.learn(batch)
-    assert np.isfinite(out.metrics["actor_loss"])
-    assert (agent.head_q_sq > 0).all()
+        torch.testing.assert_close(agent.head_q_mean, (1 - d**n) * mean, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(agent.head_q_sq, d**n + (1 - d**n) * sq, rtol=1e-5, atol=1e-6)
+    std = (agent.head_q_sq - agent.head_q_mean.pow(2)).clamp_min(0).sqrt().clamp_min(1e-3)
+    expected = -(q_pi / std * torch.tensor([1.0, 0.5])).sum(-1).mean()
+    assert out.metrics["actor_loss"] == pytest.approx(float(expected), rel=1e-5)
 
 
 # ------------------------------------------------------------------------------------------
