@@ -239,11 +239,27 @@ def test_simple_spread_runs_with_autoreset():
 
 @needs_mpe2
 def test_simple_spread_discrete_actions():
+    """Discrete actions reach the env as the given integers (the adapter matches raw stepping
+    with the same actions), and the episode is truncated at max_cycles then autoreset."""
     env = make("pettingzoo:mpe2.simple_spread_v3", {"max_cycles": 10}, 1, 0)
     assert env.info.discrete and env.info.act_dim == 5
-    env.reset()
-    for _ in range(20):
-        env.step(np.random.default_rng(0).integers(0, 5, 3))
+    raw = make_parallel_env("mpe2.simple_spread_v3", {"max_cycles": 10})
+    names = raw.possible_agents
+    out = env.reset()
+    raw_obs, _ = raw.reset(seed=0)
+    np.testing.assert_allclose(out.obs, np.stack([raw_obs[n] for n in names]))
+    rng = np.random.default_rng(0)
+    for t in range(10):
+        a = rng.integers(0, 5, 3)
+        step = env.step(a)
+        raw_obs, rew, *_ = raw.step({n: int(a[k]) for k, n in enumerate(names)})
+        np.testing.assert_allclose(step.final_obs, np.stack([raw_obs[n] for n in names]), atol=1e-5)
+        np.testing.assert_allclose(step.reward, [rew[n] for n in names], atol=1e-5)
+        assert step.truncated.all() == (t == 9) and not step.terminated.any()
+    # Autoreset: the obs to act on next is a fresh episode's, not the final one.
+    assert not np.allclose(step.obs, step.final_obs)
+    step = env.step(rng.integers(0, 5, 3))
+    assert not step.done.any()
 
 
 @needs_sisl
