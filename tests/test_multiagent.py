@@ -210,18 +210,30 @@ def test_member_globs_select_agents_and_reward_modes() -> None:
         env.close()
     from wheeler2.registry import make_env
 
-    for mode in ("sum", "heads"):
+    # The same seed and actions under each reward mode: "row" gives each agent its own reward,
+    # "sum" gives every agent of a copy the sum of its copy's row rewards, "heads" keeps the
+    # row rewards and lists every agent's reward of the copy in infos["head_rewards"].
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1, 1, (5, 6, 5)).astype(np.float32)  # 5 steps, 2 copies x 3 agents
+    got = {}
+    for mode in ("row", "sum", "heads"):
         cfg = load(path, overrides=[f'env.kwargs.reward_mode="{mode}"'])
         env = make_env(cfg.env, 2, 0)
         try:
             env.reset(seed=0)
-            st = env.step(np.zeros((env.num_envs, env.info.act_dim), np.float32))
-            if mode == "sum":  # every agent of a copy gets the team's reward
-                np.testing.assert_allclose(st.reward[:3], st.reward[:3].sum() / 3 * np.ones(3))
-            else:
-                assert st.infos[0]["head_rewards"].shape == (3,)
+            steps = [env.step(a) for a in actions]
+            got[mode] = (np.stack([st.reward for st in steps]), [st.infos for st in steps])
         finally:
             env.close()
+    row = got["row"][0]  # [5, 6]
+    assert np.all(np.abs(row) > 1e-3)  # so that a copy's sum (3 rows) differs from a row
+    team = row.reshape(5, 2, 3).sum(-1)  # [5, copies]
+    np.testing.assert_allclose(got["sum"][0], np.repeat(team, 3, axis=1), rtol=1e-5)
+    np.testing.assert_allclose(got["heads"][0], row)
+    for t, infos in enumerate(got["heads"][1]):
+        for i, info in enumerate(infos):
+            copy = slice(3 * (i // 3), 3 * (i // 3) + 3)
+            np.testing.assert_allclose(info["head_rewards"], row[t, copy])
 
 
 def test_simple_spread_team_runs_serial() -> None:
