@@ -142,9 +142,15 @@ def test_discrete_actions_are_int64() -> None:
 
 
 def test_non_finite_td_errors_do_not_poison_the_tree(replay: Replay) -> None:
+    """A NaN or inf TD error gives its item the buffer's max priority (revisited, not lost),
+    finite ones their own |td| + eps; the tree's total and the weights stay finite."""
     _fill(replay, 4)
     replay.sample()
+    replay.update_priorities(np.arange(4), np.array([5.0, 0.5, 0.5, 0.5]))  # max: 5 + eps
     replay.update_priorities(np.arange(4), np.array([1.0, np.nan, np.inf, 2.0]))
-    assert np.isfinite(replay.sampler.tree.total)
-    np.testing.assert_allclose(replay.sampler.tree.leaves[1], replay.sampler.tree.leaves[2])
+    assert replay.stats()["max_priority"] == pytest.approx(5.0 + 1e-6)
+    leaves = replay.sampler.tree.leaves[:4]
+    want = np.array([1.0, 5.0, 5.0, 2.0]) + 1e-6
+    np.testing.assert_allclose(leaves, want**0.6)
+    assert replay.sampler.tree.total == pytest.approx((want**0.6).sum())
     assert np.all(np.isfinite(replay.sample()["weight"]))
