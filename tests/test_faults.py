@@ -92,7 +92,8 @@ def write_team(
         total=total,
         backend=backend,
         heartbeat=HEARTBEAT_S,
-        learner_fault=f'fault = "{learner_fault}"\nfault_at = 400' if learner_fault else "",
+        # Late enough that the learner has reported (and producers may wait on it) first.
+        learner_fault=f'fault = "{learner_fault}"\nfault_at = 2000' if learner_fault else "",
     )
     if explorer_fault:
         text += FAULTY_EXPLORER.format(fault=explorer_fault)
@@ -190,6 +191,11 @@ def _alive(pid: int) -> bool:
 
 MULTI = ["local", "ray"]
 ALL = ["serial", "local", "ray"]
+# The default run covers each fault on serial and local and the commonest ones on ray; these
+# ray variants (each a ~40 s Ray start on two cores) run with `-m slow`.
+RAY_SLOW = pytest.param("ray", marks=[pytest.mark.slow, pytest.mark.timeout(600)])
+MULTI_SLOW_RAY = ["local", RAY_SLOW]
+ALL_SLOW_RAY = ["serial", "local", RAY_SLOW]
 
 
 def _skip_without_ray(backend: str) -> None:
@@ -209,7 +215,7 @@ def test_normal_run_leaves_nothing_behind(tmp_path: Path, backend: str) -> None:
     run.assert_clean()
 
 
-@pytest.mark.parametrize("backend", MULTI)
+@pytest.mark.parametrize("backend", MULTI_SLOW_RAY)  # ray: test_ray kills an explorer actor
 def test_member_that_dies_is_named_and_the_run_exits_1(tmp_path: Path, backend: str) -> None:
     _skip_without_ray(backend)
     run = Run(write_team(tmp_path, backend, explorer_fault="exit"), tmp_path / "runs")
@@ -221,7 +227,7 @@ def test_member_that_dies_is_named_and_the_run_exits_1(tmp_path: Path, backend: 
     run.assert_clean()
 
 
-@pytest.mark.parametrize("backend", ALL)
+@pytest.mark.parametrize("backend", ALL_SLOW_RAY)
 def test_member_that_raises_is_named_with_its_traceback(tmp_path: Path, backend: str) -> None:
     _skip_without_ray(backend)
     run = Run(write_team(tmp_path, backend, explorer_fault="raise"), tmp_path / "runs")
@@ -247,7 +253,7 @@ def test_member_stuck_in_a_step_is_caught_by_the_heartbeat(tmp_path: Path, backe
     run.assert_clean()
 
 
-@pytest.mark.parametrize("backend", MULTI)
+@pytest.mark.parametrize("backend", MULTI_SLOW_RAY)
 def test_stopped_member_is_caught_by_the_heartbeat(tmp_path: Path, backend: str) -> None:
     _skip_without_ray(backend)
     run = Run(write_team(tmp_path, backend), tmp_path / "runs")
@@ -264,7 +270,7 @@ def test_stopped_member_is_caught_by_the_heartbeat(tmp_path: Path, backend: str)
     run.assert_clean()
 
 
-@pytest.mark.parametrize("backend", MULTI)
+@pytest.mark.parametrize("backend", MULTI_SLOW_RAY)
 def test_learner_that_dies_frees_producers(tmp_path: Path, backend: str) -> None:
     """The explorers wait on the ratio gate for a learner that is gone: they must be let go
     at once, not after the gate's 60 s timeout."""

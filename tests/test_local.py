@@ -108,6 +108,8 @@ def leftover_shm(pid: int) -> list[str]:
     return [n for n in os.listdir("/dev/shm") if f"_{pid}_" in n]
 
 
+@pytest.mark.slow  # the default run covers it: test_faults.py's member that dies, on local
+@pytest.mark.timeout(600)
 def test_killed_explorer_stops_team_with_exit_1(tmp_path: Path) -> None:
     out = tmp_path / "runs"
     proc = start(write_team(tmp_path, total=1_000_000), out)
@@ -130,6 +132,8 @@ def test_killed_explorer_stops_team_with_exit_1(tmp_path: Path) -> None:
     assert (run / "checkpoints" / "latest.pt").exists()
 
 
+@pytest.mark.slow  # the default run covers it: test_faults.py's member that raises, on local
+@pytest.mark.timeout(600)
 def test_member_that_raises_is_named_with_its_traceback(tmp_path: Path) -> None:
     cfg = write_team(tmp_path, total=1_000_000)
     # An env kwarg Pendulum does not take: every member raises while building its env.
@@ -144,7 +148,14 @@ def test_member_that_raises_is_named_with_its_traceback(tmp_path: Path) -> None:
     assert leftover_shm(proc.pid) == []
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
+# SIGINT alone: test_faults.py's Ctrl-C on every backend; SIGTERM and the resume run here.
+@pytest.mark.parametrize(
+    "sig, code",
+    [
+        pytest.param(signal.SIGINT, 130, marks=[pytest.mark.slow, pytest.mark.timeout(600)]),
+        (signal.SIGTERM, 130),
+    ],
+)
 def test_interrupt_checkpoints_and_resumes(tmp_path: Path, sig: int, code: int) -> None:
     out = tmp_path / "runs"
     proc = start(write_team(tmp_path, total=6_000), out)

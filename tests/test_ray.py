@@ -267,6 +267,8 @@ def test_killed_explorer_actor_stops_team_with_exit_1(tmp_path: Path, cluster: C
         raise AssertionError("the learner's actor outlived the run")
 
 
+@pytest.mark.slow  # the default run has test_faults.py's Ctrl-C on ray; this adds the resume
+@pytest.mark.timeout(600)
 def test_sigint_checkpoints_and_resumes_under_local(tmp_path: Path) -> None:
     """A run that starts its own Ray: Ctrl-C -> exit 130, a final checkpoint, no Ray process
     left; the checkpoint then resumes under the local backend."""
@@ -355,6 +357,8 @@ def test_shard_gate_holds_producers_and_serves_learner(tmp_path: Path, cluster: 
 
     config = load(write_team(tmp_path, total=5_000))  # min_size 200, gate tolerance 100
     spec = build.replay_spec(config, build.prepare_team(config, {}))
+    # Steps without behaviour log-probs, as an off-policy producer sends them.
+    spec = dataclasses.replace(spec, layout=dataclasses.replace(spec.layout, logp=False))
     shard = ReplayShard.remote(spec, 0)
 
     def own() -> set[str]:  # this shard's entries only: other runs may share the machine

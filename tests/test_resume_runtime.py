@@ -47,7 +47,7 @@ def _wheeler2(*args: str) -> subprocess.CompletedProcess:
 
 def test_a_checkpoint_from_before_the_first_report_resumes_from_scratch(tmp_path: Path) -> None:
     cfg = tmp_path / "early.toml"
-    cfg.write_text(RUN.format(backend="local"))
+    cfg.write_text(RUN.format(backend="serial"))
     res = _wheeler2("run", str(cfg), "--out", str(tmp_path / "runs"))
     assert res.returncode == 0, res.stdout + res.stderr
     run_dir = next((tmp_path / "runs").glob("early-*"))
