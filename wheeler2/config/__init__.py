@@ -28,7 +28,7 @@ from .model import (
     TaskConfig,
 )
 from .overrides import apply_override
-from .probe import check_with_env
+from .probe import check_against_env, check_with_env
 from .reader import RENAMED, TOP_LEVEL, load, validate
 from .toml_out import dumps_toml
 
@@ -50,6 +50,7 @@ __all__ = [
     "SyncConfig",
     "TaskConfig",
     "apply_override",
+    "check_against_env",
     "check_with_env",
     "dumps_toml",
     "load",

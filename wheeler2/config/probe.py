@@ -28,8 +28,17 @@ def check_with_env(config: Config, free: Callable[[], dict[str, int]] | None = N
     ``free``: where the buffer could go -> free bytes (default: /dev/shm and available RAM).
     Raises :class:`ConfigError` naming the table and key at fault.
     """
-    file = str(config.path)
     info = probe_env(config)
+    check_against_env(config, info, free)
+    return info
+
+
+def check_against_env(
+    config: Config, info: EnvInfo, free: Callable[[], dict[str, int]] | None = None
+) -> None:
+    """The checks of :func:`check_with_env` for an env already built (``run`` calls this with
+    the env it probes anyway, so it refuses what ``check`` refuses before any memory is taken)."""
+    file = str(config.path)
     if config.buffer.her is not None and info.goal_dim == 0:
         raise ConfigError(
             file,
@@ -40,7 +49,7 @@ def check_with_env(config: Config, free: Callable[[], dict[str, int]] | None = N
         )
     # A Ray cluster places the buffer on its own nodes, whose memory this machine cannot see.
     if config.experiment.backend == "ray" and config.experiment.ray_address:
-        return info
+        return
     need = buffer_bytes(config, info)
     room = (free or free_memory)()
     if room and need > min(room.values()):
@@ -53,7 +62,6 @@ def check_with_env(config: Config, free: Callable[[], dict[str, int]] | None = N
             f"{config.buffer.capacity:_} transitions of ~{per} bytes need {need:_} bytes "
             f"({need / 2**30:.1f} GiB) of shared memory; free: {where}",
         )
-    return info
 
 
 def probe_env(config: Config) -> EnvInfo:

@@ -276,8 +276,14 @@ class Prepared:
 def prepare(config: Config, run_dir: Path, resume: bool) -> Prepared:
     """Read the checkpoint (resume), probe the env and build the learner: a bad team or
     checkpoint fails here, before anything is started or written."""
+    from wheeler2.config import check_against_env
+
     state, payload = load_resume_state(run_dir, config) if resume else (RunState(), {})
-    return Prepared(state, payload, build.prepare_team(config, payload))
+    setup = build.prepare_team(config, payload)
+    # What `check` refuses, refused here too, with the env the team just probed: a buffer that
+    # would not fit in memory must fail before a byte of shared memory is taken.
+    check_against_env(config, setup.info)
+    return Prepared(state, payload, setup)
 
 
 def run_team(
