@@ -25,6 +25,11 @@ def produce(handle, seed: int) -> None:  # noqa: ANN001
 
 
 def test_gate_holds_updates_per_insert_with_two_producers() -> None:
+    """The gate's two invariants at every sample, however the processes are scheduled (no
+    timing in the asserts): the learner never runs ahead (``updates <= r * (inserts - min_size)
+    + 1``) and producers never run further ahead than the tolerance plus one block (a producer
+    passes the gate, then inserts up to ``chunk`` steps of its 4 copies). After the producers
+    finish, the learner takes exactly the updates the gate owes."""
     cfg = ReplayConfig(
         capacity=50_000,
         batch_size=32,
@@ -34,12 +39,13 @@ def test_gate_holds_updates_per_insert_with_two_producers() -> None:
         gate_tolerance=128,
         timeout_s=30,
     )
+    block = cfg.chunk * 4  # the most one insert adds (produce() writes 4 copies)
     ctx = multiprocess.get_context("spawn")
     with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
         procs = [ctx.Process(target=produce, args=(replay.handle(), i)) for i in range(2)]
         for p in procs:
             p.start()
-        ratios = []
+        checked = 0
         try:
             while any(p.is_alive() for p in procs) or replay.can_sample():
                 if not any(p.is_alive() for p in procs) and not replay.can_sample():
@@ -47,19 +53,23 @@ def test_gate_holds_updates_per_insert_with_two_producers() -> None:
                 try:
                     replay.sample(timeout=2.0)
                 except ReplayTimeout:
-                    continue  # producers finished while we waited
-                s = replay.stats()
-                assert s["updates"] <= TARGET * (s["inserts"] - MIN_SIZE) + 1, "learner ran ahead"
-                if s["inserts"] - MIN_SIZE >= 8000:
-                    ratios.append(s["updates"] / (s["inserts"] - MIN_SIZE))
+                    continue  # producers finished (or are slow): check again, no assert here
+                s = replay.stats()  # inserts read first: only ours move updates
+                ahead = s["inserts"] - MIN_SIZE
+                assert s["updates"] <= TARGET * ahead + 1, "learner ran ahead"
+                assert ahead <= s["updates"] / TARGET + cfg.gate_tolerance + block, (
+                    "producers ran ahead"
+                )
+                checked += 1
         finally:
             for p in procs:
                 p.join(timeout=30)
         assert all(p.exitcode == 0 for p in procs)
-        assert replay.stats()["inserts"] >= 2 * PER_PRODUCER
-        ratios = np.array(ratios)
-        assert len(ratios) > 1000
-        assert np.all(np.abs(ratios / TARGET - 1) <= 0.05), (ratios.min(), ratios.max())
+        s = replay.stats()
+        assert 2 * PER_PRODUCER <= s["inserts"] < 2 * (PER_PRODUCER + block)
+        # The learner drained what the gate owed: one update past r * (inserts - min_size).
+        assert s["updates"] == int(TARGET * (s["inserts"] - MIN_SIZE)) + 1
+        assert checked == s["updates"]  # every update was checked against both invariants
 
 
 def test_learner_times_out_clearly_without_producers() -> None:
@@ -138,8 +148,6 @@ def _wait_to_insert(handle, done) -> None:  # noqa: ANN001
 def test_release_lets_a_waiting_producer_insert_at_once() -> None:
     """A run that stops: the learner no longer samples, and a producer that waits on the gate
     must see the stop at once rather than after ``timeout_s``."""
-    import time
-
     cfg = _ahead_of_the_learner(timeout_s=60)
     ctx = multiprocess.get_context("spawn")
     with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
@@ -151,11 +159,12 @@ def test_release_lets_a_waiting_producer_insert_at_once() -> None:
         proc.start()
         try:
             assert not done.wait(3.0), "the producer should be held by the gate"
-            t0 = time.monotonic()
             replay.release()
-            assert done.wait(5.0), "release did not let the producer go"
-            assert time.monotonic() - t0 < 2.5  # one wait slice, not timeout_s
-            proc.join(timeout=10)
+            # Without release the producer stays held until timeout_s (60 s) and then fails
+            # with ReplayTimeout (no insert, exit code 1); 30 s is a wide margin for a loaded
+            # machine and still well short of timeout_s. The proof is the insert below.
+            assert done.wait(30.0), "release did not let the producer go"
+            proc.join(timeout=30)
         finally:
             if proc.is_alive():
                 proc.kill()
