@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from wheeler2 import cli, plot
@@ -117,20 +118,72 @@ def is_png(path: Path) -> bool:
     return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_plot_command_writes_png_from_two_runs(tmp_path, capsys):
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures plot_runs drew, caught as it closes them (their lines hold the curves)."""
+    caught = []
+    close = plot.plt.close
+
+    def keep(fig=None):  # noqa: ANN001, ANN202
+        caught.append(fig)
+        return close(fig)
+
+    monkeypatch.setattr(plot.plt, "close", keep)
+    return caught
+
+
+def _curves(fig) -> dict[str, list[tuple[list, list]]]:  # noqa: ANN001
+    """label -> [(x, y) of that label's line in each panel]."""
+    out: dict[str, list] = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            x, y = line.get_data()
+            out.setdefault(line.get_label(), []).append((list(x), list(y)))
+    return out
+
+
+def _has_colour(png: Path, hex_colour: str, at_least: int = 50) -> bool:
+    """At least ``at_least`` pixels of the PNG (read back) are close to ``hex_colour``."""
+    import matplotlib.image
+
+    rgb = matplotlib.image.imread(png)[..., :3]
+    want = np.array([int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+    return int((np.abs(rgb - want).max(-1) < 0.05).sum()) >= at_least
+
+
+def test_plot_command_writes_png_from_two_runs(tmp_path, capsys, figures):
+    """`wheeler2 plot a b`: one curve per run (labelled by its directory) through that run's
+    eval points, in both panels (env steps, wall-clock), written to a PNG that really shows two
+    coloured lines."""
     a = fake_run(tmp_path / "runs" / "a-20261122-100000", 0.0)
     b = fake_run(tmp_path / "runs" / "b-20261122-110000", 50.0)
     out = tmp_path / "both.png"
     assert cli.main(["plot", str(a), str(b), "-o", str(out)]) == 0
-    assert is_png(out) and out.stat().st_size > 5_000
     assert f"wrote {out}" in capsys.readouterr().out
+    curves = _curves(figures[-1])
+    assert set(curves) == {a.name, b.name}
+    steps = [1_000, 2_000, 3_000]
+    for run, offset in ((a, 0.0), (b, 50.0)):
+        returns = [-1000 + offset + s / 10 for s in steps]
+        assert curves[run.name] == [(steps, returns), ([s / 100 for s in steps], returns)]
+    import matplotlib.image
+
+    assert is_png(out)
+    assert matplotlib.image.imread(out).shape[:2] == (400, 1100)  # 11 x 4 in at 100 dpi
+    assert _has_colour(out, "#1f77b4") and _has_colour(out, "#ff7f0e")  # both runs' lines
 
 
-def test_write_curve_and_plot_by_wall_clock(tmp_path):
+def test_write_curve_and_plot_by_wall_clock(tmp_path, figures):
+    """write_curve draws the run and the threshold line into run/curve.png; x="wall_s" puts
+    wall-clock on the first panel; an unknown axis is refused."""
     run = fake_run(tmp_path / "r", 0.0)
     assert plot.write_curve(run, threshold=-200.0) == run / "curve.png"
-    assert is_png(run / "curve.png")
+    assert is_png(run / "curve.png") and _has_colour(run / "curve.png", "#1f77b4")
+    curves = _curves(figures[-1])
+    assert [y for _, y in curves["threshold"]] == [[-200.0, -200.0]] * 2
+    assert curves["r"][0][0] == [1_000, 2_000, 3_000]
     assert is_png(plot.plot_runs([run], tmp_path / "wall.png", x="wall_s"))
+    assert _curves(figures[-1])["r"][0][0] == [10.0, 20.0, 30.0]  # wall_s first
     with pytest.raises(ValueError):
         plot.plot_runs([run], tmp_path / "x.png", x="episodes")
 
