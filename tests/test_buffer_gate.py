@@ -170,3 +170,26 @@ def test_release_lets_a_waiting_producer_insert_at_once() -> None:
                 proc.kill()
         assert proc.exitcode == 0
         assert replay.stats()["inserts"] == 51
+
+
+def test_learner_starts_at_exactly_min_size_and_counts_its_updates() -> None:
+    """The first sample is allowed at ``min_size`` inserts, not one before or after; each
+    sample counts one update, and with ``updates_per_insert = 1`` the learner may take update
+    ``u + 1`` while ``u <= inserts - min_size``."""
+    cfg = ReplayConfig(capacity=100, batch_size=4, updates_per_insert=1.0, min_size=10, chunk=1)
+    with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
+        w = replay.writer(num_envs=1, block=False)
+        for _ in range(9):
+            _one_step(w)
+        assert replay.stats()["inserts"] == 9 and not replay.can_sample()
+        _one_step(w)
+        assert replay.can_sample()  # inserts == min_size: update 1 (u = 0 <= 0)
+        replay.sample()
+        assert replay.stats()["updates"] == 1 and not replay.can_sample()
+        for _ in range(3):
+            _one_step(w)  # inserts - min_size = 3: updates 2, 3 and 4 are owed
+        taken = 0
+        while replay.can_sample():
+            replay.sample()
+            taken += 1
+        assert taken == 3 and replay.stats()["updates"] == 4
