@@ -154,3 +154,15 @@ def test_non_finite_td_errors_do_not_poison_the_tree(replay: Replay) -> None:
     np.testing.assert_allclose(leaves, want**0.6)
     assert replay.sampler.tree.total == pytest.approx((want**0.6).sum())
     assert np.all(np.isfinite(replay.sample()["weight"]))
+
+
+def test_the_oldest_live_item_still_takes_its_update(replay: Replay) -> None:
+    """The staleness cut is exact: after 12 inserts into 8 slots, item 4 (the oldest still in
+    the ring) takes a new priority, item 3 (overwritten by item 11) does not."""
+    _fill(replay, 12)
+    replay.sample()
+    before = replay.sampler.tree.leaves.copy()
+    replay.update_priorities(np.array([3]), np.array([100.0]))
+    np.testing.assert_array_equal(replay.sampler.tree.leaves, before)
+    replay.update_priorities(np.array([4]), np.array([100.0]))
+    assert replay.sampler.tree.leaves[4] == pytest.approx((100.0 + 1e-6) ** 0.6)
