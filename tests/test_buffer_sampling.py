@@ -166,3 +166,20 @@ def test_the_oldest_live_item_still_takes_its_update(replay: Replay) -> None:
     np.testing.assert_array_equal(replay.sampler.tree.leaves, before)
     replay.update_priorities(np.array([4]), np.array([100.0]))
     assert replay.sampler.tree.leaves[4] == pytest.approx((100.0 + 1e-6) ** 0.6)
+
+
+def test_items_inserted_across_the_ring_end_get_the_max_priority(replay: Replay) -> None:
+    """Sync after inserts that wrap around the ring's end (slots 6, 7, 0, 1, 2): exactly those
+    slots take the max priority, the others keep their own; then a whole ring of new items
+    (8 inserts into 8 slots) resets every slot."""
+    _fill(replay, 6)
+    replay.sample()
+    replay.update_priorities(np.arange(6), np.full(6, 0.5))  # max priority stays 1
+    _fill(replay, 5)  # items 6..10 -> slots 6, 7, 0, 1, 2
+    replay.sample()  # syncs: the new items take the max priority (1 ** alpha)
+    low = (0.5 + 1e-6) ** 0.6
+    np.testing.assert_allclose(replay.sampler.tree.leaves, [1, 1, 1, low, low, low, 1, 1])
+    replay.update_priorities(np.arange(3, 11), np.full(8, 0.5))
+    _fill(replay, 8)  # a whole ring since the last sync
+    replay.sample()
+    np.testing.assert_allclose(replay.sampler.tree.leaves, np.ones(8))
