@@ -286,3 +286,68 @@ def test_ppo_solves_cartpole():
     steps, wall = run_cartpole(seed=0)
     print(f"PPO CartPole-v1: eval >= 475 at {steps} env steps, {wall:.1f} s training")
     assert 0 < steps <= 100_000
+
+
+def test_update_matches_the_ppo_loss_written_out():
+    """Two epochs of one minibatch equal two Adam steps on the PPO loss written out here:
+    advantages from GAE, normalized over the real rows only, the clipped surrogate, the
+    pessimistically clipped value loss, the entropy bonus, all masked means over active rows
+    (one row absent at one step), and the gradient clipped to max_grad_norm."""
+    from agents.nets import evaluate_actions
+
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=False)
+    params = Params(
+        n_steps=4,
+        batch_size=12,
+        n_epochs=2,
+        hidden=[8],
+        clip_range=0.1,
+        clip_range_vf=0.05,
+        ent_coef=0.02,
+        vf_coef=0.7,
+        lr=3e-2,
+    )
+    agent, ref = PPO(space, params, seed=0), PPO(space, params, seed=0)
+    rng = np.random.default_rng(3)
+    obs = rng.normal(size=(3, 3)).astype(np.float32)
+    metrics = None
+    for t in range(4):
+        step = _step(agent, obs, rng, 3)
+        if t == 2:
+            step.active = np.array([True, False, True])
+        metrics = agent.observe(step)
+        obs = step.reset_obs
+    assert metrics is not None
+    buf = agent.rollout  # the rollout the update used (kept until the next one starts)
+    T, n = 4, 3
+    with torch.no_grad():
+        values = ref.critic(buf["obs"].flatten(0, 1)).view(T, n)
+        next_values = ref.critic(buf["next_obs"].flatten(0, 1)).view(T, n)
+        adv = gae(
+            buf["reward"], values, next_values, buf["terminated"], buf["done"], 0.99, 0.95
+        ).flatten()
+    returns = adv + values.flatten()
+    old_v, w = values.flatten(), buf["valid"].flatten()
+    assert w.sum() == 11  # the absent row is masked
+
+    def mmean(x):  # noqa: ANN001, ANN202
+        return (x * w).sum() / w.sum()
+
+    mu = mmean(adv)
+    a = (adv - mu) / (mmean((adv - mu) ** 2).sqrt() + 1e-8)
+    obs_all, act_all = buf["obs"].flatten(0, 1), buf["action"].flatten(0, 1)
+    for _ in range(2):
+        logp, ent = evaluate_actions(ref.policy, obs_all, act_all)
+        ratio = (logp - buf["logp"].flatten()).exp()
+        surr = torch.min(ratio * a, ratio.clamp(0.9, 1.1) * a)
+        v = ref.critic(obs_all)
+        v_clip = old_v + (v - old_v).clamp(-0.05, 0.05)
+        v_err = torch.max((v - returns) ** 2, (v_clip - returns) ** 2)
+        loss = -mmean(surr) + 0.7 * mmean(v_err) - 0.02 * mmean(ent)
+        ref.opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(ref.params_list, params.max_grad_norm)
+        ref.opt.step()
+    for x, y in zip(agent.params_list, ref.params_list):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(agent.params_list[0], PPO(space, params, seed=0).params_list[0])
