@@ -302,10 +302,12 @@ def write_reference(
 
 
 def main() -> None:
+    global EVAL_EVERY
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--arms", nargs="+", default=["sb3", "w2"])
     ap.add_argument("--max-steps", type=int, default=10_000)
+    ap.add_argument("--eval-every", type=int, default=EVAL_EVERY, help="env steps between evals")
     ap.add_argument("--jsonl", default=str(RESULTS / "her_parity_runs.jsonl"))
     ap.add_argument("--table", action="store_true", help="only print the table of --jsonl")
     ap.add_argument(
@@ -314,6 +316,7 @@ def main() -> None:
         help="write experiments/results/her_parity_reference.json from sb3 and ARM's runs",
     )
     args = ap.parse_args()
+    EVAL_EVERY = args.eval_every
     path = Path(args.jsonl)
     if not args.table and not args.write_reference:
         torch.set_num_threads(1)
