@@ -193,3 +193,29 @@ def test_learner_starts_at_exactly_min_size_and_counts_its_updates() -> None:
             replay.sample()
             taken += 1
         assert taken == 3 and replay.stats()["updates"] == 4
+
+
+def test_learner_waits_for_a_late_insert_instead_of_timing_out() -> None:
+    """A slow but live producer is waited for: the learner blocked on the gate is woken by the
+    insert and samples, no ReplayTimeout (its timeout, 30 s, is far beyond the 0.5 s delay)."""
+    import threading
+    import time
+
+    cfg = ReplayConfig(capacity=100, batch_size=4, updates_per_insert=1.0, min_size=10, chunk=1)
+    with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
+        w = replay.writer(num_envs=1, block=False)
+        for _ in range(9):
+            _one_step(w)
+
+        def late() -> None:
+            time.sleep(0.5)
+            _one_step(w)
+
+        thread = threading.Thread(target=late)
+        thread.start()
+        try:
+            batch = replay.sample(timeout=30)
+        finally:
+            thread.join()
+        assert batch["obs"].shape == (4, 3)
+        assert replay.stats()["inserts"] == 10 and replay.stats()["updates"] == 1
