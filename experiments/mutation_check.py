@@ -43,6 +43,7 @@ GATE = [
     "tests/test_buffer_gate.py::test_serial_writer_never_blocks_on_its_own_learner",
     "tests/test_buffer_gate.py::test_blocking_writer_waits_for_the_learner_and_times_out_clearly",
     "tests/test_buffer_gate.py::test_learner_starts_at_exactly_min_size_and_counts_its_updates",
+    "tests/test_buffer_gate.py::test_learner_waits_for_a_late_insert_instead_of_timing_out",
 ]
 REDRAW = [
     "tests/test_buffer_concurrent.py::test_rows_overwritten_between_draw_and_gather_are_redrawn"
