@@ -137,7 +137,7 @@ def _plan(
 
 class SyncPlan:
     """Which of a member's actor tensors take the learner's values, and how: the one rule for
-    every transport (shared memory here, Ray's object store in ``runtime.ray_backend``)."""
+    every transport (shared memory here, Ray's object store in ``runtime.ray_member``)."""
 
     def __init__(
         self,

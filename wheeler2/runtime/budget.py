@@ -4,7 +4,7 @@
 took; claims take the lock, so the run ends at exactly ``total_steps`` (or as close as a whole
 vector step of the last member allows). The same class serves one process (a numpy array and no
 lock) and many (a ``multiprocess`` shared array and lock). The Ray backend's budget is claimed
-from its board instead (``runtime.ray_backend``).
+from its board instead (``runtime.ray_member``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,305 @@
+"""A team member on Ray: the :class:`Board` actor that connects the members with the driver, and
+the :class:`MemberActor` that runs the one member loop with the board as its budget, its link and
+its weight transport.
+
+* the board carries the step budget, stop and checkpoint requests to members, the learner's
+  published weights (an object-store reference, versioned), and the members' messages to the
+  driver;
+* the replay is :mod:`wheeler2.buffer.ray_shard` (shard actors behind the Replay interface).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import ray
+
+from wheeler2.runtime import build
+from wheeler2.runtime.messages import Failed, Message
+
+
+def where() -> dict[str, Any]:
+    """Where this process runs, for team.json, placement.json and summary.json."""
+    ctx = ray.get_runtime_context()
+    return {
+        "node_id": ctx.get_node_id(),
+        "node_ip": ray.util.get_node_ip_address(),
+        "hostname": socket.gethostname(),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# the board: budget, stop, checkpoint requests, weights, messages
+
+
+@ray.remote(num_cpus=0)
+class Board:
+    """Small shared state of a run. Every method is quick, so calls never queue for long."""
+
+    def __init__(self, total_steps: int, member_steps: dict[str, int]) -> None:
+        self.total_steps = int(total_steps)
+        self.granted = int(sum(member_steps.values()))
+        self.steps = dict(member_steps)  # env steps each member reported having taken
+        self.stopped = False
+        self.request = 0
+        self.weights: tuple[int, list[Any]] | None = None
+        self.messages: list[Message] = []
+
+    def claim(
+        self, name: str, want: int, steps_done: int, give_back: int, weights_version: int
+    ) -> dict[str, Any]:
+        """Grant up to ``want`` more env steps (and take back ``give_back`` unused ones): the
+        budget is exact because only the board hands it out. The reply also carries stop,
+        checkpoint request and newer weights."""
+        self.steps[name] = int(steps_done)
+        self.granted -= int(give_back)
+        granted = 0 if self.stopped else max(0, min(want, self.total_steps - self.granted))
+        self.granted += granted
+        reply: dict[str, Any] = {
+            "granted": granted,
+            "total": self.granted,
+            "stop": self.stopped,
+            "request": self.request,
+            "others": sum(v for k, v in self.steps.items() if k != name),
+        }
+        if self.weights is not None and self.weights[0] > weights_version:
+            reply["weights"] = self.weights
+        return reply
+
+    def set_weights(self, version: int, ref: list[Any]) -> None:
+        # The reference comes wrapped in a list so that Ray hands over the reference itself.
+        if self.weights is None or version > self.weights[0]:
+            self.weights = (int(version), ref)
+
+    def post(self, message: Message) -> None:
+        self.messages.append(message)
+
+    def drain(self) -> tuple[list[Message], dict[str, int]]:
+        out, self.messages = self.messages, []
+        return out, dict(self.steps)
+
+    def ask_states(self) -> int:
+        self.request += 1
+        return self.request
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def ping(self) -> bool:
+        return True
+
+
+# --------------------------------------------------------------------------------------------
+# member side: the board as budget, link and weight transport
+
+
+class BoardBudget:
+    """The member's share of ``total_steps``, claimed from the board one block ahead, with one
+    claim in flight so that stepping never waits for the board."""
+
+    def __init__(self, board: Any, name: str, block: int, env_steps: int) -> None:
+        self.board = board
+        self.name = name
+        self.block = block
+        self.left = 0
+        self.give_back = 0
+        self.own = env_steps
+        self.reply: dict[str, Any] = {
+            "granted": 0,
+            "total": 0,
+            "stop": False,
+            "request": 0,
+            "others": 0,
+        }
+        self.weights: tuple[int, list[Any]] | None = None
+        self.in_flight: Any = None
+        self.done = False
+
+    def _send_claim(self) -> None:
+        version = self.weights[0] if self.weights else 0
+        self.in_flight = self.board.claim.remote(
+            self.name, self.block, self.own, self.give_back, version
+        )
+        self.give_back = 0
+
+    def _refill(self) -> bool:
+        if self.in_flight is None:
+            self._send_claim()
+        reply = ray.get(self.in_flight)
+        self.in_flight = None
+        self.reply = reply
+        if "weights" in reply:
+            self.weights = reply["weights"]
+        self.left += reply["granted"]
+        if reply["stop"] or not reply["granted"]:
+            return False
+        self._send_claim()
+        return True
+
+    def claim(self, n: int) -> bool:
+        while self.left < n:
+            if self.done or not self._refill():
+                self.done = True
+                if self.left:  # too few for a whole vector step: others may use them
+                    ray.get(self.board.claim.remote(self.name, 0, self.own, self.left, 1 << 62))
+                    self.left = 0
+                return False
+        self.left -= n
+        return True
+
+    def settle(self, claimed: int, used: int) -> None:
+        self.own += used
+        self.left += claimed - used
+
+    def run_steps(self, own: int) -> int:
+        """Own steps exactly, the others' as of the last claim (at most a block behind); once
+        the budget is spent, everything the board handed out (the others finish their blocks
+        without claiming again)."""
+        steps = int(self.reply["others"]) + int(own)
+        return max(steps, int(self.reply["total"])) if self.done else steps
+
+    def stopped(self) -> bool:
+        return bool(self.reply["stop"])
+
+    def request(self) -> int:
+        return int(self.reply["request"])
+
+    def poll(self) -> None:
+        """Fetch the board's reply now (stop, request, weights) without waiting for a block."""
+        if self.in_flight is None:
+            self._send_claim()
+        if ray.wait([self.in_flight], timeout=0)[0]:
+            self._refill()
+
+
+class BoardLink:
+    def __init__(self, board: Any) -> None:
+        self.board = board
+
+    def send(self, message: Message) -> None:
+        self.board.post.remote(message)
+
+
+class BoardSink:
+    """Learner side: publish = ``ray.put`` the actor's float tensors, post the reference."""
+
+    def __init__(self, board: Any) -> None:
+        self.board = board
+        self.version = 1  # the driver published version 1 before the members started
+
+    def publish(self, actor: Any) -> int:
+        from wheeler2.sync import float_state
+
+        self.version += 1
+        self.board.set_weights.remote(self.version, [ray.put(float_state(actor))])
+        return self.version
+
+    def close(self) -> None:
+        pass
+
+
+class BoardSource:
+    """Explorer side: the newest reference the board sent with a budget reply, blended in
+    under the same :class:`wheeler2.sync.SyncPlan` as the shared-memory client."""
+
+    def __init__(self, budget: BoardBudget, plan: Any) -> None:
+        self.budget = budget
+        self.plan = plan
+        self.synced = plan.names
+        self.pulled = 0
+
+    @property
+    def version(self) -> int:
+        return self.pulled
+
+    def lag(self) -> int:
+        latest = self.budget.weights[0] if self.budget.weights else 0
+        return max(0, latest - self.pulled)
+
+    def pull(self) -> int | None:
+        weights = self.budget.weights
+        if weights is None or weights[0] <= self.pulled:
+            self.budget.poll()
+            weights = self.budget.weights
+        if weights is None or weights[0] <= self.pulled:
+            return None
+        version, (ref,) = weights
+        self.plan.apply(ray.get(ref))
+        self.pulled = int(version)
+        return self.pulled
+
+    def close(self) -> None:
+        pass
+
+
+@ray.remote(max_restarts=0, max_task_retries=0)
+class MemberActor:
+    """One member of the team; its resources are set per ``[[team]]`` when it is created."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def where(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), **where()}
+
+    def run(self, args: dict[str, Any]) -> None:
+        board = args["board"]
+        try:
+            _run_member(args)
+        except BaseException as exc:
+            from wheeler2.runtime.member import failure_detail
+
+            # The traceback as text, posted before the call fails, so the driver names this
+            # member's own frames; Ray's wrapper would add its frames around them.
+            ray.get(board.post.remote(Failed(args["plan"].name, failure_detail(exc))))
+            raise
+        # Same-caller calls run in order: once this returns, every post above has been handled.
+        ray.get(board.ping.remote())
+
+
+def _run_member(args: dict[str, Any]) -> None:
+    from wheeler2.buffer.ray_shard import ShardedReplay
+    from wheeler2.runtime.member import Wiring, run_member
+    from wheeler2.sync import SyncPlan
+
+    build.set_compute_threads()
+    config, plan, board = args["config"], args["plan"], args["board"]
+    num_envs = int(config.env.num_envs)
+    chunk = int(config.buffer.chunk)
+    learner = plan.role == "learner"
+    # Small blocks: the learner never sits on much of the budget, and the others' steps, on
+    # which the learner schedules its evals, are at most a block behind.
+    block = num_envs * (8 if learner else max(1, chunk // 2))
+    budget = BoardBudget(board, plan.name, block, args["env_steps"])
+    replay = None
+    if args["shards"]:  # none when the learner is on-policy: nobody samples a replay
+        replay = ShardedReplay(args["shards"], args["layout"], chunk, plan.name, plan.index)
+    source = None
+    if not learner and plan.spec.sync is not None:
+        sync = plan.spec.sync
+
+        def source(actor: Any) -> BoardSource:
+            sync_plan = SyncPlan(
+                args["publish_shapes"], actor, list(sync.keep), float(sync.alpha), plan.name
+            )
+            return BoardSource(budget, sync_plan)
+
+    wiring = Wiring(
+        budget=budget,
+        link=BoardLink(board),
+        replay=replay,
+        own_process=True,
+        sink=BoardSink(board) if learner else None,
+        source=source,
+        state=args["state"],
+        env_steps=args["env_steps"],
+        next_eval=args["next_eval"],
+        where=where(),
+    )
+    try:
+        run_member(config, plan, wiring)
+    finally:
+        if replay is not None:
+            replay.close()
