@@ -269,11 +269,11 @@ def main() -> int:
     ap.add_argument("--list", action="store_true", help="only count the mutants per file")
     args = ap.parse_args()
 
-    rng = random.Random(args.seed)
     pools: dict[str, list[Mutant]] = {}
     for rel in args.files:
         found = find_mutants(rel)
-        rng.shuffle(found)
+        # One generator per file: a file's draw does not depend on which other files run.
+        random.Random(f"{args.seed}:{rel}").shuffle(found)
         pools[rel] = found[: args.per_file]
         print(f"{rel}: {len(found)} mutants, {len(pools[rel])} drawn", flush=True)
     if args.list:
