@@ -34,6 +34,7 @@ SMALL_PARAMS = {
     "n_epochs": "1",
 }
 
+
 def _overrides(path: Path, out: Path) -> list[str]:
     config = load(path)
     sets = [
