@@ -26,7 +26,7 @@ import os
 import secrets
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
@@ -410,6 +410,13 @@ class WeightClient:
     ) -> WeightClient:
         """Attach to the learner's block; ``module`` is updated in place by :meth:`pull`."""
         return cls(handle, module, keep, alpha, member)
+
+    @classmethod
+    def factory(
+        cls, handle: WeightHandle, keep: Sequence[str], alpha: float, member: str
+    ) -> Callable[[nn.Module], WeightClient]:
+        """A client maker for a member whose actor is built later (the member loop's source)."""
+        return lambda module: cls(handle, module, list(keep), alpha, member)
 
     def _make_views(self, flat: torch.Tensor) -> list[torch.Tensor]:
         return [flat[a:b].view(shape) for a, b, shape in self._spans]

@@ -50,7 +50,7 @@ class CountingBudget:
                 self.block[GRANTED] -= claimed - used
 
     def run_steps(self, own: int) -> int:
-        return int(sum(self.block[STEPS:]))
+        return run_steps(self.block)
 
     def stopped(self) -> bool:
         return bool(self.block[STOP])
@@ -61,7 +61,3 @@ class CountingBudget:
 
 def run_steps(block: Any) -> int:
     return int(sum(block[STEPS:]))
-
-
-def member_steps(block: Any, slot: int) -> int:
-    return int(block[STEPS + slot])

@@ -97,7 +97,7 @@ class Coordinator:
         self.figures: dict[str, dict[str, Any]] = {}
         self.started: dict[str, Started] = {}
         self.finished: set[str] = set()
-        self.errors: dict[str, str] = {}
+        self.errors: dict[str, Failed] = {}  # first failure of each member
         self.pending: tuple[int, set[str]] | None = None  # checkpoint being assembled
         now = time.monotonic()
         self.last_seen = {n: now for n in self.names}
@@ -123,7 +123,7 @@ class Coordinator:
             interrupted = True
         shield_shutdown(quiet=not (interrupted or failed))
         if failed is not None:
-            print(f"\nmember {failed!r} {self._how(failed)}; stopping the team", flush=True)
+            print(f"\nmember {failed!r} {self.errors[failed].how}; stopping the team", flush=True)
         self.transport.stop()
         self.released = True
         self._drain(STOP_GRACE_S)
@@ -135,7 +135,7 @@ class Coordinator:
         }
         summary = self.recorder.finish(members, interrupted=interrupted or failed is not None)
         if failed is not None:
-            detail = self.errors[failed]
+            detail = self.errors[failed].detail
             print(f"member {failed!r} failed; the team was stopped and checkpointed.\n{detail}")
             raise MemberFailed(failed, detail)
         if interrupted:
@@ -176,7 +176,7 @@ class Coordinator:
             self.started[name] = message
             self._write_members()
         elif isinstance(message, Failed):
-            self.errors.setdefault(name, message.detail)
+            self.errors.setdefault(name, message)
 
     def _running(self) -> set[str]:
         return set(self.names) - self.finished - set(self.errors)
@@ -192,7 +192,7 @@ class Coordinator:
             if self.errors:
                 return next(iter(self.errors))
             name, how = next(iter(gone.items()))
-            self.errors[name] = f"its process is gone ({how})"
+            self.errors[name] = Failed(name, f"its process is gone ({how})", how="died")
             return name
         now = time.monotonic()
         for name in self._running():
@@ -202,22 +202,14 @@ class Coordinator:
             silent = now - self.last_seen[name]
             if silent > limit:
                 self.transport.kill(name)
-                self.errors[name] = (
+                self.errors[name] = Failed(
+                    name,
                     f"sent nothing for {silent:.0f} s (heartbeat_s = {self.heartbeat_s:g}): it "
-                    f"hangs (stopped, or stuck in its env); it was killed"
+                    f"hangs (stopped, or stuck in its env); it was killed",
+                    how="hangs",
                 )
                 return name
         return None
-
-    def _how(self, name: str) -> str:
-        detail = self.errors.get(name, "")
-        if detail.startswith("sent nothing"):
-            return "hangs"
-        if detail.startswith("its process is gone"):
-            return "died"
-        if "non-finite value" in detail.splitlines()[0]:
-            return "produced a non-finite value"
-        return "raised"
 
     def _drain(self, grace_s: float) -> None:
         """After the stop: collect the final states of the members still running."""

@@ -25,7 +25,7 @@ from multiprocess.connection import wait
 from wheeler2.runtime import build
 from wheeler2.runtime.budget import REQUEST, STOP, CountingBudget, new_block, run_steps
 from wheeler2.runtime.coordinator import prepare, run_team
-from wheeler2.runtime.messages import Failed, Message
+from wheeler2.runtime.messages import Message
 
 if TYPE_CHECKING:
     from wheeler2.config import Config
@@ -65,10 +65,10 @@ def member_main(args: MemberArgs) -> None:
     try:
         _run(args)
     except BaseException as exc:
-        from wheeler2.runtime.member import failure_detail
+        from wheeler2.runtime.member import failed
 
         try:
-            args.conn.send(Failed(args.plan.name, failure_detail(exc)))
+            args.conn.send(failed(args.plan.name, exc))
         except (BrokenPipeError, EOFError, OSError):
             pass  # the coordinator is gone (it was killed): there is nobody left to tell
         # The coordinator prints the traceback it was sent; a plain exit avoids a second copy.
@@ -107,11 +107,7 @@ def _run(args: MemberArgs) -> None:
             sink = WeightPublisher.attach(args.weights)
         elif plan.spec.sync is not None:
             sync = plan.spec.sync
-
-            def source(actor: Any) -> Any:
-                return WeightClient.attach(
-                    args.weights, actor, list(sync.keep), float(sync.alpha), plan.name
-                )
+            source = WeightClient.factory(args.weights, sync.keep, float(sync.alpha), plan.name)
 
         wiring = Wiring(
             budget=CountingBudget(args.block, args.lock, plan.index, config.experiment.total_steps),

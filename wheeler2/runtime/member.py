@@ -27,6 +27,7 @@ from wheeler2.runtime import build
 from wheeler2.runtime.evaluation import evaluate
 from wheeler2.runtime.messages import (
     Evaluated,
+    Failed,
     Figures,
     Finished,
     Message,
@@ -60,14 +61,14 @@ class NonFiniteError(RuntimeError):
         )
 
 
-def failure_detail(exc: BaseException) -> str:
+def failed(member: str, exc: BaseException) -> Failed:
     """What a member that raised tells the coordinator: one line for a non-finite value (its
     own message says everything), the traceback otherwise."""
     import traceback
 
     if isinstance(exc, NonFiniteError):
-        return str(exc)
-    return "".join(traceback.format_exception(exc))
+        return Failed(member, str(exc), how="produced a non-finite value")
+    return Failed(member, "".join(traceback.format_exception(exc)))
 
 
 def _check_losses(metrics: dict[str, float]) -> None:
@@ -358,7 +359,6 @@ class MemberLoop:
     def __init__(self, config: Config, plan: build.MemberPlan, wiring: Wiring) -> None:
         self.config = config
         self.plan = plan
-        self.wiring = wiring
         self.budget = wiring.budget
         self.link = wiring.link
         self.learner = plan.role == "learner"
@@ -440,11 +440,7 @@ class MemberLoop:
             exc.member = self.plan.name
             exc.env_steps = budget.run_steps(self.member.stats.env_steps)
             raise
-        if (
-            not self.learner
-            and self.source is not None
-            and self.member.stats.env_steps >= self.next_sync
-        ):
+        if self.source is not None and self.member.stats.env_steps >= self.next_sync:
             self.source.pull()
             self.next_sync += self.sync_every
         request = budget.request()

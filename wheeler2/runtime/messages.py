@@ -56,7 +56,8 @@ class Finished:
 @dataclass(frozen=True)
 class Failed:
     member: str
-    detail: str  # the member's traceback
+    detail: str  # the member's traceback, or one line that says it all
+    how: str = "raised"  # what the coordinator says the member did: raised, hangs, ...
 
 
 Message = Started | Figures | Evaluated | StateReply | Finished | Failed

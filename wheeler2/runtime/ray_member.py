@@ -17,7 +17,7 @@ from typing import Any
 import ray
 
 from wheeler2.runtime import build
-from wheeler2.runtime.messages import Failed, Message
+from wheeler2.runtime.messages import Message
 
 
 def where() -> dict[str, Any]:
@@ -249,11 +249,11 @@ class MemberActor:
         try:
             _run_member(args)
         except BaseException as exc:
-            from wheeler2.runtime.member import failure_detail
+            from wheeler2.runtime.member import failed
 
             # The traceback as text, posted before the call fails, so the driver names this
             # member's own frames; Ray's wrapper would add its frames around them.
-            ray.get(board.post.remote(Failed(args["plan"].name, failure_detail(exc))))
+            ray.get(board.post.remote(failed(args["plan"].name, exc)))
             raise
         # Same-caller calls run in order: once this returns, every post above has been handled.
         ray.get(board.ping.remote())

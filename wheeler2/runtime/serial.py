@@ -18,7 +18,7 @@ from wheeler2 import checkpoint as ckpt
 from wheeler2.runtime import build
 from wheeler2.runtime.budget import REQUEST, STOP, CountingBudget, new_block, run_steps
 from wheeler2.runtime.coordinator import prepare, run_team
-from wheeler2.runtime.member import MemberLoop, Wiring, failure_detail
+from wheeler2.runtime.member import MemberLoop, Wiring, failed
 from wheeler2.runtime.messages import Failed, Message
 
 if TYPE_CHECKING:
@@ -73,7 +73,10 @@ class SerialTransport:
                 state, env_steps = build.member_payload(payload, p.name)
                 source = None
                 if self.publisher is not None and p.spec.sync is not None:
-                    source = _client_factory(WeightClient, self.publisher.handle(), p)
+                    sync = p.spec.sync
+                    source = WeightClient.factory(
+                        self.publisher.handle(), sync.keep, float(sync.alpha), p.name
+                    )
                 self.wirings[p.name] = Wiring(
                     budget=CountingBudget(self.block, None, p.index, total),
                     link=_ListLink(self.inbox),
@@ -132,13 +135,14 @@ class SerialTransport:
                         name,
                         f"sent nothing for {self.heartbeat_s:g} s (heartbeat_s): it hangs "
                         f"(stuck in its env or a step)",
+                        how="hangs",
                     )
                 )
                 going = False
             except KeyboardInterrupt:
                 raise
             except Exception as exc:
-                self.inbox.append(Failed(name, failure_detail(exc)))
+                self.inbox.append(failed(name, exc))
                 going = False
             if not going:
                 self.done.add(name)
@@ -178,15 +182,6 @@ class SerialTransport:
             self.publisher.close()
         if self.replay is not None:
             self.replay.close()
-
-
-def _client_factory(client_cls: Any, handle: Any, plan: build.MemberPlan) -> Any:
-    sync = plan.spec.sync
-
-    def source(actor: Any) -> Any:
-        return client_cls.attach(handle, actor, list(sync.keep), float(sync.alpha), plan.name)
-
-    return source
 
 
 def run_serial(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:
