@@ -185,6 +185,13 @@ def main() -> None:
     )
     ap.add_argument("--out", default=str(ROOT / "runs" / "bitflip_her_vs_sb3"))
     ap.add_argument("--name", default="bitflip_her_vs_sb3")
+    ap.add_argument(
+        "--sides",
+        nargs="+",
+        default=["her", "sb3", "no-her"],
+        choices=["her", "sb3", "no-her"],
+        help="arms, run seed by seed in this order (interleaved)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(1)
     default = {15: 10_000, 30: 15_000, 50: 15_000}
@@ -196,13 +203,15 @@ def main() -> None:
     rows: list[Outcome] = []
     for bits in args.bits:
         for seed in args.seeds:
-            for side in ("her", "sb3", "no-her"):
+            for side in args.sides:
                 if side == "sb3":
                     o = run_sb3(bits, seed, budgets[bits])
                 else:
                     o = run_wheeler2(bits, seed, budgets[bits], side == "her", Path(args.out))
                 print(f"n={bits} {o.side} seed {seed}: {o.steps} {o.wall} {o.curve}", flush=True)
                 rows.append(o)
+                with (RESULTS / f"{args.name}_runs.jsonl").open("a") as f:
+                    f.write(json.dumps({**o.__dict__, "budget": budgets[bits]}) + "\n")
                 RESULTS.mkdir(parents=True, exist_ok=True)
                 (RESULTS / f"{args.name}.md").write_text(table(rows, budgets) + "\n")
     print(table(rows, budgets))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import sys
+import types
 import tomllib
 from pathlib import Path
 
@@ -549,10 +550,16 @@ def test_shipped_configs_validate(name):
 def test_make_env_routes_prefixed_ids_to_their_adapter(monkeypatch):
     calls = []
     adapter = type(sys)("envs.unity")
-    adapter.make = lambda spec, kwargs, num_envs, seed: calls.append((spec, kwargs, num_envs, seed))
+    built = types.SimpleNamespace(info=types.SimpleNamespace(goal_dim=0))
+
+    def make(spec, kwargs, num_envs, seed):
+        calls.append((spec, kwargs, num_envs, seed))
+        return built
+
+    adapter.make = make
     monkeypatch.setitem(sys.modules, "envs.unity", adapter)
-    registry.make_env(config.EnvConfig(id="unity:mock", kwargs={"a": 1}), num_envs=3, seed=5)
-    assert calls == [("mock", {"a": 1}, 3, 5)]
+    env = registry.make_env(config.EnvConfig(id="unity:mock", kwargs={"a": 1}), num_envs=3, seed=5)
+    assert calls == [("mock", {"a": 1}, 3, 5)] and env is built
 
 
 def test_make_env_builds_a_gymnasium_vector():

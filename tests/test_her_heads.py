@@ -62,11 +62,13 @@ hidden = [8]
 
 
 def _by_hand(obs: np.ndarray, action: np.ndarray, next_obs: np.ndarray) -> np.ndarray:
-    # Policy inputs are [bits, goal]; BitFlip's achieved goal is the bits themselves.
-    bits, next_bits, goal = obs[:, :N_BITS], next_obs[:, :N_BITS], next_obs[:, N_BITS:]
+    # Policy inputs are [bits, achieved goal, goal] (achieved_goal_in_obs, the default); the
+    # heads see the stored observation [bits, achieved goal]; BitFlip's achieved goal is the bits.
+    stored, next_bits, goal = obs[:, :-N_BITS], next_obs[:, :N_BITS], next_obs[:, -N_BITS:]
+    np.testing.assert_array_equal(stored[:, :N_BITS], stored[:, N_BITS:])
     reached = -np.any(next_bits != goal, axis=-1).astype(np.float32)
     wrong = np.mean(next_bits != goal, axis=-1)
-    shaped = -wrong + 0.01 * action.reshape(-1) + 0.001 * bits.sum(-1)
+    shaped = -wrong + 0.01 * action.reshape(-1) + 0.001 * stored.sum(-1)
     return np.stack([reached, shaped], axis=1)
 
 
@@ -108,7 +110,7 @@ def test_her_batch_recomputes_every_head(config) -> None:  # noqa: ANN001
         reached_frac = float((batch["reward"].reshape(-1, 2)[:, 0] == 0).mean())
         assert reached_frac > 0.2, reached_frac
         # The goals the learner sees differ from the envs' own for relabelled rows.
-        goals = batch["next_obs"][:, N_BITS:]
+        goals = batch["next_obs"][:, -N_BITS:]
         assert len({g.tobytes() for g in goals}) > 10
     finally:
         member.close()

@@ -12,6 +12,7 @@ Goal environments (gymnasium ``GoalEnv`` dict observations) report the observati
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -76,3 +77,45 @@ def policy_obs(obs: np.ndarray, desired_goal: np.ndarray | None) -> np.ndarray:
     if desired_goal is None:
         return np.asarray(obs, dtype=np.float32)
     return np.concatenate([obs, desired_goal], axis=-1).astype(np.float32, copy=False)
+
+
+class AchievedGoalInObs:
+    """A goal env whose ``obs`` ends with the achieved goal: ``[observation, achieved_goal]``.
+
+    The policy input is then ``[observation, achieved_goal, desired_goal]``, the information
+    Stable-Baselines3's ``MultiInputPolicy`` gives its networks for a goal env (issue 20, and
+    docs/config.md ``[env] achieved_goal_in_obs``). Doing it here, once, keeps every stored,
+    sampled, relabelled and evaluated observation consistent: HER only ever replaces the desired
+    goal, and the achieved goal of a stored observation is a fact of that state.
+    """
+
+    def __init__(self, env: VecEnv) -> None:
+        self.env = env
+        self.num_envs = env.num_envs
+        inner = env.info
+        self.info = dataclasses.replace(inner, obs_dim=inner.obs_dim + inner.goal_dim)
+
+    def __getattr__(self, name: str) -> Any:
+        # Adapter extras (compute_reward, render, ...) pass through.
+        return getattr(self.env, name)
+
+    def reset(self, seed: int | None = None) -> EnvReset:
+        first = self.env.reset(seed=seed)
+        return dataclasses.replace(first, obs=_with_goal(first.obs, first.achieved_goal))
+
+    def step(self, action: np.ndarray) -> EnvStep:
+        st = self.env.step(action)
+        return dataclasses.replace(
+            st,
+            obs=_with_goal(st.obs, st.achieved_goal),
+            final_obs=_with_goal(st.final_obs, st.final_achieved_goal),
+        )
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _with_goal(obs: np.ndarray, goal: np.ndarray | None) -> np.ndarray:
+    if goal is None:
+        raise ValueError("achieved_goal_in_obs: the env returned no achieved_goal")
+    return np.concatenate([obs, goal], axis=-1).astype(np.float32, copy=False)

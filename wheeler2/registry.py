@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from wheeler2.agent import Agent
+from wheeler2.env import AchievedGoalInObs
 
 if TYPE_CHECKING:
     from wheeler2.config import EnvConfig
@@ -229,6 +230,15 @@ def make_env(
     of a multi-agent env (PettingZoo agent names, Unity behavior names) and replace any
     ``agents`` in ``[env] kwargs``, so each member of one team can drive its own agents.
     """
+    env = _make_adapter(env_cfg, num_envs, seed, agents)
+    if env_cfg.achieved_goal_in_obs and env.info.goal_dim:
+        return AchievedGoalInObs(env)
+    return env
+
+
+def _make_adapter(
+    env_cfg: EnvConfig, num_envs: int, seed: int, agents: tuple[str, ...] | list[str] | None
+) -> VecEnv:
     prefix, sep, rest = env_cfg.id.partition(":")
     kwargs = dict(env_cfg.kwargs)
     if sep and prefix in ENV_ADAPTERS:
