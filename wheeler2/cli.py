@@ -1,4 +1,4 @@
-"""The ``wheeler2`` command: run | check | eval | resume | plot.
+"""The ``wheeler2`` command: run | check | eval | export | resume | plot.
 
 Exit codes: 0 success, 2 an invalid config, usage or checkpoint (message only, no traceback),
 130 interrupted, 1 anything else (with its traceback, since that is a bug to report).
@@ -65,6 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("run_dir", type=Path)
     evaluate.add_argument("--episodes", type=int, help="default: experiment.eval_episodes")
     evaluate.add_argument("--checkpoint", choices=("best", "latest"), default="best")
+    evaluate.add_argument(
+        "--video",
+        type=Path,
+        metavar="OUT.mp4|OUT.gif",
+        help="also record each episode (gymnasium envs): OUT_ep0.mp4, OUT_ep1.mp4, ...",
+    )
+
+    export = sub.add_parser("export", help="write a run's policy as a TorchScript or ONNX file")
+    export.add_argument("run_dir", type=Path)
+    export.add_argument("--format", choices=("torchscript", "onnx"), required=True)
+    export.add_argument("-o", "--output", type=Path, help="default: RUN_DIR/policy.pt|.onnx")
+    export.add_argument("--checkpoint", choices=("best", "latest"), default="best")
 
     resume = sub.add_parser("resume", help="continue an interrupted run from its latest checkpoint")
     resume.add_argument("run_dir", type=Path)
@@ -170,10 +182,15 @@ def _fmt(value: Any) -> str:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from wheeler2.runtime import evaluate_run
+    from wheeler2.api import evaluate, run_config_path
 
-    _run_config_path(args.run_dir)
-    result = evaluate_run(args.run_dir, args.episodes, args.checkpoint)
+    if args.video is not None:
+        from wheeler2.video import check_output, make_render_env
+
+        # Refuse a bad --video before the evaluation spends its time.
+        check_output(args.video)
+        make_render_env(_load(run_config_path(args.run_dir))).close()
+    result = evaluate(args.run_dir, args.episodes, args.checkpoint)
     line = (
         f"{result.get('checkpoint', args.checkpoint)}: {result.get('episodes')} episodes, "
         f"return {result['mean_return']:.2f} +- {result['std_return']:.2f}"
@@ -181,6 +198,23 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if result.get("success") is not None:
         line += f", success {result['success']:.2f}"
     print(line)
+    if args.video is not None:
+        from wheeler2.video import record
+
+        for rec in record(args.run_dir, args.video, args.episodes, args.checkpoint):
+            print(f"wrote {rec.path} ({rec.frames} frames, return {rec.episode_return:.2f})")
+    return EXIT_OK
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from wheeler2.api import load_policy
+    from wheeler2.export import write_policy
+
+    policy = load_policy(args.run_dir, args.checkpoint)
+    out = write_policy(policy, args.format, args.output)
+    kind = "int64 [B]" if policy.discrete else "float32 [B, act_dim] in the env's Box"
+    print(f"wrote {out}: input float32 [B, {policy.input_dim}] = [{policy.input_layout}]")
+    print(f"  output: action, {kind}")
     return EXIT_OK
 
 
@@ -199,6 +233,7 @@ COMMANDS = {
     "run": _cmd_run,
     "check": _cmd_check,
     "eval": _cmd_eval,
+    "export": _cmd_export,
     "resume": _cmd_resume,
     "plot": _cmd_plot,
 }

@@ -1,0 +1,290 @@
+"""The Python API: run, validate and evaluate experiments, and act with a trained policy.
+
+``import wheeler2`` reaches these lazily (``wheeler2.load_policy`` imports this module on first
+use), so the package import and ``wheeler2 --help`` stay free of torch. Every heavy import below
+happens inside a function for the same reason. docs/python_api.md has runnable examples.
+
+:func:`load_policy` is the policy exactly as ``wheeler2 eval`` runs it: raw env observations in,
+the agent's ``act(explore=False)`` with its observation normalization, then the env adapter's
+action mapping, env actions out.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from wheeler2.cli import UsageError
+
+if TYPE_CHECKING:
+    from wheeler2.agent import Agent
+    from wheeler2.config import Config
+    from wheeler2.env import EnvInfo
+
+CHECKPOINTS = ("best", "latest")
+GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
+
+
+# -- experiments -------------------------------------------------------------------------------
+
+
+def _config(config_or_path: Any, overrides: dict[str, Any]) -> Config:
+    """A validated config from a path, a :class:`Config` or parsed TOML data, with overrides.
+
+    ``overrides`` keys are ``seed``, ``out`` or dotted ``table.key`` paths (``buffer__n_step``
+    stands for ``buffer.n_step``, since a keyword cannot hold a dot), as ``--set`` takes them.
+    """
+    from wheeler2.config import Config, apply_override, validate
+    from wheeler2.config.reader import parse_toml
+    from wheeler2.config.toml_out import _toml_value
+
+    if isinstance(config_or_path, Config):
+        raw, path = copy.deepcopy(config_or_path.raw), config_or_path.path
+    elif isinstance(config_or_path, dict):
+        raw, path = copy.deepcopy(config_or_path), Path("<config>")
+    else:
+        path = Path(config_or_path)
+        if not path.is_file():
+            raise UsageError(f"{path}: no such experiment file; expected a TOML file")
+        raw = parse_toml(path)
+    for key, value in overrides.items():
+        if key in ("seed", "out"):
+            raw.setdefault("experiment", {})[key] = value
+        else:
+            # Through --set's own code, so both ways of overriding index [[team]] alike.
+            apply_override(raw, f"{key.replace('__', '.')}={_toml_value(value)}", str(path))
+    return validate(raw, path)
+
+
+def validate(config_or_path: Any, **overrides: Any) -> Config:
+    """What ``wheeler2 check`` does: read and validate the config, build the env once and check
+    the config against it. Returns the :class:`~wheeler2.config.Config`; raises
+    :class:`~wheeler2.config.ConfigError` naming the table and key at fault."""
+    from wheeler2.config import check_with_env
+
+    config = _config(config_or_path, overrides)
+    check_with_env(config)
+    return config
+
+
+def run(config_or_path: Any, **overrides: Any) -> Path:
+    """Run an experiment (what ``wheeler2 run`` does); returns its run directory.
+
+    ``run("cfg/pendulum_ddpg.toml", seed=1, experiment__total_steps=2000)``
+    """
+    from wheeler2.runtime import run_experiment
+
+    return Path(run_experiment(_config(config_or_path, overrides)))
+
+
+def run_config_path(run_dir: str | Path) -> Path:
+    """``run_dir/config.toml``, or a :class:`UsageError` saying what was expected."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: no such run directory")
+    config_path = run_dir / "config.toml"
+    if not config_path.exists():
+        raise UsageError(f"{run_dir}: no config.toml here; is this a run directory?")
+    return config_path
+
+
+def _check_which(checkpoint: str) -> None:
+    if checkpoint not in CHECKPOINTS:
+        raise UsageError(f"checkpoint {checkpoint!r}: expected one of {', '.join(CHECKPOINTS)}")
+
+
+def evaluate(
+    run_dir: str | Path, episodes: int | None = None, checkpoint: str = "best"
+) -> dict[str, Any]:
+    """What ``wheeler2 eval`` does: one deterministic episode per eval env copy with the run's
+    learner from its checkpoint. Returns ``mean_return``, ``std_return``, ``success`` (None
+    when the env reports none), ``episodes``, ``env_steps`` and the ``checkpoint`` file."""
+    from wheeler2.runtime import evaluate_run
+
+    run_config_path(run_dir)
+    _check_which(checkpoint)
+    return evaluate_run(Path(run_dir), episodes, checkpoint)
+
+
+# -- the learner of a run ----------------------------------------------------------------------
+
+
+@dataclass
+class LoadedRun:
+    """A run's learner restored from a checkpoint, and the facts of its env."""
+
+    run_dir: Path
+    config: Config
+    checkpoint: Path
+    agent: Agent
+    algo: str
+    info: EnvInfo  # as the engine sees it: obs_dim includes the achieved goal where it is fed
+    observation_space: Any  # the gymnasium spaces, None for adapters without one
+    action_space: Any
+
+
+def load_learner(run_dir: str | Path, checkpoint: str = "best") -> LoadedRun:
+    """The learner of a run, restored from ``checkpoint`` (``"best"`` falls back to
+    ``"latest"`` when no eval has improved yet), the way ``wheeler2 eval`` restores it."""
+    from wheeler2 import checkpoint as ckpt
+    from wheeler2.config import load
+    from wheeler2.runtime import build
+
+    run_dir = Path(run_dir)
+    config = load(run_config_path(run_dir))
+    _check_which(checkpoint)
+    path = ckpt.checkpoint_path(run_dir, checkpoint)
+    if not path.exists():
+        path = ckpt.checkpoint_path(run_dir, "latest")
+    if not path.exists():
+        raise ckpt.CheckpointError(
+            f"{run_dir}: no checkpoint; expected {ckpt.CHECKPOINT_DIR}/{ckpt.BEST} or "
+            f"{ckpt.CHECKPOINT_DIR}/{ckpt.LATEST} (does the run have an eval yet?)"
+        )
+    payload = ckpt.load(path)
+    if not isinstance(payload.get("run"), dict):
+        raise ckpt.CheckpointError(f"{path}: not a wheeler2 run checkpoint (no run counters)")
+    plans = build.plan_team(config)
+    lead = build.learner_plan(plans)
+    # One copy, built only to read the spaces and heads the networks were sized from.
+    env = build.make_env(config, 1, build.eval_env_seed(config), lead)
+    try:
+        heads = build.make_heads(config, env, build.make_task(config))
+        info = env.info
+        obs_space = getattr(env, "observation_space", None)
+        act_space = getattr(env, "action_space", None)
+    finally:
+        env.close()
+    agent = build.make_agent(config, lead, build.space_info(info, heads), 0)
+    # check_matches refuses a checkpoint of another shape and loads the state once it fits.
+    ckpt.check_matches(
+        path, payload, {lead.name: agent}, {lead.name: lead.algo}, subset=True, required=[lead.name]
+    )
+    return LoadedRun(run_dir, config, path, agent, lead.algo, info, obs_space, act_space)
+
+
+# -- raw observations in, env actions out ------------------------------------------------------
+
+
+def _rows(x: Any, space: Any, dim: int, what: str) -> tuple[np.ndarray, bool]:
+    """One part of a raw observation (one row or a batch) -> float32 ``[N, dim]``, and whether
+    it was a single observation. Discrete parts become one-hot, as the gym adapter does."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        arr = np.asarray(x)
+        single = arr.ndim == 0
+        idx = arr.reshape(-1).astype(np.int64)
+        return np.eye(dim, dtype=np.float32)[idx], single
+    shape = tuple(space.shape) if space is not None else (dim,)
+    arr = np.asarray(x, dtype=np.float32)
+    if arr.shape == shape:
+        return arr.reshape(1, -1), True
+    if arr.shape[1:] == shape:
+        return arr.reshape(len(arr), -1), False
+    raise ValueError(
+        f"{what}: got shape {arr.shape}, expected {shape} (one observation) or "
+        f"(N, {', '.join(map(str, shape))}) (a batch)"
+    )
+
+
+class Policy:
+    """A run's learner as a function of raw env observations: ``action = policy(obs)``.
+
+    ``obs`` is what the env returns: one observation or a batch (a leading axis), for a goal env
+    the dict with ``observation`` / ``achieved_goal`` / ``desired_goal`` (each one row or a
+    batch). The result is in the env's action space: a Box action (or ``[N, *shape]``), or an
+    int (int64 ``[N]``) for Discrete. Deterministic: ``act(explore=False)``.
+    """
+
+    def __init__(self, loaded: LoadedRun) -> None:
+        self.loaded = loaded
+        self.agent = loaded.agent
+        info = loaded.info
+        self.goal = info.goal_dim > 0
+        # The engine feeds [observation, achieved_goal, desired_goal] under achieved_goal_in_obs,
+        # else [observation, desired_goal] (wheeler2.env.AchievedGoalInObs and policy_obs).
+        self.achieved_goal_in_obs = self.goal and bool(loaded.config.env.achieved_goal_in_obs)
+        self.input_dim = info.obs_dim + info.goal_dim
+        self.observation_dim = info.obs_dim - (info.goal_dim if self.achieved_goal_in_obs else 0)
+        self.discrete = info.discrete
+        self.observation_space = loaded.observation_space
+        self.action_space = loaded.action_space
+
+    @property
+    def input_layout(self) -> str:
+        """The flat input's parts, in order (what :meth:`flat_input` builds and export takes)."""
+        if not self.goal:
+            return f"observation[{self.observation_dim}]"
+        g = self.loaded.info.goal_dim
+        ag = f", achieved_goal[{g}]" if self.achieved_goal_in_obs else ""
+        return f"observation[{self.observation_dim}]{ag}, desired_goal[{g}]"
+
+    def flat_input(self, obs: Any) -> tuple[np.ndarray, bool]:
+        """Raw observation(s) -> the engine's flat float32 policy input ``[N, input_dim]``, and
+        whether ``obs`` was a single observation."""
+        from wheeler2.env import policy_obs
+
+        space = self.observation_space
+        if not self.goal:
+            return _rows(obs, space, self.observation_dim, "observation")
+        if not isinstance(obs, dict) or any(k not in obs for k in GOAL_KEYS):
+            raise ValueError(f"a goal env's observation is a dict with keys {', '.join(GOAL_KEYS)}")
+        part = {}
+        single = False
+        g = self.loaded.info.goal_dim
+        for key in GOAL_KEYS:
+            sub = None if space is None else space[key]
+            dim = self.observation_dim if key == "observation" else g
+            part[key], one = _rows(obs[key], sub, dim, key)
+            single = one if key == "observation" else single
+        head = part["observation"]
+        if self.achieved_goal_in_obs:
+            head = np.concatenate([head, part["achieved_goal"]], axis=-1)
+        return policy_obs(head, part["desired_goal"]), single
+
+    def engine_action(self, flat: np.ndarray) -> np.ndarray:
+        """The agent's deterministic action for a flat input batch: ``[-1, 1]`` or int64."""
+        return self.agent.act(flat, explore=False).action
+
+    def env_action(self, action: np.ndarray) -> np.ndarray:
+        """Engine actions ``[N, ...]`` -> the env's: the gym adapter's mapping of ``[-1, 1]``
+        onto the Box bounds (envs/gym.py ``GymVecEnv._to_env_action``), or the Discrete start
+        added. Without a gymnasium action space (multi-agent adapters) actions stay as they are."""
+        from gymnasium import spaces
+
+        space = self.action_space
+        n = len(action)
+        if isinstance(space, spaces.Box):
+            low = space.low.astype(np.float64).reshape(-1)
+            high = space.high.astype(np.float64).reshape(-1)
+            a = np.clip(np.asarray(action, np.float64).reshape(n, -1), -1.0, 1.0)
+            scaled = low + (a + 1.0) * 0.5 * (high - low)
+            return scaled.astype(np.float32).reshape(n, *space.shape)
+        if isinstance(space, spaces.Discrete):
+            return np.asarray(action, np.int64).reshape(n) + int(space.start)
+        return np.asarray(action)
+
+    def __call__(self, obs: Any) -> Any:
+        flat, single = self.flat_input(obs)
+        action = self.env_action(self.engine_action(flat))
+        if not single:
+            return action
+        return int(action[0]) if self.discrete else action[0]
+
+    def __repr__(self) -> str:
+        run = self.loaded
+        return f"Policy({run.algo}, {run.config.env.id}, input [{self.input_layout}])"
+
+
+def load_policy(run_dir: str | Path, checkpoint: str = "best") -> Policy:
+    """The learner of ``run_dir`` as a callable on raw env observations (see :class:`Policy`).
+
+    >>> policy = wheeler2.load_policy("runs/pendulum-ddpg-...")   # doctest: +SKIP
+    >>> action = policy(env.reset(seed=0)[0])                     # doctest: +SKIP
+    """
+    return Policy(load_learner(run_dir, checkpoint))

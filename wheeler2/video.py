@@ -1,0 +1,120 @@
+"""``wheeler2 eval RUN_DIR --video out.mp4``: episodes of a run's policy as video files.
+
+Each episode is played in a plain ``gymnasium.make(id, render_mode="rgb_array")`` env by
+:func:`wheeler2.load_policy`, so the video also shows that policy working on raw observations.
+Episode ``i`` resets with the seed the eval env gives copy ``i`` (``eval_reset_seed + i``): the
+recorded episodes are the ones ``wheeler2 eval`` scores. One file per episode, ``out_ep0.mp4``,
+``out_ep1.mp4``, ...; each holds the first frame and one frame per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wheeler2.cli import UsageError
+
+SUFFIXES = (".mp4", ".gif")
+
+
+@dataclass
+class Recording:
+    path: Path
+    frames: int
+    episode_return: float
+
+
+def episode_paths(out: Path, episodes: int) -> list[Path]:
+    return [out.with_name(f"{out.stem}_ep{i}{out.suffix}") for i in range(episodes)]
+
+
+def check_output(out: Path) -> None:
+    if out.suffix.lower() not in SUFFIXES:
+        raise UsageError(f"--video {out}: expected a file name ending in .mp4 or .gif")
+    if out.suffix.lower() == ".mp4":
+        try:
+            import imageio_ffmpeg  # noqa: F401 - imageio writes mp4 through it
+        except ImportError:
+            raise UsageError(
+                "--video .mp4 needs imageio-ffmpeg: pip install 'wheeler2[video]' (or use .gif)"
+            ) from None
+    try:
+        import imageio  # noqa: F401
+    except ImportError:
+        raise UsageError("--video needs imageio: pip install 'wheeler2[video]'") from None
+
+
+def make_render_env(config: Any) -> Any:
+    """The run's env as one gymnasium env rendering ``rgb_array`` frames, or a UsageError."""
+    import gymnasium
+
+    from wheeler2 import registry
+
+    env_id = config.env.id
+    prefix, sep, _ = env_id.partition(":")
+    if sep and prefix in registry.ENV_ADAPTERS:
+        raise UsageError(f"--video: '{env_id}' is not a gymnasium env; expected a gymnasium id")
+    registry.import_builtin_envs()
+    try:
+        env = gymnasium.make(env_id, render_mode="rgb_array", **dict(config.env.kwargs))
+    except Exception as exc:  # noqa: BLE001 - any refusal means: no rgb_array frames here
+        raise UsageError(
+            f"--video: {env_id} cannot render rgb_array frames ({type(exc).__name__}: {exc})"
+        ) from None
+    modes = env.metadata.get("render_modes") or []
+    if "rgb_array" not in modes:
+        env.close()
+        raise UsageError(
+            f"--video: {env_id} renders {', '.join(map(str, modes)) or 'nothing'}; "
+            "expected an env with render mode rgb_array"
+        )
+    return env
+
+
+def record(
+    run_dir: str | Path, out: str | Path, episodes: int | None = None, checkpoint: str = "best"
+) -> list[Recording]:
+    """Play ``episodes`` (default: ``experiment.eval_episodes``) deterministic episodes of the
+    run's learner and write one video per episode next to ``out``."""
+    from wheeler2.api import load_policy
+    from wheeler2.runtime import build
+
+    out = Path(out)
+    check_output(out)
+    policy = load_policy(run_dir, checkpoint)
+    config = policy.loaded.config
+    episodes = int(episodes or config.experiment.eval_episodes)
+    env = make_render_env(config)
+    fps = int(env.metadata.get("render_fps") or 30)
+    seed = build.eval_reset_seed(config)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done: list[Recording] = []
+    try:
+        for i, path in enumerate(episode_paths(out, episodes)):
+            obs, _ = env.reset(seed=seed + i)
+            frames = [env.render()]
+            total, over = 0.0, False
+            while not over:
+                obs, reward, terminated, truncated, _ = env.step(policy(obs))
+                total += float(reward)
+                frames.append(env.render())
+                over = terminated or truncated
+            _write(path, frames, fps)
+            done.append(Recording(path, len(frames), total))
+    finally:
+        env.close()
+    return done
+
+
+def _write(path: Path, frames: list[np.ndarray], fps: int) -> None:
+    import imageio.v2 as imageio
+
+    if path.suffix.lower() == ".gif":
+        # Pillow's GIF writer takes the frame duration in milliseconds; loop forever.
+        imageio.mimsave(path, frames, duration=1000.0 / fps, loop=0)
+    else:
+        # macro_block_size=2: H.264 (yuv420p) needs even sizes; pad only that far, not to 16.
+        imageio.mimsave(path, frames, fps=fps, macro_block_size=2)
