@@ -1,0 +1,165 @@
+"""``wheeler2 export`` and ``wheeler2 eval --video`` (issue 16): exported files act exactly as
+load_policy does, normalization and action scaling included; videos hold every frame."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import wheeler2
+from wheeler2 import cli
+from wheeler2.export import sample_inputs
+
+RUN = """
+[experiment]
+name = "{name}"
+seed = 0
+total_steps = {steps}
+eval_every = {steps}
+eval_episodes = 2
+backend = "serial"
+
+[env]
+id = "{env}"
+num_envs = 2
+{env_extra}
+
+[buffer]
+capacity = 2000
+batch_size = 32
+
+[[team]]
+name = "learner"
+algo = "{algo}"
+role = "learner"
+[team.params]
+hidden = [16, 16]
+{params}
+"""
+
+RUNS = {
+    # Box actions on [-2, 2] and observation normalization.
+    "ddpg": dict(
+        env="Pendulum-v1", algo="ddpg", params="learning_starts = 100\nnormalize_obs = true"
+    ),
+    # Discrete, normalized.
+    "dqn": dict(
+        env="CartPole-v1", algo="dqn", params="learning_starts = 100\nnormalize_obs = true"
+    ),
+    # A Gaussian actor, whose mean is clipped to [-1, 1] before scaling.
+    "ppo": dict(env="Pendulum-v1", algo="ppo", params="n_steps = 64\nbatch_size = 64"),
+    # A goal env: the flat input is [observation, achieved_goal, desired_goal].
+    "bitflip": dict(
+        env="wheeler2/BitFlip-v0",
+        env_extra="kwargs = { n_bits = 5 }",
+        algo="dqn",
+        params="learning_starts = 100\nnormalize_obs = true",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("export")
+    out = {}
+    for key, spec in RUNS.items():
+        path = tmp / f"{key}.toml"
+        path.write_text(RUN.format(**{"name": key, "steps": 256, "env_extra": "", **spec}))
+        out[key] = wheeler2.run(path, out=str(tmp / "runs"))
+    return out
+
+
+def exported_actions(path: Path, fmt: str, flat: np.ndarray) -> np.ndarray:
+    if fmt == "torchscript":
+        module = torch.jit.load(str(path))
+        with torch.no_grad():
+            return module(torch.as_tensor(flat)).numpy()
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(["action"], {"obs": flat})[0]
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+@pytest.mark.parametrize("key", list(RUNS))
+def test_export_matches_load_policy(
+    runs: dict[str, Path], key: str, fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / f"policy.{fmt}"
+    assert cli.main(["export", str(runs[key]), "--format", fmt, "-o", str(out)]) == 0
+    policy = wheeler2.load_policy(runs[key])
+    assert f"[{policy.input_layout}]" in capsys.readouterr().out
+    flat = sample_inputs(policy)  # real observations of the run's env
+    got = exported_actions(out, fmt, flat)
+    want = policy.env_action(policy.engine_action(flat))
+    assert got.shape[0] == len(flat)
+    if policy.discrete:
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want.reshape(got.shape), atol=1e-5)
+        # Env units: Pendulum's Box is [-2, 2], so twice the agent's clipped [-1, 1] action.
+        engine = np.clip(policy.engine_action(flat), -1.0, 1.0).reshape(got.shape)
+        np.testing.assert_allclose(got, 2.0 * engine, atol=1e-5)
+
+
+def test_export_takes_raw_observations_flattened_by_load_policy(runs: dict[str, Path]) -> None:
+    """A goal env's dict, flattened as documented, through the TorchScript file."""
+    policy = wheeler2.load_policy(runs["bitflip"])
+    rng = np.random.default_rng(0)
+    obs = {
+        k: rng.integers(0, 2, (7, 5)).astype(np.float32)
+        for k in ("observation", "achieved_goal", "desired_goal")
+    }
+    obs["achieved_goal"] = obs["observation"]
+    flat = np.concatenate([obs["observation"], obs["achieved_goal"], obs["desired_goal"]], -1)
+    path = wheeler2.export_policy(runs["bitflip"], "torchscript")
+    assert path == runs["bitflip"] / "policy.pt"
+    np.testing.assert_array_equal(exported_actions(path, "torchscript", flat), policy(obs))
+
+
+@pytest.mark.parametrize(("suffix", "episodes"), [(".gif", 1), (".mp4", 2)])
+def test_eval_video_writes_one_file_per_episode(
+    runs: dict[str, Path],
+    suffix: str,
+    episodes: int,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    iio = pytest.importorskip("imageio.v2")
+    out = tmp_path / f"clip{suffix}"
+    argv = ["eval", str(runs["ddpg"]), "--episodes", str(episodes), "--video", str(out)]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert len(list(tmp_path.glob("clip_ep*"))) == episodes
+    for i in range(episodes):
+        path = tmp_path / f"clip_ep{i}{suffix}"
+        assert f"wrote {path} (201 frames" in printed
+        reader = iio.get_reader(path)
+        frames = reader.count_frames() if suffix == ".mp4" else len(iio.mimread(path))
+        assert frames == 201  # the reset frame and one per step of Pendulum's 200
+        assert reader.get_data(0).ndim == 3
+
+
+def test_bad_requests_exit_2_without_traceback(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    cases = [
+        (["export", str(tmp_path / "nope"), "--format", "onnx"], "no such run directory"),
+        (["eval", str(runs["bitflip"]), "--video", str(tmp_path / "v.mp4")], "rgb_array"),
+        (["eval", str(runs["ddpg"]), "--video", str(tmp_path / "v.avi")], ".mp4 or .gif"),
+    ]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.toml").write_text((runs["ddpg"] / "config.toml").read_text())
+    cases.append((["export", str(empty), "--format", "torchscript"], "no checkpoint"))
+    for argv, message in cases:
+        assert cli.main(argv) == cli.EXIT_INVALID, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, (argv, err)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["export", str(runs["ddpg"]), "--format", "tflite"])
+    assert exit_info.value.code == 2
+    assert not list(tmp_path.glob("v*"))
