@@ -167,6 +167,10 @@ def cluster() -> Iterator[Cluster]:
 # -- tests --------------------------------------------------------------------------------------
 
 
+# Two nodes and two shards: slow; the default run drives a ray team in test_faults.py and
+# test_backends_agree.py and keeps this cluster's lighter tests below.
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_explorers_pinned_to_second_node_with_two_shards(tmp_path: Path, cluster: Cluster) -> None:
     # The config file's own keys: [buffer] shards and [[team]] resources.
     config = load(
@@ -312,6 +316,9 @@ def test_sigint_checkpoints_and_resumes_under_local(tmp_path: Path) -> None:
     assert summary["eval"][-1]["env_steps"] >= 4_000
 
 
+# Two runs on two backends: slow; test_resume_runtime.py resumes in the default run.
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_local_checkpoint_resumes_under_ray(tmp_path: Path, cluster: Cluster) -> None:
     config = load(write_team(tmp_path, total=600))
     local = dataclasses.replace(
