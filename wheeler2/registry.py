@@ -8,9 +8,13 @@ at user code anywhere on ``sys.path``, so a new algorithm or task needs no regis
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
+import importlib.util
 import inspect
 import pkgutil
+import sys
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -135,13 +139,56 @@ def available_tasks_text() -> str:
     return "tasks available: " + (", ".join(names) if names else "none in the 'tasks' package")
 
 
+def is_path_spec(module_part: str) -> bool:
+    """``"./mytask.py"`` or ``"/abs/heads.py"`` name a file; anything else names a module."""
+    return module_part.endswith(".py")
+
+
+def module_name(module_part: str) -> str:
+    """The ``sys.modules`` name a spec's module part is imported under: a file gets a name of
+    its own, stable for its absolute path (two files called ``task.py`` do not collide)."""
+    if not is_path_spec(module_part):
+        return module_part
+    path = Path(module_part).resolve()
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    stem = "".join(c if c.isalnum() else "_" for c in path.stem)
+    return f"wheeler2_file_{stem}_{digest}"
+
+
+def _import_file(module_part: str, spec: str) -> ModuleType:
+    name = module_name(module_part)
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(module_part).resolve()
+    if not path.is_file():
+        raise RegistryError(f"no file '{path}' (from '{spec}')")
+    loader_spec = importlib.util.spec_from_file_location(name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise RegistryError(f"cannot import '{path}' (from '{spec}') as Python")
+    module = importlib.util.module_from_spec(loader_spec)
+    # Registered before running it, as `import` does: classes defined there can be pickled and
+    # a second resolution of the same file returns the same module.
+    sys.modules[name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
 def resolve_object(spec: str) -> Any:
-    """``"module:attr"`` -> the attribute (a task class, a reward function, an agent class)."""
+    """``"module:attr"`` -> the attribute (a task class, a reward function, an agent class).
+    The module part may be a ``.py`` file's path (absolute, or relative to the working
+    directory; the config reader makes a file's paths absolute against the file's folder)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise RegistryError(f"expected 'module:name', got '{spec}'; {available_tasks_text()}")
     try:
-        module = importlib.import_module(module_name)
+        if is_path_spec(module_name):
+            module = _import_file(module_name, spec)
+        else:
+            module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         # Only "this very module is missing" is a lookup error; a missing import inside it is a bug
         # in that file and keeps its traceback.

@@ -286,8 +286,21 @@ def _list_of_tables(v: Any) -> list[Any]:
     return v
 
 
+def _absolute(spec: str | None, config_path: str) -> str | None:
+    """A spec whose module part is a ``.py`` path, made absolute against the config file's
+    folder, so the run directory's config.toml works from anywhere (eval, resume)."""
+    if spec is None:
+        return None
+    module, sep, attr = spec.partition(":")
+    if not sep or not registry.is_path_spec(module) or Path(module).is_absolute():
+        return spec
+    base = Path(config_path).parent if config_path != "<config>" else Path.cwd()
+    return f"{(base / module).resolve()}:{attr}"
+
+
 def _task(reader: Reader, data: Any) -> TaskConfig:
     values = reader.read(TaskConfig, "[task]", data, "task", raw=("heads",))
+    values["spec"] = _absolute(values["spec"], reader.file)
     if values["spec"] is not None:
         try:
             task_class = registry.resolve_object(values["spec"])
@@ -307,6 +320,7 @@ def _task(reader: Reader, data: Any) -> TaskConfig:
     for i, head in enumerate(entries, start=1):
         label = f"[[task.heads]] #{i}"
         h = reader.read(HeadConfig, label, head, "task.heads")
+        h["reward"] = _absolute(h["reward"], reader.file)
         if h["reward"] != "env":
             if ":" not in h["reward"]:
                 got = show(h["reward"])

@@ -158,6 +158,7 @@ def _task_method(task: Task | None, spec: str) -> Any:
     module, _, attr = spec.partition(":")
     owner, _, method = attr.rpartition(".")
     cls = type(task)
+    module = registry.module_name(module)
     if task is not None and owner and (cls.__module__, cls.__qualname__) == (module, owner):
         return getattr(task, method)
     return None
