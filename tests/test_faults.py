@@ -295,6 +295,9 @@ def test_ctrl_c_exits_130_with_a_resumable_checkpoint(tmp_path: Path, backend: s
     os.killpg(run.proc.pid, signal.SIGINT)
     output = run.finish(timeout=120)
     assert run.proc.returncode == 130, output
+    # The user is told where the run is, at the start and with the command that continues it.
+    assert f"run directory: {run.run_dir}" in output, output
+    assert f"continue with: wheeler2 resume {run.run_dir}" in output, output
     payload = ckpt.load(run.run_dir / "checkpoints" / "latest.pt")
     assert set(payload["members"]) == {"target", "explorer-0", "explorer-1"}
     assert 0 < payload["run"]["env_steps"] < 200_000

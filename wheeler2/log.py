@@ -179,7 +179,10 @@ class RunLog:
             parts.append(f"eval {last:.1f}")
         for name, figures in members.items():
             rate = self._rates.get(name, (0, 0, 0.0))[2]
-            parts.append(f"{name}: {int(figures.get('env_steps', 0)):,} ({rate:,.0f}/s)")
+            part = f"{name}: {int(figures.get('env_steps', 0)):,} ({rate:,.0f}/s)"
+            if figures.get("episode_return") is not None:
+                part += f" return {_cell(figures['episode_return'])}"
+            parts.append(part)
         return " | ".join(parts)
 
     def _of_total(self) -> str:
@@ -197,6 +200,7 @@ class RunLog:
         self._live.update(table, refresh=True)
 
     def _table(self, total: int, members: dict[str, dict[str, Any]], last: float | None) -> Any:
+        from rich import box
         from rich.console import Group
         from rich.table import Table
         from rich.text import Text
@@ -207,14 +211,19 @@ class RunLog:
             headline += f"   left {_clock(eta)}"
         if last is not None:
             headline += f"   last eval {last:.1f}"
-        table = Table()
-        extra = sorted({k for f in members.values() for k in f if k != "env_steps"})[:4]
-        for column in ("member", "env steps", "steps/s", *extra):
+        # In the order the member reports them, i.e. the task's head order.
+        reported = (k for f in members.values() for k in f if k.startswith("episode_return/"))
+        heads = list(dict.fromkeys(reported))[:MAX_HEAD_COLUMNS]
+        columns = ["member", "env steps", "steps/s", "return"]
+        columns += [h.removeprefix("episode_return/") for h in heads] + ["loss"]
+        table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+        for column in columns:
             table.add_column(column, justify="left" if column == "member" else "right")
         for name, figures in members.items():
             rate = self._rates.get(name, (0, 0, 0.0))[2]
-            cells = [name, f"{int(figures.get('env_steps', 0)):,}", f"{rate:,.0f}"]
-            cells += [_cell(figures.get(k)) for k in extra]
+            cells = [name[:16], f"{int(figures.get('env_steps', 0)):,}", f"{rate:,.0f}"]
+            cells += [_cell(figures.get(k)) for k in ("episode_return", *heads)]
+            cells.append(_cell(main_loss(figures)))
             table.add_row(*cells)
         # The headline sits above the table, not as its title, so a narrow table never wraps it.
         return Group(Text(headline, style="bold"), table)
@@ -237,6 +246,17 @@ class RunLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# The live table fits 80 columns: member, steps, rate, return, at most two heads and a loss.
+MAX_HEAD_COLUMNS = 2
+# Which figure is a member's "loss" column: the first of these it reports (the critic's for
+# actor-critic learners, whose actor loss only mirrors Q; the policy loss for on-policy ones).
+MAIN_LOSSES = ("loss", "critic_loss", "policy_loss", "value_loss")
+
+
+def main_loss(figures: dict[str, Any]) -> Any:
+    return next((figures[k] for k in MAIN_LOSSES if figures.get(k) is not None), None)
 
 
 def _summary_writer(log_dir: Path) -> Any:

@@ -137,10 +137,17 @@ class Coordinator:
         if failed is not None:
             detail = self.errors[failed].detail
             print(f"member {failed!r} failed; the team was stopped and checkpointed.\n{detail}")
+            print(self._resume_hint(), flush=True)
             raise MemberFailed(failed, detail)
         if interrupted:
+            print(self._resume_hint(), flush=True)
             raise KeyboardInterrupt
         return summary
+
+    def _resume_hint(self) -> str:
+        steps = self.recorder.state.env_steps
+        run_dir = self.recorder.run_dir
+        return f"checkpoint at {steps:,} env steps; continue with: wheeler2 resume {run_dir}"
 
     def _receive(self, timeout: float) -> None:
         for message in self.transport.receive(timeout):
@@ -291,6 +298,8 @@ def run_team(
         transport = open_transport(config, setup, payload)
         try:
             recorder = Recorder(build.resolved_heads_config(config, setup.heads), run_dir, state)
+            # Said before anything long happens, so a user who stops the run knows where it is.
+            print(f"run directory: {run_dir}", flush=True)
             transport.start(run_dir, first_eval(config, state.env_steps))
             names = [p.name for p in setup.plans]
             coordinator = Coordinator(config, recorder, transport, names, setup.lead.name, payload)
