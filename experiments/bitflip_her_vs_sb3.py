@@ -111,7 +111,9 @@ def run_sb3(bits: int, seed: int, max_steps: int) -> Outcome:
     return Outcome("sb3 HER", bits, seed, *(cb.hit or (None, None)), max(succ), succ[-1], cb.curve)
 
 
-def run_wheeler2(bits: int, seed: int, max_steps: int, her: bool, out: Path) -> Outcome:
+def run_wheeler2(
+    bits: int, seed: int, max_steps: int, her: bool, out: Path, achieved_in_obs: bool = True
+) -> Outcome:
     from wheeler2.config import load
     from wheeler2.runtime import run_experiment
 
@@ -130,6 +132,7 @@ def run_wheeler2(bits: int, seed: int, max_steps: int, her: bool, out: Path) -> 
                 f"experiment.eval_episodes={EVAL_EPISODES}",
                 f"env.kwargs.n_bits={bits}",
                 "team.dqn.params.double=false",  # SB3's DQN target
+                f"env.achieved_goal_in_obs={str(achieved_in_obs).lower()}",
             ],
             seed=seed,
             out=str(out),
@@ -140,7 +143,9 @@ def run_wheeler2(bits: int, seed: int, max_steps: int, her: bool, out: Path) -> 
     hit = next((e for e in summary["eval"] if (e["success"] or 0.0) >= THRESHOLD), None)
     succ = [s for _, s in curve] or [0.0]
     return Outcome(
-        "wheeler2 HER" if her else "wheeler2 no HER",
+        ("wheeler2 HER" if achieved_in_obs else "wheeler2 HER [obs, goal]")
+        if her
+        else "wheeler2 no HER",
         bits,
         seed,
         hit["env_steps"] if hit else None,
@@ -189,7 +194,7 @@ def main() -> None:
         "--sides",
         nargs="+",
         default=["her", "sb3", "no-her"],
-        choices=["her", "sb3", "no-her"],
+        choices=["her", "her-no-ag", "sb3", "no-her"],
         help="arms, run seed by seed in this order (interleaved)",
     )
     args = ap.parse_args()
@@ -207,7 +212,14 @@ def main() -> None:
                 if side == "sb3":
                     o = run_sb3(bits, seed, budgets[bits])
                 else:
-                    o = run_wheeler2(bits, seed, budgets[bits], side == "her", Path(args.out))
+                    o = run_wheeler2(
+                        bits,
+                        seed,
+                        budgets[bits],
+                        side != "no-her",
+                        Path(args.out),
+                        achieved_in_obs=side != "her-no-ag",
+                    )
                 print(f"n={bits} {o.side} seed {seed}: {o.steps} {o.wall} {o.curve}", flush=True)
                 rows.append(o)
                 with (RESULTS / f"{args.name}_runs.jsonl").open("a") as f:

@@ -14,15 +14,14 @@ Arms (``sb3*`` are Stable-Baselines3, the rest wheeler2):
 * ``sb3``: SB3 DDPG + HerReplayBuffer, no normalization.
 * ``sb3-norm``: the same under VecNormalize(norm_obs=True, norm_reward=False).
 * ``w2``: wheeler2 as shipped, ``normalize_obs = false``: the policy sees
-  [observation, achieved_goal, desired_goal] (``[env] achieved_goal_in_obs = true``).
+  [observation, desired_goal].
 * ``w2-norm``: wheeler2 as shipped, ``normalize_obs = true``.
-* ``...-no-ag`` (``w2-no-ag``, ``w2-norm-no-ag``, ``w2-no-ag-per-step``): the same with
-  ``achieved_goal_in_obs = false``, i.e. [observation, desired_goal], wheeler2's input before
-  issue 20 (the runs of that time are recorded under these names).
+* ``w2-ag``, ``w2-norm-ag``: the same with ``[env] achieved_goal_in_obs = true``, i.e.
+  [observation, achieved_goal, desired_goal], the information SB3's MultiInputPolicy sees.
 * ``w2-per-step``: ``w2`` with at most one gradient step per env step, so the 50 updates an
   episode unlocks are spread over the next episode's steps, SB3's schedule (SB3 trains one step
   per env step on the episodes finished so far), instead of one burst at the episode's end.
-* ``w2-sb3-layout``: ``w2-no-ag`` whose DDPG is patched to see SB3's input in SB3's order,
+* ``w2-sb3-layout``: ``w2`` whose DDPG is patched to see SB3's input in SB3's order,
   [achieved_goal, desired_goal, observation] (16 inputs); the experiment that led to
   ``achieved_goal_in_obs``.
 * ``w2:<override>;<override>``: ``w2`` with config overrides, e.g.
@@ -205,9 +204,9 @@ def run_arm(arm: str, seed: int, max_steps: int) -> dict[str, Any]:
     overrides = [o for o in extra.split(";") if o]
     norm = base.startswith("w2-norm")
     overrides.insert(0, f"team.target.params.normalize_obs={'true' if norm else 'false'}")
-    if "-no-ag" in base or base == "w2-sb3-layout":
-        overrides.insert(1, "env.achieved_goal_in_obs=false")
-        base = base.replace("-no-ag", "")
+    if base.endswith("-ag"):
+        overrides.insert(1, "env.achieved_goal_in_obs=true")
+        base = base.removesuffix("-ag")
     known = ("w2", "w2-norm", "w2-per-step", "w2-norm-per-step", "w2-sb3-layout")
     if base not in known:
         raise SystemExit(f"unknown arm {arm!r}")

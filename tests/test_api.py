@@ -58,7 +58,8 @@ RUNS = {
     "bitflip": dict(
         name="bits",
         env="wheeler2/BitFlip-v0",
-        env_extra="kwargs = { n_bits = 5 }",
+        # The wider of the two goal layouts (achieved_goal_in_obs; the default is narrower).
+        env_extra="kwargs = { n_bits = 5 }\nachieved_goal_in_obs = true",
         algo="dqn",
         steps=200,
         eval_every=100,

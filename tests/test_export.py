@@ -54,7 +54,8 @@ RUNS = {
     # A goal env: the flat input is [observation, achieved_goal, desired_goal].
     "bitflip": dict(
         env="wheeler2/BitFlip-v0",
-        env_extra="kwargs = { n_bits = 5 }",
+        # The wider of the two goal layouts (achieved_goal_in_obs; the default is narrower).
+        env_extra="kwargs = { n_bits = 5 }\nachieved_goal_in_obs = true",
         algo="dqn",
         params="learning_starts = 100\nnormalize_obs = true",
     ),

@@ -61,25 +61,30 @@ hidden = [8]
 """
 
 
-def _by_hand(obs: np.ndarray, action: np.ndarray, next_obs: np.ndarray) -> np.ndarray:
-    # Policy inputs are [bits, achieved goal, goal] (achieved_goal_in_obs, the default); the
-    # heads see the stored observation [bits, achieved goal]; BitFlip's achieved goal is the bits.
+def _by_hand(
+    obs: np.ndarray, action: np.ndarray, next_obs: np.ndarray, achieved_in_obs: bool
+) -> np.ndarray:
+    # Policy inputs are [bits, goal], or [bits, achieved goal, goal] with achieved_goal_in_obs;
+    # the heads see the stored observation (all but the goal); BitFlip's achieved goal is its bits.
     stored, next_bits, goal = obs[:, :-N_BITS], next_obs[:, :N_BITS], next_obs[:, -N_BITS:]
-    np.testing.assert_array_equal(stored[:, :N_BITS], stored[:, N_BITS:])
+    assert stored.shape[1] == (2 if achieved_in_obs else 1) * N_BITS
+    if achieved_in_obs:
+        np.testing.assert_array_equal(stored[:, :N_BITS], stored[:, N_BITS:])
     reached = -np.any(next_bits != goal, axis=-1).astype(np.float32)
     wrong = np.mean(next_bits != goal, axis=-1)
     shaped = -wrong + 0.01 * action.reshape(-1) + 0.001 * stored.sum(-1)
     return np.stack([reached, shaped], axis=1)
 
 
-@pytest.fixture()
-def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+@pytest.fixture(params=[False, True], ids=["obs-goal", "obs-achieved-goal"])
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest):  # noqa: ANN201
     (tmp_path / "herheads_task.py").write_text(textwrap.dedent(TASK))
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("herheads_task", None)
     path = tmp_path / "her.toml"
     path.write_text(CFG)
-    return load(path, out=str(tmp_path / "runs"))
+    flag = str(request.param).lower()
+    return load(path, overrides=[f"env.achieved_goal_in_obs={flag}"], out=str(tmp_path / "runs"))
 
 
 def test_her_batch_recomputes_every_head(config) -> None:  # noqa: ANN001
@@ -103,7 +108,9 @@ def test_her_batch_recomputes_every_head(config) -> None:  # noqa: ANN001
             member.step()
         member.writer.flush()
         batch = replay.sample(timeout=5.0)
-        expected = _by_hand(batch["obs"], batch["action"], batch["next_obs"])
+        expected = _by_hand(
+            batch["obs"], batch["action"], batch["next_obs"], config.env.achieved_goal_in_obs
+        )
         np.testing.assert_allclose(batch["reward"].reshape(-1, 2), expected, rtol=1e-5, atol=1e-6)
         # Random walks on 6 bits almost never hit their own goal: the 0 rewards of the first
         # head are HER's doing (about k / (k + 1) of rows relabelled, many to a reached goal).

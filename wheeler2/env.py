@@ -83,10 +83,11 @@ class AchievedGoalInObs:
     """A goal env whose ``obs`` ends with the achieved goal: ``[observation, achieved_goal]``.
 
     The policy input is then ``[observation, achieved_goal, desired_goal]``, the information
-    Stable-Baselines3's ``MultiInputPolicy`` gives its networks for a goal env (issue 20, and
-    docs/config.md ``[env] achieved_goal_in_obs``). Doing it here, once, keeps every stored,
-    sampled, relabelled and evaluated observation consistent: HER only ever replaces the desired
-    goal, and the achieved goal of a stored observation is a fact of that state.
+    Stable-Baselines3's ``MultiInputPolicy`` gives its networks for a goal env (issue 20;
+    docs/config.md ``[env] achieved_goal_in_obs``, off by default). Doing it here, once, keeps
+    every stored, sampled, relabelled and evaluated observation consistent: HER only ever
+    replaces the desired goal, and the achieved goal of a stored observation is a fact of that
+    state.
     """
 
     def __init__(self, env: VecEnv) -> None:
