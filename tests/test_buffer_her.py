@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wheeler2.buffer import HerConfig, Layout, Replay, ReplayConfig
+from wheeler2.buffer import HerConfig, Layout, Replay, ReplayConfig, ReplayError
 
 GAMMA = 0.9
 
@@ -187,3 +187,57 @@ def test_future_window_includes_own_next_goal_and_reaches_episode_end() -> None:
     np.testing.assert_allclose(b["discount"][terminated], 0.0)
     np.testing.assert_allclose(b["discount"][~terminated], GAMMA, rtol=1e-6)
     assert (last & ~terminated).any() and terminated.any()
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_terminate_on_goal_ends_relabelled_rows_where_the_new_goal_is_reached(on: bool) -> None:
+    """With terminate_on_goal a relabelled row's discount is 0 exactly when its next achieved
+    goal reaches the new goal (the `reached` function); real rows keep the env's termination.
+    Off, every row keeps the stored flag (a relabelled row that reached its goal bootstraps)."""
+    rng = np.random.default_rng(9)
+    cfg = ReplayConfig(
+        capacity=4096,
+        batch_size=512,
+        min_size=1,
+        updates_per_insert=0,
+        her=HerConfig("future", k=4, terminate_on_goal=on),
+    )
+
+    def reached(achieved_goal: np.ndarray, desired_goal: np.ndarray) -> np.ndarray:
+        return np.linalg.norm(achieved_goal - desired_goal, axis=-1) <= 0.3
+
+    layout = Layout(obs_dim=2, act_dim=1, num_heads=2, goal_dim=2)
+    kwargs = {"reached": reached} if on else {}
+    with Replay.create(layout, cfg, gamma=GAMMA, relabel=relabel, seed=3, **kwargs) as replay:
+        rec = _fill(replay, 60, rng)
+        b = replay.sample()
+    goal, nxt = b["obs"][:, 2:], b["next_obs"][:, :2]
+    counts = {"relabelled_reached": 0, "relabelled_open": 0, "real": 0}
+    for i in range(goal.shape[0]):
+        ep, t = _locate(rec, b["obs"][i, :2])
+        stored_term = rec["trajectories"][ep][t][4]
+        if np.array_equal(goal[i], rec["trajectories"][ep][t][3]):
+            counts["real"] += 1
+            want = 0.0 if stored_term else GAMMA
+        elif on:
+            hit = bool(reached(nxt[i : i + 1], goal[i : i + 1])[0])
+            counts["relabelled_reached" if hit else "relabelled_open"] += 1
+            want = 0.0 if hit else GAMMA
+        else:
+            counts["relabelled_open"] += 1
+            want = 0.0 if stored_term else GAMMA
+        assert b["discount"][i] == pytest.approx(want), (i, counts)
+    assert counts["real"] > 0 and counts["relabelled_open"] > 0
+    if on:  # "future" includes the row's own next goal, so many relabelled rows reach theirs
+        assert counts["relabelled_reached"] > 50, counts
+
+
+def test_terminate_on_goal_needs_a_reached_function_and_one_step() -> None:
+    layout = Layout(obs_dim=2, act_dim=1, num_heads=2, goal_dim=2)
+    her = HerConfig("future", k=4, terminate_on_goal=True)
+    for cfg, reached in [
+        (ReplayConfig(capacity=64, batch_size=8, min_size=1, her=her), None),
+        (ReplayConfig(capacity=64, batch_size=8, min_size=1, n_step=3, her=her), np.isfinite),
+    ]:
+        with pytest.raises(ReplayError, match="terminate_on_goal"):
+            Replay.create(layout, cfg, gamma=GAMMA, relabel=relabel, reached=reached)

@@ -101,3 +101,26 @@ def test_envs_without_goals_are_not_wrapped() -> None:
         assert not isinstance(env, AchievedGoalInObs) and env.info.obs_dim == 3
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("case", ["n_step", "no_success"])
+def test_terminate_on_goal_is_refused_where_it_cannot_hold(tmp_path, case: str) -> None:  # noqa: ANN001
+    from pathlib import Path
+
+    from wheeler2.config import ConfigError, load
+
+    (tmp_path / "plain.py").write_text(
+        "from wheeler2.task import Task\n\nclass NoSuccess(Task):\n    pass\n"
+    )
+    overrides, message = {
+        "n_step": (["buffer.n_step=3"], "needs n_step = 1 (the file has n_step = 3)"),
+        "no_success": ([f'task.spec="{tmp_path}/plain.py:NoSuccess"'], "defines success"),
+    }[case]
+    cfg = Path(__file__).resolve().parents[1] / "cfg" / "bitflip_her.toml"
+    base = ["buffer.her.terminate_on_goal=true"]
+    assert load(cfg, overrides=base).buffer.her.terminate_on_goal  # the shipped task has success
+    with pytest.raises(ConfigError) as err:
+        load(cfg, overrides=base + overrides)
+    text = str(err.value)
+    assert "bitflip_her.toml" in text and "[buffer.her]" in text and "terminate_on_goal" in text
+    assert message in text, text

@@ -69,6 +69,11 @@ class Task:
         """Per-row success flags at episode end, or None when the task has no notion of it."""
         return None
 
+    @classmethod
+    def defines_success(cls) -> bool:
+        """Does this task say when a goal is reached (override :meth:`success`)?"""
+        return cls.success is not Task.success
+
 
 @dataclass(frozen=True)
 class Head:
@@ -80,9 +85,16 @@ class Head:
 class RewardHeads:
     """Computes the ``[N, H]`` reward matrix of a vector step, and relabelled rewards for HER."""
 
-    def __init__(self, heads: Sequence[Head], goal_reward: RewardFn | None = None) -> None:
+    def __init__(
+        self,
+        heads: Sequence[Head],
+        goal_reward: RewardFn | None = None,
+        reached: Callable[..., np.ndarray] | None = None,
+    ) -> None:
         if not heads:
             raise ValueError("a task needs at least one reward head")
+        # The task's success(achieved, desired): where HER's terminate_on_goal ends a transition.
+        self.reached = reached
         self.heads = tuple(heads)
         self.names = tuple(h.name for h in heads)
         self.weights = tuple(float(h.weight) for h in heads)

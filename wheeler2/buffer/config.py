@@ -44,6 +44,9 @@ class HerConfig:
 
     strategy: str = choice("future", HER_STRATEGIES)  # where relabelled goals come from
     k: int = bounded(4, ge=1)  # relabelled goals per real one: a fraction k / (k + 1)
+    # Relabelled transitions end where they reach their new goal, as the env's own episodes do
+    # when it ends them on success (bit flipping); needs the task's success() and n_step = 1.
+    terminate_on_goal: bool = False
 
     def __post_init__(self) -> None:
         _refuse(self, "her")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,8 @@ class ReplayHandle:
     gamma: float
     relabel: Relabel | None
     seed: int
+    # HER with terminate_on_goal: (next achieved goal, goal) -> [B] bool, the goal was reached.
+    reached: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
 
 
 class Replay:
@@ -58,6 +61,7 @@ class Replay:
         self.cfg = handle.cfg
         self.gamma = float(handle.gamma)
         self.relabel = handle.relabel
+        self.reached = handle.reached
         self.owner = create
         self.storage = Storage(handle.prefix, handle.layout, handle.cfg, create)
         self._cleanup_key: int | None = None
@@ -83,13 +87,18 @@ class Replay:
         gamma: float,
         relabel: Relabel | None = None,
         seed: int = 0,
+        reached: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
     ) -> Replay:
         """Allocate the shared buffer in this (owner) process."""
         if cfg.her is not None and (layout.goal_dim <= 0 or relabel is None):
             raise ReplayError("HER needs a goal layout (goal_dim > 0) and a relabel function")
+        if cfg.her is not None and cfg.her.terminate_on_goal:
+            if reached is None or cfg.n_step != 1:
+                raise ReplayError("HER terminate_on_goal needs a reached function and n_step = 1")
         if not 0.0 <= gamma <= 1.0:
             raise ReplayError(f"gamma must lie in [0, 1], got {gamma}")
-        return cls(ReplayHandle(new_prefix(), layout, cfg, float(gamma), relabel, seed), True)
+        handle = ReplayHandle(new_prefix(), layout, cfg, float(gamma), relabel, seed, reached)
+        return cls(handle, True)
 
     @classmethod
     def attach(cls, handle: ReplayHandle) -> Replay:
@@ -249,7 +258,13 @@ class Replay:
                     raw["goal"][rows],
                     reward.shape[1],
                 )
-            discount = np.where(raw["terminated"], 0.0, self.gamma).astype(np.float32)
+            terminated = raw["terminated"]
+            if rows is not None and rows.shape[0] and self.reached is not None:
+                # The env ended the episode for its own goal; for a new goal the transition
+                # ends exactly where it reaches that goal.
+                terminated = terminated.copy()
+                terminated[rows] = self.reached(raw["next_achieved_goal"], raw["goal"][rows])
+            discount = np.where(terminated, 0.0, self.gamma).astype(np.float32)
         else:
             rewards = win.reward
             if "relabelled" in raw:

@@ -229,7 +229,7 @@ def validate(raw: dict[str, Any], path: str | Path = "<config>") -> Config:
         if key not in raw:
             what = "[[team]] members" if key == "team" else f"a [{key}] table"
             raise reader.error(None, key, f"missing: the file needs {what}")
-    return Config(
+    config = Config(
         path=path,
         experiment=_experiment(reader, raw["experiment"], path),
         env=_env(reader, raw["env"]),
@@ -238,6 +238,17 @@ def validate(raw: dict[str, Any], path: str | Path = "<config>") -> Config:
         team=_team(reader, raw["team"]),
         raw=raw,
     )
+    her = config.buffer.her
+    if her is not None and her.terminate_on_goal:
+        task = registry.resolve_object(config.task.spec) if config.task.spec else None
+        if task is None or not task.defines_success():
+            raise reader.error(
+                "[buffer.her]",
+                "terminate_on_goal",
+                "needs a [task] spec whose class defines success(achieved_goal, desired_goal), "
+                "which says where a relabelled transition reaches its goal",
+            )
+    return config
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,7 +348,15 @@ def _task(reader: Reader, data: Any) -> TaskConfig:
 
 
 def _buffer(reader: Reader, data: Any) -> BufferConfig:
-    return BufferConfig(**reader.read(BufferConfig, "[buffer]", data, "buffer"))
+    buffer = BufferConfig(**reader.read(BufferConfig, "[buffer]", data, "buffer"))
+    if buffer.her is not None and buffer.her.terminate_on_goal and buffer.n_step != 1:
+        # A relabelled n-step window would have to end at the first step that reaches the goal.
+        raise reader.error(
+            "[buffer.her]",
+            "terminate_on_goal",
+            f"needs n_step = 1 (the file has n_step = {buffer.n_step})",
+        )
+    return buffer
 
 
 def _team(reader: Reader, data: Any) -> tuple[MemberConfig, ...]:

@@ -103,7 +103,8 @@ def make_heads(config: Config, env: VecEnv, task: Task | None) -> RewardHeads:
         else:
             fn = _task_method(task, h.reward) or registry.resolve_object(h.reward)
         heads.append(Head(h.name, float(h.weight), fn))
-    out = RewardHeads(heads, goal_reward)
+    reached = task.success if task is not None and task.defines_success() else None
+    out = RewardHeads(heads, goal_reward, reached)
     if any(h.fn is not None for h in heads):
         validate_heads(out, env)  # a wrong shape fails here, before training, naming the head
     return out
@@ -203,13 +204,13 @@ def replay_layout(info: EnvInfo, heads: RewardHeads, logp: bool) -> Any:
 
 
 def replay_config(config: Config, learner_params: Any, chunk: int | None = None) -> Any:
-    from wheeler2.buffer import HerConfig, ReplayConfig
+    from wheeler2.buffer import ReplayConfig
 
     b = config.buffer
     learning_starts = int(getattr(learner_params, "learning_starts", 0) or 0)
     min_size = max(learning_starts, int(b.batch_size))
     updates = max(1, int((config.experiment.total_steps - min_size) * b.updates_per_insert))
-    her = None if b.her is None else HerConfig(strategy=b.her.strategy, k=int(b.her.k))
+    her = None if b.her is None else dataclasses.replace(b.her)
     return ReplayConfig(
         capacity=int(b.capacity),
         batch_size=int(b.batch_size),
@@ -310,11 +311,14 @@ class ReplaySpec:
     gamma: float
     relabel: Any
     seed: int
+    reached: Any = None
 
     def create(self) -> Any:
         from wheeler2.buffer import Replay
 
-        return Replay.create(self.layout, self.cfg, self.gamma, self.relabel, self.seed)
+        return Replay.create(
+            self.layout, self.cfg, self.gamma, self.relabel, self.seed, reached=self.reached
+        )
 
 
 def replay_spec(
@@ -329,13 +333,14 @@ def replay_spec(
     cfg = replay_config(config, setup.lead.spec.params, chunk=chunk)
     if shards > 1:
         cfg = shard_config(cfg, shards)
-    her = config.buffer.her is not None
+    her = config.buffer.her
     return ReplaySpec(
         layout=setup.layout(),
         cfg=cfg,
         gamma=float(setup.learner.params.gamma),
-        relabel=setup.heads.relabel if her else None,
+        relabel=setup.heads.relabel if her is not None else None,
         seed=replay_seed(config, shard, shards),
+        reached=setup.heads.reached if her is not None and her.terminate_on_goal else None,
     )
 
 
