@@ -8,7 +8,14 @@ gamma 0.95, buffer 1e6, learning starts 1000, epsilon 1 -> 0.05 over 2000 steps,
 update every 500 steps, one gradient step per env step, HER future k = 4) and the same algorithm
 (plain DQN target, as SB3's; Huber loss, gradient norm 10). Every 1,000 env steps 20
 deterministic episodes are evaluated; the table gives the first env step count with success
->= 0.9. Writes experiments/results/bitflip_her_vs_sb3.md.
+>= 0.9. Writes experiments/results/<name>.md and appends each run to <name>_runs.jsonl.
+
+Sides (--sides, run seed by seed in that order): ``sb3``; ``her``, wheeler2 like for like
+(``terminate_on_goal = false``, ``achieved_goal_in_obs = false``); ``her-ag``, with the achieved
+goal in the input (SB3's MultiInputPolicy input); ``her-tog``, with ``[buffer.her]
+terminate_on_goal = true`` (relabelled transitions end where they reach their goal, as the env's
+episodes do; SB3 has no such option, so this is a separate row, not a like-for-like one);
+``no-her``, the control.
 """
 
 from __future__ import annotations
@@ -112,7 +119,13 @@ def run_sb3(bits: int, seed: int, max_steps: int) -> Outcome:
 
 
 def run_wheeler2(
-    bits: int, seed: int, max_steps: int, her: bool, out: Path, achieved_in_obs: bool = True
+    bits: int,
+    seed: int,
+    max_steps: int,
+    her: bool,
+    out: Path,
+    achieved_in_obs: bool = False,
+    terminate_on_goal: bool = False,
 ) -> Outcome:
     from wheeler2.config import load
     from wheeler2.runtime import run_experiment
@@ -133,6 +146,7 @@ def run_wheeler2(
                 f"env.kwargs.n_bits={bits}",
                 "team.dqn.params.double=false",  # SB3's DQN target
                 f"env.achieved_goal_in_obs={str(achieved_in_obs).lower()}",
+                *([f"buffer.her.terminate_on_goal={_toml(terminate_on_goal)}"] if her else []),
             ],
             seed=seed,
             out=str(out),
@@ -143,7 +157,7 @@ def run_wheeler2(
     hit = next((e for e in summary["eval"] if (e["success"] or 0.0) >= THRESHOLD), None)
     succ = [s for _, s in curve] or [0.0]
     return Outcome(
-        ("wheeler2 HER" if achieved_in_obs else "wheeler2 HER [obs, goal]")
+        "wheeler2 HER" + " +ag" * achieved_in_obs + " +tog" * terminate_on_goal
         if her
         else "wheeler2 no HER",
         bits,
@@ -154,6 +168,10 @@ def run_wheeler2(
         succ[-1],
         curve,
     )
+
+
+def _toml(flag: bool) -> str:
+    return str(flag).lower()
 
 
 def _fmt(x: float | int | None, spec: str = "") -> str:
@@ -194,7 +212,7 @@ def main() -> None:
         "--sides",
         nargs="+",
         default=["her", "sb3", "no-her"],
-        choices=["her", "her-no-ag", "sb3", "no-her"],
+        choices=["her", "her-ag", "her-tog", "sb3", "no-her"],
         help="arms, run seed by seed in this order (interleaved)",
     )
     args = ap.parse_args()
@@ -218,7 +236,8 @@ def main() -> None:
                         budgets[bits],
                         side != "no-her",
                         Path(args.out),
-                        achieved_in_obs=side != "her-no-ag",
+                        achieved_in_obs=side == "her-ag",
+                        terminate_on_goal=side == "her-tog",
                     )
                 print(f"n={bits} {o.side} seed {seed}: {o.steps} {o.wall} {o.curve}", flush=True)
                 rows.append(o)
