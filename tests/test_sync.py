@@ -183,7 +183,10 @@ def test_close_on_error_in_owner():
 
 
 OWNER_SCRIPT = """
-import sys, time
+import signal, sys, time
+# A shell's background job starts with SIGINT ignored, and Python then keeps it ignored; the
+# test is about what Ctrl-C does, so install Python's own handler whatever we inherited.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from torch import nn
 from wheeler2.sync import WeightPublisher, WeightClient
 m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
