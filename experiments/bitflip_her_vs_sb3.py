@@ -199,6 +199,31 @@ def table(rows: list[Outcome], budgets: dict[int, int]) -> str:
     return "\n".join(lines)
 
 
+def steps_table(path: Path) -> str:
+    """Env steps to the first eval >= THRESHOLD, per (n, side) and seed, from a runs file."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    groups: dict[tuple[int, str], dict[int, dict]] = {}
+    for r in rows:
+        groups.setdefault((r["bits"], r["side"]), {})[r["seed"]] = r  # the latest run wins
+    seeds = sorted({r["seed"] for r in rows})
+    lines = [
+        "| n | side | budget | " + " | ".join(f"seed {s}" for s in seeds) + " | median | solved |",
+        "|" + " --- |" * (len(seeds) + 5),
+    ]
+    for (bits, side), by_seed in sorted(groups.items()):
+        budget = max(r["budget"] for r in by_seed.values())
+        cells = ["" if s not in by_seed else _fmt(by_seed[s]["steps"], ",") for s in seeds]
+        # An unsolved run counts as one eval past the budget.
+        vals = [r["steps"] or budget + EVAL_EVERY for r in by_seed.values()]
+        solved = sum(r["steps"] is not None for r in by_seed.values())
+        lines.append(
+            f"| {bits} | {side} | {budget:,} | "
+            + " | ".join(cells)
+            + f" | {np.median(vals):,.0f} | {solved}/{len(by_seed)} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bits", type=int, nargs="+", default=[15, 30, 50])
@@ -215,7 +240,15 @@ def main() -> None:
         choices=["her", "her-ag", "her-tog", "sb3", "no-her"],
         help="arms, run seed by seed in this order (interleaved)",
     )
+    ap.add_argument(
+        "--table",
+        metavar="JSONL",
+        help="only print steps-to-0.9 per side and n from a runs file (e.g. bitflip_parity_runs)",
+    )
     args = ap.parse_args()
+    if args.table:
+        print(steps_table(Path(args.table)))
+        return
     torch.set_num_threads(1)
     default = {15: 10_000, 30: 15_000, 50: 15_000}
     budgets = (

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import sys
-import types
 import tomllib
+import types
 from pathlib import Path
 
 import pytest
