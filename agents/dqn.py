@@ -84,6 +84,8 @@ class DQN(Agent):
 
     @property
     def actor(self) -> nn.Module:
+        # DiscreteQ declares its sync roles (net.trunk / net.head as trunk / head), so this
+        # learner seeds PPO / A2C explorers of the same hidden sizes.
         return self.q
 
     @property

@@ -1,10 +1,12 @@
 """Network builders shared by the algorithms in ``agents/``.
 
 Every policy is an :class:`MLP` with two sub-modules, ``trunk`` (the hidden layers) and ``head``
-(the last linear layer). Weight sync keeps layers by these names (``keep = ["head"]``), so an
-explorer can take a learner's trunk and keep its own head. The DDPG actor and the PPO actors are
-built by the same code, hence their ``trunk.*`` / ``head.*`` parameters have the same names and
-shapes for the same hidden sizes, whatever the activation.
+(the last linear layer). Each actor declares them as its weight-sync roles (``sync_roles``, role
+-> sub-module path) and its action space (``sync_actions``), so an explorer can take a learner's
+trunk and keep its own head (``keep = ["head"]``) across algorithm families: DQN's ``DiscreteQ``
+keeps its layers at ``net.trunk`` / ``net.head`` (the attribute names its checkpoints hold) and
+declares those paths, so its trunk seeds a PPO or A2C ``CategoricalActor`` with the same
+``hidden``. Weights are copied by shape: the activations (relu, tanh) may differ.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -56,6 +59,11 @@ def ortho_init_(module: nn.Module, gain: float) -> None:
 class MLP(nn.Module):
     """``head(trunk(x))`` with ``trunk`` = [Linear, act] * len(hidden) and ``head`` = Linear."""
 
+    # Weight sync (wheeler2/sync.py): role -> sub-module path, and the action space the output is
+    # for (None: not a policy by itself, e.g. a critic's net).
+    sync_roles: ClassVar[dict[str, str]] = {"trunk": "trunk", "head": "head"}
+    sync_actions: ClassVar[str | None] = None
+
     def __init__(self, in_dim: int, hidden: Sequence[int], out_dim: int, act: str = "relu"):
         super().__init__()
         layers: list[nn.Module] = []
@@ -71,6 +79,8 @@ class MLP(nn.Module):
 
 class DeterministicActor(MLP):
     """DDPG's mu(s) = tanh(head(trunk(s))), in [-1, 1]^act_dim."""
+
+    sync_actions = "continuous"
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.head(self.trunk(obs)))
@@ -140,6 +150,8 @@ class GaussianActor(MLP):
     ``forward`` returns the mean, i.e. the deterministic action (clip it to [-1, 1] to act).
     """
 
+    sync_actions = "continuous"
+
     def __init__(
         self,
         obs_dim: int,
@@ -154,6 +166,8 @@ class GaussianActor(MLP):
 
 class CategoricalActor(MLP):
     """pi(a|s) = softmax(head(trunk(s))); ``forward`` returns the logits."""
+
+    sync_actions = "discrete"
 
 
 def gaussian_log_prob(
@@ -239,7 +253,15 @@ class QCritic(nn.Module):
 
 
 class DiscreteQ(nn.Module):
-    """Q(s, .) over all discrete actions -> [B, num_actions]."""
+    """Q(s, .) over all discrete actions -> [B, num_actions].
+
+    Its layers live at ``net.trunk`` / ``net.head`` (the names in DQN checkpoints); the sync roles
+    map them to ``trunk`` / ``head``, so the Q-network seeds a categorical policy of the same
+    ``hidden`` (the head's Q values become logits whose argmax is the greedy action).
+    """
+
+    sync_roles: ClassVar[dict[str, str]] = {"trunk": "net.trunk", "head": "net.head"}
+    sync_actions: ClassVar[str | None] = "discrete"
 
     def __init__(self, obs_dim: int, num_actions: int, hidden: Sequence[int], act: str = "relu"):
         super().__init__()

@@ -145,7 +145,15 @@ class Agent:
 
     @property
     def actor(self) -> nn.Module:
-        """The policy network: what evaluation runs and what weight sync copies."""
+        """The policy network: what evaluation runs and what weight sync copies.
+
+        For weight sync between algorithm families the module declares, as class attributes,
+        ``sync_roles`` (role -> sub-module path, e.g. ``{"trunk": "net.trunk", "head":
+        "net.head"}``) and ``sync_actions`` (``"discrete"`` or ``"continuous"``). Tensors are
+        matched, kept (``sync.keep``) and reported by role name (``trunk.0.weight``), and copied
+        by shape only; a module without ``sync_roles`` is matched by its own parameter paths.
+        The actors in ``agents/nets.py`` declare both (see ``wheeler2/sync.py``).
+        """
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:

@@ -11,11 +11,25 @@ tensors named by ``sync.keep`` (their own last layers)::
     client.pull()                                   # explorer process: version pulled, or None
     pub.close()                                     # main process: unlinks the segment
 
+Roles: tensors are matched by role, not by module path, so one algorithm family can seed
+another. An actor declares where its roles live in a class attribute, e.g. DQN's
+``DiscreteQ.sync_roles = {"trunk": "net.trunk", "head": "net.head"}``; its ``net.trunk.0.weight``
+is then published, matched, kept and reported as ``trunk.0.weight``, the name a PPO actor's
+``trunk.0.weight`` has too. A module without ``sync_roles`` is named by its own paths. A role
+the explorer declares syncs whole: the learner must have it with the same tensors and shapes,
+unless it is kept. Tensors outside every role (PPO's ``log_std``) are matched by name, and
+skipped where only one side has them. An optional ``sync_actions = "discrete" | "continuous"``
+lets :func:`check_sync` refuse a learner and an explorer built for different action spaces.
+
+Weights are copied by shape only: what the layers compute around them (relu or tanh, a Q value
+or a logit in the head) is not compared, so a DQN trunk seeds a tanh PPO trunk of the same sizes.
+
 Segment layout: a 64-byte header (int64 version first) then the tensors, packed in
-``state_dict()`` order. Consistency comes from ``flock`` on the segment's own file: the writer
-holds it exclusively while it copies, readers hold it shared while they read. A kernel lock is
-used rather than a seqlock so that the ordering holds on weakly ordered CPUs as well, and it is
-released by the kernel if a process dies holding it, so a crashed learner cannot wedge explorers.
+``state_dict()`` order under their role names. Consistency comes from ``flock`` on the segment's
+own file: the writer holds it exclusively while it copies, readers hold it shared while they
+read. A kernel lock is used rather than a seqlock so that the ordering holds on weakly ordered
+CPUs as well, and it is released by the kernel if a process dies holding it, so a crashed
+learner cannot wedge explorers.
 """
 
 from __future__ import annotations
@@ -62,7 +76,62 @@ class WeightHandle:
 
     name: str
     numel: int
-    layout: tuple[tuple[str, tuple[int, ...], int], ...]  # (name, shape, offset in floats)
+    layout: tuple[tuple[str, tuple[int, ...], int], ...]  # (role name, shape, offset in floats)
+
+
+# --------------------------------------------------------------------------------------------
+# roles: the names tensors are published, matched and reported under
+
+
+def _role_of(name: str) -> str:
+    return name.partition(".")[0]
+
+
+def _declared_roles(module: nn.Module) -> dict[str, str]:
+    """Role -> sub-module path, from the module's ``sync_roles`` ({} when it declares none)."""
+    roles = dict(getattr(module, "sync_roles", None) or {})
+    for role, path in roles.items():
+        try:
+            module.get_submodule(path)
+        except AttributeError:
+            raise SyncError(
+                f"{type(module).__name__}.sync_roles maps {role!r} to {path!r}, which is not a "
+                f"sub-module of it"
+            ) from None
+    return roles
+
+
+def _float_entries(module: nn.Module) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Sync name -> (state_dict path, shape) of each float tensor, in state_dict order.
+
+    A tensor under a role's sub-module is named by the role (a DiscreteQ's ``net.trunk.0.weight``
+    is ``trunk.0.weight``); any other tensor (``log_std``, a buffer) keeps its own path.
+    """
+    # Longest path first, so a role nested inside another role's sub-module wins.
+    roles = sorted(_declared_roles(module).items(), key=lambda rp: -len(rp[1]))
+    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for path, tensor in module.state_dict().items():
+        if not torch.is_floating_point(tensor):
+            continue
+        name = path
+        for role, prefix in roles:
+            if not prefix:  # the module itself plays the role
+                name = f"{role}.{path}"
+                break
+            if path.startswith(prefix + "."):
+                name = role + path[len(prefix) :]
+                break
+        if name in out:
+            raise SyncError(
+                f"{type(module).__name__}: {path!r} and {out[name][0]!r} would both sync as "
+                f"{name!r}; its sync_roles clash with another attribute"
+            )
+        out[name] = (path, tuple(tensor.shape))
+    return out
+
+
+def _float_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
+    return {name: shape for name, (_, shape) in _float_entries(module).items()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -91,41 +160,97 @@ def _pattern_matches(pattern: str, name: str) -> bool:
 
 
 def match_keep(name: str, keep: Sequence[str]) -> bool:
-    """Whether the state_dict entry ``name`` is kept (not synced) under the ``keep`` globs."""
+    """Whether the tensor ``name`` (a role name or a path) is kept under the ``keep`` globs."""
     return any(_pattern_matches(p, name) for p in keep)
 
 
-def _float_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
-    return {k: tuple(v.shape) for k, v in module.state_dict().items() if torch.is_floating_point(v)}
+def _widths(shapes: dict[str, tuple[int, ...]]) -> str | None:
+    """``"4->64->64"`` for a stack of Linear layers (``[out, in]`` weights that chain), or None."""
+    weights = [s for n, s in shapes.items() if n.endswith("weight") and len(s) == 2]
+    if not weights:
+        return None
+    dims = [weights[0][1]]
+    for out, inp in weights:
+        if inp != dims[-1]:
+            return None
+        dims.append(out)
+    return "->".join(map(str, dims))
+
+
+def _shape_error(
+    source: dict[str, tuple[int, ...]],
+    target: dict[str, tuple[int, ...]],
+    differing: dict[str, list[str]],
+    member: str,
+) -> SyncError:
+    def shape(shapes: dict[str, tuple[int, ...]], name: str) -> str:
+        return str(list(shapes[name])) if name in shapes else "absent"
+
+    parts = []
+    for role, names in differing.items():
+        src = {n: s for n, s in source.items() if _role_of(n) == role}
+        dst = {n: s for n, s in target.items() if _role_of(n) == role}
+        first = names[0]
+        detail = f"{first}: learner {shape(source, first)} vs {member} {shape(target, first)}"
+        a, b = _widths(src), _widths(dst)
+        if a and b:
+            detail = f"layers learner {a} vs {member} {b}; {detail}"
+        parts.append(f"role {role} ({detail})")
+    return SyncError(
+        f"[[team]] {member}: sync copies weights by shape and the learner's actor differs from "
+        f"this member's in {', '.join(parts)}; set the same hidden sizes (`hidden` in both "
+        f"members' [team.params]) or add the role to sync.keep"
+    )
 
 
 def _plan(
     source: dict[str, tuple[int, ...]],
-    target: dict[str, tuple[int, ...]],
+    module: nn.Module,
     keep: Sequence[str],
     member: str,
 ) -> list[str]:
-    """The names to sync from ``source`` into ``target``; raises SyncError on a bad setup."""
+    """The role names to sync from ``source`` into ``module``; SyncError on a bad setup."""
+    entries = _float_entries(module)
+    target = {name: shape for name, (_, shape) in entries.items()}
+    roles = list(_declared_roles(module))
+
+    def kept(name: str) -> bool:
+        # The module path is matched too, so keep = ["net.head"] written for DQN still works.
+        return match_keep(name, keep) or (name in entries and match_keep(entries[name][0], keep))
+
     names = list(target) + [k for k in source if k not in target]
+    paths = [path for path, _ in entries.values()]
     for pattern in keep:
-        if not any(_pattern_matches(pattern, n) for n in names):
+        if not any(_pattern_matches(pattern, n) for n in names + paths):
             modules = ", ".join(dict.fromkeys(_module_of(n) for n in names))
             raise SyncError(
                 f"[[team]] {member}: sync.keep pattern {pattern!r} matches no module of the "
                 f"actor; its modules are: {modules}"
             )
-    synced = []
-    for name, shape in target.items():
-        if name not in source or match_keep(name, keep):
+    source_roles = list(dict.fromkeys(_role_of(n) for n in source))
+    for role in roles:
+        if role in source_roles or all(kept(n) for n in target if _role_of(n) == role):
             continue
-        if source[name] != shape:
-            raise SyncError(
-                f"[[team]] {member}: sync would copy {name!r} but its shape differs: learner "
-                f"{list(source[name])} vs {member} {list(shape)}; the hidden sizes of the synced "
-                f"layers must match between the learner's and this member's params (or add the "
-                f"layer to sync.keep)"
-            )
-        synced.append(name)
+        raise SyncError(
+            f"[[team]] {member}: the learner's actor has no role {role!r} (its tensors start "
+            f"with: {', '.join(source_roles) or 'nothing'}), which this member's actor "
+            f"({type(module).__name__}) would take from it; add {role!r} to sync.keep or give "
+            f"the learner's actor a sync_roles entry for it"
+        )
+    synced = []
+    differing: dict[str, list[str]] = {}  # role -> its tensors that differ, in order
+    for name, shape in target.items():
+        if kept(name):
+            continue
+        if name in source and source[name] == shape:
+            synced.append(name)
+        elif name in source or _role_of(name) in roles:  # a declared role syncs whole
+            differing.setdefault(_role_of(name), []).append(name)
+    for name in source:  # a layer the learner has more of, in a role this member takes
+        if name not in target and _role_of(name) in roles and not match_keep(name, keep):
+            differing.setdefault(_role_of(name), []).append(name)
+    if differing:
+        raise _shape_error(source, target, differing, member)
     if not synced:
         raise SyncError(
             f"[[team]] {member}: sync would copy nothing from the learner's actor (learner: "
@@ -137,7 +262,9 @@ def _plan(
 
 class SyncPlan:
     """Which of a member's actor tensors take the learner's values, and how: the one rule for
-    every transport (shared memory here, Ray's object store in ``runtime.ray_member``)."""
+    every transport (shared memory here, Ray's object store in ``runtime.ray_member``).
+
+    ``source`` is the learner's :func:`source_shapes`; :attr:`names` are role names."""
 
     def __init__(
         self,
@@ -150,7 +277,7 @@ class SyncPlan:
         if not 0.0 < alpha <= 1.0:
             raise SyncError(f"[[team]] {member}: sync alpha must be in (0, 1], got {alpha}")
         self.alpha = float(alpha)
-        self.names: tuple[str, ...] = tuple(_plan(source, _float_shapes(module), keep, member))
+        self.names: tuple[str, ...] = tuple(_plan(source, module, keep, member))
         self._slots = _slots(module, self.names)
 
     def targets(self) -> list[torch.Tensor]:
@@ -158,7 +285,7 @@ class SyncPlan:
 
     @torch.no_grad()
     def apply(self, source: dict[str, torch.Tensor]) -> None:
-        """Blend ``source`` (name -> tensor, e.g. :func:`float_state` of the learner's actor)
+        """Blend ``source`` (role name -> tensor, :func:`float_state` of the learner's actor)
         into the module; every planned name must be there."""
         targets = self.targets()
         missing = [n for n in self.names if n not in source]
@@ -168,16 +295,17 @@ class SyncPlan:
 
 
 def float_state(module: nn.Module) -> dict[str, torch.Tensor]:
-    """The float tensors of ``module`` as detached CPU copies: what a learner publishes."""
+    """The float tensors of ``module`` by role name, as detached CPU copies: what a learner
+    publishes."""
+    state = module.state_dict()
     return {
-        k: v.detach().to("cpu", copy=True)
-        for k, v in module.state_dict().items()
-        if torch.is_floating_point(v)
+        name: state[path].detach().to("cpu", copy=True)
+        for name, (path, _) in _float_entries(module).items()
     }
 
 
 def source_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
-    """Name -> shape of the float tensors a learner's actor publishes."""
+    """Role name -> shape of the float tensors a learner's actor publishes."""
     return _float_shapes(module)
 
 
@@ -186,10 +314,19 @@ def check_sync(
 ) -> None:
     """Fail early, with the member's name, if ``member`` cannot sync from ``learner_actor``.
 
-    Raises :class:`SyncError` when a keep pattern matches nothing, when a synced tensor's shape
-    differs between the two actors, or when nothing at all would be synced.
+    Raises :class:`SyncError` when the two actors declare different ``sync_actions`` (discrete
+    vs continuous), a keep pattern matches nothing, the learner lacks a role the explorer takes,
+    a role's tensors or shapes differ between the two actors, or nothing at all would be synced.
+    Only shapes are compared: activations may differ (weights are copied by shape).
     """
-    _plan(_float_shapes(learner_actor), _float_shapes(explorer_actor), keep, member)
+    kinds = [getattr(m, "sync_actions", None) for m in (learner_actor, explorer_actor)]
+    if None not in kinds and kinds[0] != kinds[1]:
+        raise SyncError(
+            f"[[team]] {member}: the learner's actor ({type(learner_actor).__name__}) is for "
+            f"{kinds[0]} actions but this member's ({type(explorer_actor).__name__}) is for "
+            f"{kinds[1]} actions, so no weight carries over; use algorithms for one action space"
+        )
+    _plan(_float_shapes(learner_actor), explorer_actor, keep, member)
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,14 +371,18 @@ class _Shared:
 
 
 def _slots(module: nn.Module, names: Sequence[str]) -> list[tuple[dict, str]]:
-    """(owning dict, key) of each named parameter/buffer, so the tensor is looked up per call.
+    """(owning dict, key) of each parameter/buffer, by role name, so the tensor is looked up
+    per call.
 
     Caching the tensors themselves would go stale when ``module.to()`` replaces buffers (or
     parameters, with ``overwrite_module_params_on_conversion``).
     """
+    entries = _float_entries(module)
     out = []
     for name in names:
-        mod_path, _, attr = name.rpartition(".")
+        if name not in entries:
+            raise SyncError(f"cannot sync {name!r}: {type(module).__name__} has no such tensor")
+        mod_path, _, attr = entries[name][0].rpartition(".")
         mod = module.get_submodule(mod_path)
         if attr in mod._parameters:
             out.append((mod._parameters, attr))
@@ -274,10 +415,9 @@ class WeightPublisher:
         """Allocate the block for ``template``'s layout. The calling process owns (unlinks) it."""
         layout = []
         offset = 0
-        for name, tensor in template.state_dict().items():
-            if torch.is_floating_point(tensor):
-                layout.append((name, tuple(tensor.shape), offset))
-                offset += tensor.numel()
+        for name, shape in _float_shapes(template).items():
+            layout.append((name, shape, offset))
+            offset += _numel(shape)
         if not layout:
             raise SyncError(f"{type(template).__name__} has no float tensors to publish")
         name = f"w2sync_{os.getpid()}_{secrets.token_hex(4)}"
