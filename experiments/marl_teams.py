@@ -1,14 +1,16 @@
-"""Cooperative multi-agent teams on PettingZoo envs against a random policy.
+"""Multi-agent teams on PettingZoo envs against a random policy.
 
-For each env (simple_spread_v3 with continuous actions, multiwalker_v9) and each seed, run the
-shipped team config (cfg/<env>_team.toml: one PPO member whose rows are all the agents, sharing
-its parameters) for a fixed budget of agent-steps, and measure a uniform random policy's mean
-episode return per agent with the same adapter, the same reward mode and the same episode count.
-The figure compared is the learner's deterministic evaluation (mean episode return per agent row,
-``eval_episodes`` env copies) at the end of the budget.
+For each env and each seed, run the shipped config for a fixed budget of agent-steps, and
+measure a uniform random policy's mean episode return per agent with the same adapter, the same
+reward mode and the same episode count. The figure compared is each learner's deterministic
+evaluation (mean episode return per agent row, ``eval_episodes`` env copies) at the end of the
+budget. Envs: simple_spread_v3 and multiwalker_v9 (cfg/<env>_team.toml: one PPO member whose
+rows are all the agents, sharing its parameters), and simple_tag_v3 (cfg/simple_tag_teams.toml:
+two teams of unlike agents, DDPG predators and a PPO prey, each in its own replay table; each
+learner plays against random opponents, so each is compared with random agents on its side).
 
-    python experiments/marl_teams.py                      # both envs, seeds 0 1 2
-    python experiments/marl_teams.py --envs simple_spread --seeds 0 --steps 30000
+    python experiments/marl_teams.py                      # every env, seeds 0 1 2
+    python experiments/marl_teams.py --envs simple_tag --seeds 0 1 2 --backend local
 
 Writes experiments/results/marl_teams.md and marl_teams.png.
 """
@@ -31,16 +33,17 @@ sys.path.insert(0, str(ROOT))
 ENVS = {
     "simple_spread": ROOT / "cfg" / "simple_spread_team.toml",
     "multiwalker": ROOT / "cfg" / "multiwalker_team.toml",
+    "simple_tag": ROOT / "cfg" / "simple_tag_teams.toml",
 }
 
 
-def random_return(config: Any, episodes: int, seed: int) -> float:
+def random_return(config: Any, episodes: int, seed: int, learner: str) -> float:
     """Mean per-agent episode return of uniform random actions in [-1, 1], one episode per row,
-    measured the way the engine's evaluation measures the learner."""
+    in the env ``learner`` plays (its agents), measured the way the engine evaluates it."""
     from wheeler2.runtime import build
 
-    plans = build.plan_team(config)
-    env = build.make_env(config, episodes, seed, build.learner_plan(plans))
+    plan = next(p for p in build.plan_team(config) if p.name == learner)
+    env = build.make_env(config, episodes, seed, plan)
     rng = np.random.default_rng(seed)
     try:
         env.reset(seed=seed)
@@ -57,7 +60,10 @@ def random_return(config: Any, episodes: int, seed: int) -> float:
         env.close()
 
 
-def run_one(path: Path, seed: int, steps: int | None, out: Path, backend: str) -> dict[str, Any]:
+def run_one(
+    path: Path, seed: int, steps: int | None, out: Path, backend: str
+) -> dict[str, dict[str, Any]]:
+    """One run; a row per learner (table): the shipped teams of unlike agents have two."""
     from wheeler2.config import load
     from wheeler2.runtime import run_experiment
 
@@ -67,16 +73,29 @@ def run_one(path: Path, seed: int, steps: int | None, out: Path, backend: str) -
     config = load(path, overrides=sets, seed=seed, out=str(out))
     t0 = time.perf_counter()
     run_dir = run_experiment(config)
+    wall_s = time.perf_counter() - t0
     summary = json.loads((run_dir / "summary.json").read_text())
+    tables = summary.get("tables") or {
+        "main": {
+            "learner": config.learner.name,
+            "final_eval_return": summary["final_eval_return"],
+            "best_eval_return": summary["best_eval_return"],
+            "eval": summary["eval"],
+        }
+    }
+    episodes = int(config.experiment.eval_episodes)
     return {
-        "seed": seed,
-        "wall_s": time.perf_counter() - t0,
-        "env_steps": summary["env_steps"],
-        "final": summary["final_eval_return"],
-        "best": summary["best_eval_return"],
-        "evals": summary["eval"],
-        "random": random_return(config, int(config.experiment.eval_episodes), 10_000 + seed),
-        "run_dir": str(run_dir),
+        t["learner"]: {
+            "seed": seed,
+            "wall_s": wall_s,
+            "env_steps": summary["env_steps"],
+            "final": t["final_eval_return"],
+            "best": t["best_eval_return"],
+            "evals": t["eval"],
+            "random": random_return(config, episodes, 10_000 + seed, t["learner"]),
+            "run_dir": str(run_dir),
+        }
+        for t in tables.values()
     }
 
 
@@ -141,29 +160,37 @@ def main() -> None:
 
     results: dict[str, list[dict[str, Any]]] = {}
     for env in args.envs:
-        results[env] = []
         for seed in args.seeds:
-            r = run_one(ENVS[env], seed, args.steps, Path(args.out), args.backend)
-            print(
-                f"{env} seed {seed}: final {r['final']:.1f} best {r['best']:.1f} "
-                f"random {r['random']:.1f} ({r['wall_s']:.0f} s)",
-                flush=True,
-            )
-            results[env].append(r)
+            rows = run_one(ENVS[env], seed, args.steps, Path(args.out), args.backend)
+            for learner, r in rows.items():
+                key = env if len(rows) == 1 else f"{env}/{learner}"
+                print(
+                    f"{key} seed {seed}: final {r['final']:.1f} best {r['best']:.1f} "
+                    f"random {r['random']:.1f} ({r['wall_s']:.0f} s)",
+                    flush=True,
+                )
+                results.setdefault(key, []).append(r)
     res = Path(args.results)
     res.mkdir(parents=True, exist_ok=True)
+    cmd = " ".join(["python experiments/marl_teams.py", *sys.argv[1:]])
     text = (
         "# Multi-agent teams vs a random policy (PettingZoo)\n\n"
-        "`python experiments/marl_teams.py` (backend "
-        f"`{args.backend}`, seeds {args.seeds}). One PPO member per env drives all agents with "
-        "shared parameters (cfg/simple_spread_team.toml, cfg/multiwalker_team.toml). Returns are "
-        "mean episode returns per agent row: the learner's deterministic evaluation over "
-        "`eval_episodes` env copies, and uniform random actions in [-1, 1] measured with the "
-        "same adapter and reward mode.\n\n" + table(results) + "\n\n![curves](marl_teams.png)\n"
+        f"`{cmd}` (backend `{args.backend}`, seeds {args.seeds}). simple_spread and multiwalker: "
+        "one PPO member drives all agents with shared parameters (cfg/simple_spread_team.toml, "
+        "cfg/multiwalker_team.toml). simple_tag: two teams of unlike agents, each in its own "
+        "replay table (cfg/simple_tag_teams.toml): DDPG predators (`simple_tag/predators`) and "
+        "a PPO prey (`simple_tag/prey`); each plays against random opponents. Returns are "
+        "mean episode returns per agent row: each learner's deterministic evaluation over "
+        "`eval_episodes` env copies, and uniform random actions in [-1, 1] for the same agents, "
+        "measured with the same adapter and reward mode.\n\n"
+        + table(results)
+        + "\n\n![curves](marl_teams.png)\n"
     )
-    (res / "marl_teams.md").write_text(text)
-    (res / "marl_teams.json").write_text(json.dumps(results, indent=1))
-    plot(results, res / "marl_teams.png")
+    name = "marl_teams" if set(args.envs) == set(ENVS) else "marl_teams_" + "_".join(args.envs)
+    text = text.replace("marl_teams.png", f"{name}.png")
+    (res / f"{name}.md").write_text(text)
+    (res / f"{name}.json").write_text(json.dumps(results, indent=1))
+    plot(results, res / f"{name}.png")
     print(text)
 
 

@@ -287,10 +287,11 @@ def test_check_refuses_a_buffer_larger_than_memory(write_config, capsys):
 def test_buffer_estimate_matches_what_the_storage_allocates(write_config):
     from wheeler2.buffer import Layout
     from wheeler2.buffer.storage import field_specs
-    from wheeler2.config.probe import buffer_bytes, probe_env
+    from wheeler2.config.probe import buffer_bytes
+    from wheeler2.runtime.build import prepare_team
 
     cfg = load(write_config(REAL), ["buffer.capacity=1000", "buffer.prioritized=true"])
-    info = probe_env(cfg)
+    info = prepare_team(cfg, {}).tables[0].info
     layout = Layout(obs_dim=3, act_dim=1, logp=True)
     specs = field_specs(layout, ReplayConfig(capacity=1000, prioritized=True))
     expected = sum(int(__import__("numpy").prod(s)) * d(0).itemsize for s, d in specs.values())

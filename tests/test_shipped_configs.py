@@ -28,4 +28,4 @@ def test_shipped_config_builds(path: Path) -> None:
     setup = build.prepare_team(config, {})
     assert setup.lead.role == "learner"
     assert len(setup.plans) == sum(int(t.count) for t in config.team)
-    assert setup.info.obs_dim > 0 and setup.info.act_dim > 0
+    assert all(t.info.obs_dim > 0 and t.info.act_dim > 0 for t in setup.tables)

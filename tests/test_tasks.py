@@ -123,10 +123,13 @@ def test_wrong_reward_shape_is_rejected_at_start_naming_the_head(
     _write_module(tmp_path, "mytask", USER_TASK, monkeypatch)
     heads = f'[[task.heads]]\nname = "my_{method}"\nreward = "userpkg.mytask:Flip.{method}"\n'
     config = load(_cfg(tmp_path, "userpkg.mytask:Flip", heads), out=str(tmp_path / "runs"))
+    from wheeler2.config import ConfigError
     from wheeler2.runtime import run_experiment
 
-    with pytest.raises(ValueError, match=f"reward head 'my_{method}'"):
+    # A ConfigError (one `error:` line, exit 2 from the CLI), as `check` reports it too.
+    with pytest.raises(ConfigError, match=f"reward head 'my_{method}'") as info:
         run_experiment(config)
+    assert (info.value.table, info.value.key) == ("[task]", "heads")
     # Rejected while the run was built, before the run directory was made: nothing was written
     # (no run directory, so no summary, metrics or checkpoint of a started run).
     runs = tmp_path / "runs"

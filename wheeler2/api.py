@@ -61,9 +61,10 @@ def _config(config_or_path: Any, overrides: dict[str, Any]) -> Config:
 
 
 def validate(config_or_path: Any, **overrides: Any) -> Config:
-    """What ``wheeler2 check`` does: read and validate the config, build the env once and check
-    the config against it. Returns the :class:`~wheeler2.config.Config`; raises
-    :class:`~wheeler2.config.ConfigError` naming the table and key at fault."""
+    """What ``wheeler2 check`` does: read and validate the config, build the team once without
+    training (envs, heads, agents, spaces, sync) and check the config against it. Returns the
+    :class:`~wheeler2.config.Config`; raises :class:`~wheeler2.config.ConfigError` naming the
+    table and key at fault."""
     from wheeler2.config import check_with_env
 
     config = _config(config_or_path, overrides)

@@ -114,8 +114,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from wheeler2.config import check_with_env
 
     config = _load(args.file, args.overrides)
-    # Builds the env once: HER needs goals, the buffer must fit in memory (not done by `run`,
-    # which builds the env anyway and fails there).
+    # Builds the team once without training: what `run` would fail on fails here, as one line.
     check_with_env(config)
     print(f"ok: {args.file} ({_describe(config)})")
     return EXIT_OK

@@ -20,12 +20,14 @@ from .toml_out import dumps_toml
 
 BACKENDS = ("serial", "local", "ray")
 ROLES = ("learner", "explorer")
+DEFAULT_TABLE = "main"
 # "sync": the copies step in the member's process; "async": one subprocess per copy, for envs
 # slow enough that stepping them in parallel beats the pipe round trips.
 VECTOR_MODES = ("sync", "async")
 
 __all__ = [
     "BACKENDS",
+    "DEFAULT_TABLE",
     "ROLES",
     "VECTOR_MODES",
     "BufferConfig",
@@ -113,6 +115,10 @@ class MemberConfig:
     count: int = bounded(1, ge=1)
     sync: SyncConfig | None = None
     agents: tuple[str, ...] | None = None
+    # The replay table the member writes into and, for an explorer, whose learner it syncs
+    # from. Members with other observation or action spaces (predators and prey) go in tables
+    # of their own, each with one learner; an on-policy learner's table has no replay.
+    table: str = setting(DEFAULT_TABLE, rule=plain_name)
     num_cpus: float | None = bounded(None, ge=0)
     num_gpus: float | None = bounded(None, ge=0)
     # Ray custom resources, e.g. {explorer_node = 1}.
@@ -136,7 +142,13 @@ class Config:
 
     @property
     def learner(self) -> MemberConfig:
+        """The lead learner: the first table's. Its evals are the run's (summary, best.pt)."""
         return next(m for m in self.team if m.role == "learner")
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The replay tables, in the order the file first names them (the lead's first)."""
+        return tuple(dict.fromkeys([self.learner.table] + [m.table for m in self.team]))
 
     @property
     def explorers(self) -> tuple[MemberConfig, ...]:
@@ -150,6 +162,8 @@ class Config:
         team = []
         for m in self.team:
             member = {"name": m.name, "algo": m.algo, "role": m.role, "count": m.count}
+            if m.table != DEFAULT_TABLE:
+                member["table"] = m.table
             for key in ("agents", "num_cpus", "num_gpus", "resources", "sync"):
                 if getattr(m, key) is not None:
                     member[key] = _plain(getattr(m, key))

@@ -1,8 +1,10 @@
 """Checks that need the environment built once: ``wheeler2 check`` runs them after ``load``.
 
-``load`` stays cheap (no env is built); what only the env can tell, such as whether it has goals
-and how large one transition is, is checked here, so that ``check`` refuses what a run would
-fail on minutes later: HER on an env without goals, a buffer that does not fit in memory.
+``load`` stays cheap (no env is built); what only the built team can tell is checked here, so
+that ``check`` refuses what a run would fail on minutes later: an algorithm that cannot act in
+the env, a reward head that raises or has the wrong shape, members whose spaces do not fit
+their replay table, a sync that cannot work, HER on an env without goals, a buffer that does
+not fit in memory.
 """
 
 from __future__ import annotations
@@ -10,10 +12,9 @@ from __future__ import annotations
 import math
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from wheeler2 import registry
 from wheeler2.env import EnvInfo
 
 from .errors import ConfigError
@@ -22,24 +23,30 @@ from .model import Config
 SHM = Path("/dev/shm")
 
 
-def check_with_env(config: Config, free: Callable[[], dict[str, int]] | None = None) -> EnvInfo:
-    """Build the env once (one copy) and check the config against it; returns its EnvInfo.
+def check_with_env(config: Config, free: Callable[[], dict[str, int]] | None = None) -> None:
+    """Build the team once without training (each table's env copy, reward heads on a probe
+    batch, every member's agent, spaces, sync plans, replay layouts) and check the config
+    against it: what ``run`` would fail on is refused here, as one ConfigError naming the
+    table and key.
 
-    ``free``: where the buffer could go -> free bytes (default: /dev/shm and available RAM).
-    Raises :class:`ConfigError` naming the table and key at fault.
+    ``free``: where the buffers could go -> free bytes (default: /dev/shm and available RAM).
     """
-    info = probe_env(config)
-    check_against_env(config, info, free)
-    return info
+    from wheeler2.runtime import build
+
+    setup = build.prepare_team(config, {})
+    check_against_env(config, [t.info for t in setup.tables if t.uses_replay], free)
 
 
 def check_against_env(
-    config: Config, info: EnvInfo, free: Callable[[], dict[str, int]] | None = None
+    config: Config,
+    infos: Sequence[EnvInfo],
+    free: Callable[[], dict[str, int]] | None = None,
 ) -> None:
-    """The checks of :func:`check_with_env` for an env already built (``run`` calls this with
-    the env it probes anyway, so it refuses what ``check`` refuses before any memory is taken)."""
+    """The env-dependent checks, given the spaces of the tables that keep a replay (``run``
+    calls this with the team it builds anyway, so it refuses what ``check`` refuses before any
+    memory is taken)."""
     file = str(config.path)
-    if config.buffer.her is not None and info.goal_dim == 0:
+    if config.buffer.her is not None and any(info.goal_dim == 0 for info in infos):
         raise ConfigError(
             file,
             "[buffer]",
@@ -48,35 +55,21 @@ def check_against_env(
             f"'{config.env.id}' has none: remove her or pick a goal env",
         )
     # A Ray cluster places the buffer on its own nodes, whose memory this machine cannot see.
-    if config.experiment.backend == "ray" and config.experiment.ray_address:
+    if not infos or (config.experiment.backend == "ray" and config.experiment.ray_address):
         return
-    need = buffer_bytes(config, info)
+    need = sum(buffer_bytes(config, info) for info in infos)
     room = (free or free_memory)()
     if room and need > min(room.values()):
-        per = need // config.buffer.capacity
+        per = need // (config.buffer.capacity * len(infos))
         where = ", ".join(f"{name} {amount:_} bytes" for name, amount in room.items())
+        tables = "" if len(infos) == 1 else f" in each of {len(infos)} tables"
         raise ConfigError(
             file,
             "[buffer]",
             "capacity",
-            f"{config.buffer.capacity:_} transitions of ~{per} bytes need {need:_} bytes "
-            f"({need / 2**30:.1f} GiB) of shared memory; free: {where}",
+            f"{config.buffer.capacity:_} transitions{tables} of ~{per} bytes need {need:_} "
+            f"bytes ({need / 2**30:.1f} GiB) of shared memory; free: {where}",
         )
-
-
-def probe_env(config: Config) -> EnvInfo:
-    """The env's static facts, from one copy built and closed again."""
-    agents = config.learner.agents
-    try:
-        env = registry.make_env(config.env, num_envs=1, seed=0, agents=agents)
-    except Exception as exc:  # noqa: BLE001 - any failure to build is the [env]'s to report
-        raise ConfigError(
-            str(config.path), "[env]", "id", f"cannot build it: {type(exc).__name__}: {exc}"
-        ) from None
-    try:
-        return env.info
-    finally:
-        env.close()
 
 
 def buffer_bytes(config: Config, info: EnvInfo) -> int:

@@ -30,6 +30,7 @@ from wheeler2.schema import (
 
 from .errors import ConfigDeprecationWarning, ConfigError
 from .model import (
+    DEFAULT_TABLE,
     BufferConfig,
     Config,
     EnvConfig,
@@ -238,6 +239,13 @@ def validate(raw: dict[str, Any], path: str | Path = "<config>") -> Config:
         team=_team(reader, raw["team"]),
         raw=raw,
     )
+    if config.experiment.backend == "ray" and len(config.tables) > 1:
+        raise reader.error(
+            "[experiment]",
+            "backend",
+            f"'ray' runs one replay table; this team has {len(config.tables)} "
+            f"({', '.join(config.tables)}): use 'local' or 'serial'",
+        )
     her = config.buffer.her
     if her is not None and her.terminate_on_goal:
         task = registry.resolve_object(config.task.spec) if config.task.spec else None
@@ -377,13 +385,26 @@ def _team(reader: Reader, data: Any) -> tuple[MemberConfig, ...]:
             raise reader.error(
                 f"[[team]] #{i} ({m.name})", "name", "two members share this name; make them unique"
             )
+    for table in dict.fromkeys(m.table for m in members):
+        _one_learner(reader, table, [m for m in members if m.table == table])
+    return tuple(members)
+
+
+def _one_learner(reader: Reader, table: str, members: list[MemberConfig]) -> None:
+    """Each replay table has exactly one learner: the one its members feed and sync from."""
+    where = "" if table == DEFAULT_TABLE else f" of table {table!r}"
     learners = [m for m in members if m.role == "learner"]
     if not learners:
-        raise reader.error(None, "team", 'no learner: exactly one member needs role = "learner"')
+        names = ", ".join(f"'{m.name}'" for m in members)
+        raise reader.error(
+            None,
+            "team",
+            f'no learner{where}: exactly one member needs role = "learner" (members: {names})',
+        )
     if len(learners) > 1 or learners[0].count > 1:
         found = ", ".join(f"'{m.name}' (count {m.count})" for m in learners)
-        raise reader.error(None, "team", f"exactly one learner allowed, found {found}")
-    return tuple(members)
+        hint = "" if len(learners) == 1 else '; give each its own table = "..."'
+        raise reader.error(None, "team", f"exactly one learner allowed{where}, found {found}{hint}")
 
 
 def _table(v: Any) -> dict[str, Any]:

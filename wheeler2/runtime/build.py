@@ -15,7 +15,7 @@ import torch
 
 from wheeler2 import registry
 from wheeler2.agent import Agent, SpaceInfo
-from wheeler2.config import Config, HeadConfig
+from wheeler2.config import Config, ConfigError, HeadConfig
 from wheeler2.env import EnvInfo, VecEnv
 from wheeler2.task import Head, RewardHeads, Task, validate_heads
 
@@ -51,6 +51,7 @@ MEMBER_SEED_SPACING = 1_000  # a member's env copies take seed + 0 .. seed + num
 EVAL_ENV_SEED_OFFSET = 99_991  # the eval env copies: a prime far from every member's range
 EVAL_RESET_SEED_OFFSET = 7  # the reset seed of every eval: each eval sees the same episodes
 SHARD_SEED_STRIDE = 1_000  # replay shard i samples with seed * stride + i
+TABLE_SEED_STRIDE = 1_000_003  # table k's replay samples apart from table 0's
 
 
 def member_seed(config: Config, plan: MemberPlan) -> int:
@@ -250,9 +251,15 @@ def set_compute_threads() -> int:
 
 
 @dataclass
-class TeamSetup:
-    """What every backend settles in the driver before any member starts."""
+class TableSetup:
+    """One replay table: its learner and the members that write into it and sync from it.
 
+    Members of one table share its observation and action sizes (they write the same rows);
+    members that see other spaces (predators and prey) form tables of their own.
+    """
+
+    name: str
+    index: int  # position among the run's tables; table 0 is the lead's
     plans: list[MemberPlan]
     lead: MemberPlan
     heads: RewardHeads
@@ -262,28 +269,58 @@ class TeamSetup:
 
     @property
     def uses_replay(self) -> bool:
-        """An on-policy learner learns from its own rollouts: no central replay to fill."""
+        """An on-policy learner learns from its own rollouts: no replay to fill."""
         return self.learner.uses_replay
+
+    @property
+    def syncs(self) -> bool:
+        return any(p.spec.sync is not None for p in self.plans)
 
     def layout(self) -> Any:
         return replay_layout(self.info, self.heads, logp=self.uses_logp)
 
 
-def prepare_team(config: Config, payload: dict[str, Any]) -> TeamSetup:
-    """Probe the env, build the learner (resumed from ``payload``) and one agent per explorer,
-    and check weight sync, so a bad team fails here, before a process or actor exists."""
-    from wheeler2.sync import check_sync
+@dataclass
+class TeamSetup:
+    """What every backend settles in the driver before any member starts."""
 
+    plans: list[MemberPlan]
+    tables: list[TableSetup]  # tables[0] holds the lead learner, whose evals are the run's
+
+    @property
+    def lead(self) -> MemberPlan:
+        return self.tables[0].lead
+
+    @property
+    def heads(self) -> RewardHeads:
+        return self.tables[0].heads
+
+    def table_of(self, plan: MemberPlan) -> TableSetup:
+        return next(t for t in self.tables if t.name == plan.spec.table)
+
+
+def prepare_team(config: Config, payload: dict[str, Any]) -> TeamSetup:
+    """Probe the env, build each table's learner (resumed from ``payload``) and one agent per
+    explorer, and check spaces and weight sync, so a bad team fails here, before a process or
+    actor exists. Every failure is a ConfigError naming the member and key (``check`` and
+    ``run`` both end with one line and exit 2)."""
     plans = plan_team(config)
+    tables = []
+    for index, name in enumerate(config.tables):
+        members = [p for p in plans if p.spec.table == name]
+        tables.append(_prepare_table(config, name, index, members, payload))
+    return TeamSetup(plans, tables)
+
+
+def _prepare_table(
+    config: Config, name: str, index: int, plans: list[MemberPlan], payload: dict[str, Any]
+) -> TableSetup:
+    from wheeler2.sync import SyncError, check_sync
+
     lead = learner_plan(plans)
-    probe = make_env(config, 1, 0, lead)
-    try:
-        heads = make_heads(config, probe, make_task(config))
-        info = probe.info
-    finally:
-        probe.close()
+    info, heads = _probe(config, lead, with_heads=True)
     space = space_info(info, heads)
-    learner = make_agent(config, lead, space, member_seed(config, lead))
+    learner = _agent(config, lead, space, member_seed(config, lead))
     # A checkpoint written before the learner's first report has no state for it: start fresh.
     state = (payload.get("members") or {}).get(lead.name) if payload else None
     if state is not None:
@@ -291,14 +328,97 @@ def prepare_team(config: Config, payload: dict[str, Any]) -> TeamSetup:
     uses_logp = False
     checked: set[str] = set()
     for p in plans:
-        if p.role != "explorer":
+        if p.role != "explorer" or p.team in checked:
             continue
-        explorer = make_agent(config, p, space, 0)
+        checked.add(p.team)
+        if p.spec.agents != lead.spec.agents:  # other agents may see other spaces
+            _check_same_space(config, p, _probe(config, p)[0], lead, info, name)
+        explorer = _agent(config, p, space, 0)
         uses_logp = uses_logp or not explorer.uses_replay
-        if p.spec.sync is not None and p.team not in checked:
-            checked.add(p.team)
-            check_sync(learner.actor, explorer.actor, list(p.spec.sync.keep), p.team)
-    return TeamSetup(plans, lead, heads, info, learner, uses_logp)
+        if p.spec.sync is not None:
+            try:
+                check_sync(learner.actor, explorer.actor, list(p.spec.sync.keep), p.team)
+            except SyncError as exc:  # its text names the member already: said once here
+                text = str(exc).removeprefix(f"[[team]] {p.team}: ")
+                raise _error(config, p, "sync", text) from None
+    return TableSetup(name, index, plans, lead, heads, info, learner, uses_logp)
+
+
+def _error(config: Config, plan: MemberPlan, key: str, message: str) -> ConfigError:
+    return ConfigError(str(config.path), f"[[team]] {plan.team}", key, message)
+
+
+def _probe(
+    config: Config, plan: MemberPlan, with_heads: bool = False
+) -> tuple[EnvInfo, RewardHeads | None]:
+    """One env copy as ``plan`` sees it: its static facts and, for a table's lead, the reward
+    heads run once on a probe batch (a head that raises or has the wrong shape fails here)."""
+    file = str(config.path)
+    try:
+        env = make_env(config, 1, 0, plan)
+    except Exception as exc:  # noqa: BLE001 - any failure to build is the env's to report
+        msg = f"cannot build it: {type(exc).__name__}: {exc}"
+        raise ConfigError(file, "[env]", "id", msg) from None
+    try:
+        heads = None
+        if with_heads:
+            try:
+                heads = make_heads(config, env, make_task(config))
+            except ValueError as exc:  # validate_heads: names the head and what is wrong
+                raise ConfigError(file, "[task]", "heads", str(exc)) from None
+            except Exception as exc:  # noqa: BLE001 - a user's head function raised
+                raise ConfigError(
+                    file,
+                    "[task]",
+                    "heads",
+                    f"a reward head raised on a probe batch of {config.env.id}: "
+                    f"{type(exc).__name__}: {exc}",
+                ) from None
+        return env.info, heads
+    finally:
+        env.close()
+
+
+def _agent(config: Config, plan: MemberPlan, space: SpaceInfo, seed: int) -> Agent:
+    try:
+        return make_agent(config, plan, space, seed)
+    except (ValueError, TypeError) as exc:
+        kind = "discrete" if space.discrete else "continuous"
+        raise _error(
+            config,
+            plan,
+            "algo",
+            f"{plan.algo!r} cannot be built for this env (obs {space.obs_dim}, {kind} actions "
+            f"{space.act_dim}): {exc}",
+        ) from None
+
+
+def _describe_space(info: EnvInfo) -> str:
+    kind = "discrete" if info.discrete else "continuous"
+    goal = f", goal {info.goal_dim}" if info.goal_dim else ""
+    return f"obs {info.obs_dim}{goal}, {kind} actions {info.act_dim}"
+
+
+def _check_same_space(
+    config: Config,
+    plan: MemberPlan,
+    info: EnvInfo,
+    lead: MemberPlan,
+    lead_info: EnvInfo,
+    table: str,
+) -> None:
+    """Members of one table write the same rows: their spaces must be the learner's."""
+    fields = ("obs_dim", "act_dim", "discrete", "goal_dim")
+    if all(getattr(info, f) == getattr(lead_info, f) for f in fields):
+        return
+    raise _error(
+        config,
+        plan,
+        "table",
+        f"its agents ({_describe_space(info)}) do not fit table {table!r}, whose learner "
+        f"{lead.team!r} stores {_describe_space(lead_info)}: give it a table of its own "
+        f'(table = "{plan.team}") with its own learner',
+    )
 
 
 @dataclass(frozen=True)
@@ -323,30 +443,40 @@ class ReplaySpec:
 
 def replay_spec(
     config: Config,
-    setup: TeamSetup,
+    table: TableSetup,
     chunk: int | None = None,
     shard: int = 0,
     shards: int = 1,
 ) -> ReplaySpec:
-    """The central replay of a run (or one shard of it): the one place its settings are made,
-    whatever the backend."""
-    cfg = replay_config(config, setup.lead.spec.params, chunk=chunk)
+    """A table's replay (or one shard of it): the one place its settings are made, whatever
+    the backend."""
+    cfg = replay_config(config, table.lead.spec.params, chunk=chunk)
     if shards > 1:
         cfg = shard_config(cfg, shards)
     her = config.buffer.her
     return ReplaySpec(
-        layout=setup.layout(),
+        layout=table.layout(),
         cfg=cfg,
-        gamma=float(setup.learner.params.gamma),
-        relabel=setup.heads.relabel if her is not None else None,
-        seed=replay_seed(config, shard, shards),
-        reached=setup.heads.reached if her is not None and her.terminate_on_goal else None,
+        gamma=float(table.learner.params.gamma),
+        relabel=table.heads.relabel if her is not None else None,
+        seed=replay_seed(config, shard, shards) + TABLE_SEED_STRIDE * table.index,
+        reached=table.heads.reached if her is not None and her.terminate_on_goal else None,
     )
 
 
-def make_replay(config: Config, setup: TeamSetup, chunk: int | None = None) -> Any:
-    """The run's replay, owned (and unlinked at close) by the calling process."""
-    return replay_spec(config, setup, chunk=chunk).create()
+def make_replay(config: Config, table: TableSetup, chunk: int | None = None) -> Any:
+    """A table's replay, owned (and unlinked at close) by the calling process."""
+    return replay_spec(config, table, chunk=chunk).create()
+
+
+def saved_replay(payload: dict[str, Any], table: TableSetup) -> dict[str, Any] | None:
+    """A table's replay contents in a checkpoint (``buffer.checkpoint = true``): the lead
+    table's under ``replay``, as before tables existed, the others' under ``table_replays``."""
+    if not payload:
+        return None
+    if table.index == 0:
+        return payload.get("replay")
+    return (payload.get("table_replays") or {}).get(table.name)
 
 
 def shard_config(replay_cfg: Any, shards: int) -> Any:

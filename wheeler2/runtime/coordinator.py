@@ -63,8 +63,8 @@ class Transport(Protocol):
     def request_states(self) -> int:
         """Ask every member for its state (a checkpoint); returns the request number."""
 
-    def release(self) -> None:
-        """Nobody samples any more: producers waiting on the ratio gate may go."""
+    def release(self, table: str) -> None:
+        """Nobody samples ``table`` any more: its producers waiting on the ratio gate may go."""
 
     def stop(self) -> None:
         """Members stop at their next step (and producers are released)."""
@@ -72,8 +72,8 @@ class Transport(Protocol):
     def kill(self, name: str) -> None:
         """End a member that no longer responds."""
 
-    def replay_state(self) -> dict[str, Any] | None:
-        """The replay's contents for a checkpoint (``buffer.checkpoint = true``), or None."""
+    def replay_state(self) -> dict[str, dict[str, Any]]:
+        """Each table's replay contents for a checkpoint (``buffer.checkpoint = true``)."""
 
 
 class Coordinator:
@@ -83,14 +83,16 @@ class Coordinator:
         recorder: Recorder,
         transport: Transport,
         names: list[str],
-        lead: str,
+        learners: dict[str, str],
         payload: dict[str, Any],
     ) -> None:
+        """``learners``: each table's learner -> its table, the lead (the run's evals) first."""
         self.config = config
         self.recorder = recorder
         self.transport = transport
         self.names = list(names)
-        self.lead = lead
+        self.learners = dict(learners)
+        self.lead = next(iter(learners))
         self.heartbeat_s = float(config.experiment.heartbeat_s)
         self.states: dict[str, Any] = dict(payload.get("members") or {}) if payload else {}
         self.steps: dict[str, int] = dict(payload.get("member_steps") or {}) if payload else {}
@@ -101,7 +103,7 @@ class Coordinator:
         self.pending: tuple[int, set[str]] | None = None  # checkpoint being assembled
         now = time.monotonic()
         self.last_seen = {n: now for n in self.names}
-        self.released = False
+        self.released: set[str] = set()  # tables whose gate no longer holds producers
 
     # -- the loop --
     def supervise(self) -> dict[str, Any]:
@@ -125,7 +127,7 @@ class Coordinator:
         if failed is not None:
             print(f"\nmember {failed!r} {self.errors[failed].how}; stopping the team", flush=True)
         self.transport.stop()
-        self.released = True
+        self.released.update(self.learners.values())
         self._drain(STOP_GRACE_S)
         self.recorder.state.env_steps = self.transport.env_steps()
         self.recorder.save_checkpoint(self._payload())
@@ -162,9 +164,13 @@ class Coordinator:
         elif isinstance(message, Evaluated):
             recorder = self.recorder
             recorder.state.env_steps = max(self.transport.env_steps(), message.env_steps)
-            best = recorder.record_eval(message.env_steps, message.result)
             self.states[name] = message.state
-            if best:
+            if name != self.lead:  # another table's learner: its own curve, not the run's
+                recorder.record_table_eval(
+                    self.learners[name], name, message.env_steps, message.result
+                )
+                return
+            if recorder.record_eval(message.env_steps, message.result):
                 recorder.save_checkpoint(self._payload(), best=True)
         elif isinstance(message, StateReply):
             self.states[name], self.steps[name] = message.state, message.env_steps
@@ -176,9 +182,10 @@ class Coordinator:
         elif isinstance(message, Finished):
             self.states[name], self.steps[name] = message.state, message.env_steps
             self.finished.add(name)
-            if name == self.lead and not self.released:
-                self.released = True
-                self.transport.release()
+            table = self.learners.get(name)
+            if table is not None and table not in self.released:
+                self.released.add(table)
+                self.transport.release(table)
         elif isinstance(message, Started):
             self.started[name] = message
             self._write_members()
@@ -232,9 +239,13 @@ class Coordinator:
     def _payload(self) -> dict[str, Any]:
         out: dict[str, Any] = {"members": dict(self.states), "member_steps": dict(self.steps)}
         if self.config.buffer.checkpoint:
-            replay = self.transport.replay_state()
-            if replay is not None:
-                out["replay"] = replay
+            # Read back by build.saved_replay: the lead's table where it always was.
+            replays = self.transport.replay_state()
+            lead = replays.pop(self.learners[self.lead], None)
+            if lead is not None:
+                out["replay"] = lead
+            if replays:
+                out["table_replays"] = replays
         return out
 
     def _write_members(self) -> None:
@@ -281,7 +292,7 @@ def prepare(config: Config, run_dir: Path, resume: bool) -> Prepared:
     setup = build.prepare_team(config, payload)
     # What `check` refuses, refused here too, with the env the team just probed: a buffer that
     # would not fit in memory must fail before a byte of shared memory is taken.
-    check_against_env(config, setup.info)
+    check_against_env(config, [t.info for t in setup.tables if t.uses_replay])
     return Prepared(state, payload, setup)
 
 
@@ -302,7 +313,8 @@ def run_team(
             print(f"run directory: {run_dir}", flush=True)
             transport.start(run_dir, first_eval(config, state.env_steps))
             names = [p.name for p in setup.plans]
-            coordinator = Coordinator(config, recorder, transport, names, setup.lead.name, payload)
+            learners = {t.lead.name: t.name for t in setup.tables}
+            coordinator = Coordinator(config, recorder, transport, names, learners, payload)
             return coordinator.supervise()
         finally:
             transport.close()

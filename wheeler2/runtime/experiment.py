@@ -106,6 +106,8 @@ class RunState:
     evals: list[dict[str, Any]] = field(default_factory=list)
     steps_to_threshold: int | None = None
     best_return: float = -math.inf
+    # The evals of the other tables' learners (teams of unlike agents): table -> entries.
+    table_evals: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -114,6 +116,7 @@ class RunState:
             "evals": self.evals,
             "steps_to_threshold": self.steps_to_threshold,
             "best_return": self.best_return,
+            "table_evals": self.table_evals,
         }
 
     @classmethod
@@ -124,6 +127,7 @@ class RunState:
             evals=list(d["evals"]),
             steps_to_threshold=d.get("steps_to_threshold"),
             best_return=float(d["best_return"]),
+            table_evals={k: list(v) for k, v in (d.get("table_evals") or {}).items()},
         )
 
 
@@ -168,17 +172,32 @@ class Recorder:
     def log_due(self) -> bool:
         return time.perf_counter() >= self.schedule.next_log
 
-    def record_eval(self, env_steps: int, result: EvalResult) -> bool:
-        """Stores one evaluation; returns True when it is the best so far."""
-        while self.schedule.next_eval <= env_steps:
-            self.schedule.next_eval += self.schedule.eval_every
-        entry = {
+    def _eval_entry(self, env_steps: int, result: EvalResult) -> dict[str, Any]:
+        return {
             "env_steps": env_steps,
             "wall_s": round(self.wall_s, 3),
             "return": result.mean_return,
             "return_std": result.std_return,
             "success": result.success,
         }
+
+    def record_table_eval(
+        self, table: str, learner: str, env_steps: int, result: EvalResult
+    ) -> None:
+        """An eval of another table's learner: kept in the summary's ``tables`` and logged as
+        that member's ``eval_return``; the run's curve, threshold and best.pt stay the lead's."""
+        entry = self._eval_entry(env_steps, result)
+        self.state.table_evals.setdefault(table, []).append(entry)
+        values = {"eval_return": result.mean_return}
+        if result.success is not None:
+            values["eval_success"] = result.success
+        self.log.scalars(learner, env_steps, values)
+
+    def record_eval(self, env_steps: int, result: EvalResult) -> bool:
+        """Stores one evaluation; returns True when it is the best so far."""
+        while self.schedule.next_eval <= env_steps:
+            self.schedule.next_eval += self.schedule.eval_every
+        entry = self._eval_entry(env_steps, result)
         self.state.evals.append(entry)
         self.log.eval(env_steps, entry["wall_s"], result.mean_return, result.success)
         if (
@@ -228,6 +247,8 @@ class Recorder:
             "eval": evals,
             "members": members,
         }
+        if self.state.table_evals:
+            summary["tables"] = _table_summaries(self.config, evals, self.state.table_evals)
         write_summary(self.run_dir, summary)
         try:
             from wheeler2.plot import write_curve
@@ -237,6 +258,23 @@ class Recorder:
             print(f"warning: could not draw curve.png: {exc}")
         self.log.close()
         return summary
+
+
+def _table_summaries(
+    config: Config, lead_evals: list[dict[str, Any]], others: dict[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """Per replay table: its learner and that learner's evals (a team of unlike agents)."""
+    learners = {m.table: m.name for m in config.team if m.role == "learner"}
+    out = {}
+    for table in config.tables:
+        evals = lead_evals if table == config.learner.table else others.get(table, [])
+        out[table] = {
+            "learner": learners[table],
+            "best_eval_return": max((e["return"] for e in evals), default=None),
+            "final_eval_return": evals[-1]["return"] if evals else None,
+            "eval": evals,
+        }
+    return out
 
 
 def load_resume_state(run_dir: Path, config: Config = None) -> tuple[RunState, dict[str, Any]]:
@@ -269,13 +307,10 @@ def load_resume_state(run_dir: Path, config: Config = None) -> tuple[RunState, d
 
         # Fresh agents of the config, built the way every backend builds them, tell what the
         # checkpoint must hold; they are thrown away once compared.
-        plans = build.plan_team(config)
-        probe = build.make_env(config, 1, 0, build.learner_plan(plans))
-        try:
-            heads = build.make_heads(config, probe, build.make_task(config))
-            space = build.space_info(probe.info, heads)
-        finally:
-            probe.close()
-        agents = {p.name: build.make_agent(config, p, space, 0) for p in plans}
-        ckpt.check_matches(path, payload, agents, {p.name: p.algo for p in plans})
+        agents, algos = {}, {}
+        for table in build.prepare_team(config, {}).tables:
+            space = build.space_info(table.info, table.heads)
+            for p in table.plans:
+                agents[p.name], algos[p.name] = build.make_agent(config, p, space, 0), p.algo
+        ckpt.check_matches(path, payload, agents, algos)
     return state, payload

@@ -37,8 +37,8 @@ class MemberArgs:
 
     config: Config
     plan: build.MemberPlan
-    replay: Any  # ReplayHandle or None
-    weights: Any  # WeightHandle
+    replay: Any  # the member's table's ReplayHandle, or None
+    weights: Any  # its table's WeightHandle, or None where nobody in the table syncs
     block: Any  # the budget counters
     lock: Any
     conn: Any
@@ -140,18 +140,21 @@ class LocalTransport:
         self.payload = payload
         self.procs: dict[str, Any] = {}
         self.conns: dict[Any, str] = {}
-        self.replay = None
-        self.publisher = None
+        self.replays: dict[str, Any] = {}  # table -> replay (an on-policy learner's table: none)
+        self.publishers: dict[str, Any] = {}  # table -> its learner's weights
         steps = [build.member_payload(payload, p.name)[1] for p in setup.plans]
         self.block = new_block(steps, shared=self.ctx)
         self.lock = self.ctx.Lock()
         try:
-            if setup.uses_replay:
-                self.replay = build.make_replay(config, setup)
-                if payload.get("replay") is not None:
-                    self.replay.load_state_dict(payload["replay"])
-            self.publisher = WeightPublisher.create(setup.learner.actor)
-            self.publisher.publish(setup.learner.actor)
+            for table in setup.tables:
+                if table.uses_replay:
+                    replay = self.replays[table.name] = build.make_replay(config, table)
+                    saved = build.saved_replay(payload, table)
+                    if saved is not None:
+                        replay.load_state_dict(saved)
+                publisher = WeightPublisher.create(table.learner.actor)
+                self.publishers[table.name] = publisher
+                publisher.publish(table.learner.actor)
         except BaseException:
             self.close()
             raise
@@ -159,12 +162,13 @@ class LocalTransport:
     def start(self, run_dir: Path, next_eval: int) -> None:
         for p in self.setup.plans:
             state, env_steps = build.member_payload(self.payload, p.name)
+            replay = self.replays.get(p.spec.table)
             reader, writer_end = self.ctx.Pipe(duplex=False)
             args = MemberArgs(
                 config=self.config,
                 plan=p,
-                replay=None if self.replay is None else self.replay.handle(),
-                weights=self.publisher.handle(),
+                replay=None if replay is None else replay.handle(),
+                weights=self.publishers[p.spec.table].handle(),
                 block=self.block,
                 lock=self.lock,
                 conn=writer_end,
@@ -212,13 +216,14 @@ class LocalTransport:
         self.block[REQUEST] += 1
         return int(self.block[REQUEST])
 
-    def release(self) -> None:
-        if self.replay is not None:
-            self.replay.release()
+    def release(self, table: str) -> None:
+        if table in self.replays:
+            self.replays[table].release()
 
     def stop(self) -> None:
         self.block[STOP] = 1
-        self.release()
+        for table in self.replays:
+            self.release(table)
 
     def kill(self, name: str) -> None:
         proc = self.procs.get(name)
@@ -226,8 +231,8 @@ class LocalTransport:
             proc.kill()  # SIGKILL: a stopped (SIGSTOP) process ignores everything else
             proc.join(timeout=5)
 
-    def replay_state(self) -> dict[str, Any] | None:
-        return None if self.replay is None else self.replay.state_dict()
+    def replay_state(self) -> dict[str, dict[str, Any]]:
+        return {table: replay.state_dict() for table, replay in self.replays.items()}
 
     def close(self) -> None:
         for proc in self.procs.values():
@@ -240,10 +245,8 @@ class LocalTransport:
                 proc.join(timeout=5)
         for conn in self.conns:
             conn.close()
-        if self.publisher is not None:
-            self.publisher.close()
-        if self.replay is not None:
-            self.replay.close()
+        for res in [*self.publishers.values(), *self.replays.values()]:
+            res.close()
 
 
 def run_local(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:

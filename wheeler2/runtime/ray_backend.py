@@ -130,6 +130,7 @@ class RayTransport:
         from wheeler2.buffer.ray_shard import ReplayShard
 
         plans = setup.plans
+        table = setup.tables[0]  # the config refuses ray with several tables
         _check_fits(plans)
         for p in plans:
             self.actors[p.name] = MemberActor.options(
@@ -140,11 +141,11 @@ class RayTransport:
         near_learner = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
             node_id=self.placed[setup.lead.name]["node_id"], soft=True
         )
-        shards = max(1, int(config.buffer.shards)) if setup.uses_replay else 0
+        shards = max(1, int(config.buffer.shards)) if table.uses_replay else 0
         self.shards = [
             ReplayShard.options(
                 name=f"wheeler2-{self.run_id}-buffer-{i}", scheduling_strategy=near_learner
-            ).remote(build.replay_spec(config, setup, shard=i, shards=shards), i)
+            ).remote(build.replay_spec(config, table, shard=i, shards=shards), i)
             for i in range(shards)
         ]
         member_steps = {p.name: build.member_payload(payload, p.name)[1] for p in plans}
@@ -156,14 +157,15 @@ class RayTransport:
             ray.get([s.ready.remote() for s in self.shards] + [self.board.ping.remote()])
         except ray.exceptions.RayError as exc:
             raise MemberFailed("buffer", str(exc)) from None
-        if payload.get("replay") is not None and self.shards:
+        saved = build.saved_replay(payload, table)
+        if saved is not None and self.shards:
             if len(self.shards) == 1:
-                ray.get(self.shards[0].load_state_dict.remote(payload["replay"]))
+                ray.get(self.shards[0].load_state_dict.remote(saved))
             else:
                 print("warning: the checkpoint's replay is not loaded into a sharded buffer")
         from wheeler2.sync import float_state
 
-        ray.get(self.board.set_weights.remote(1, [ray.put(float_state(setup.learner.actor))]))
+        ray.get(self.board.set_weights.remote(1, [ray.put(float_state(table.learner.actor))]))
 
     def _wait_placed(self, plans: list[build.MemberPlan]) -> dict[str, Any]:
         """Where each member actor started; an error naming the first one that never did."""
@@ -193,8 +195,9 @@ class RayTransport:
         (run_dir / "placement.json").write_text(json.dumps(self.placed, indent=1))
         from wheeler2.sync import source_shapes
 
-        layout = self.setup.layout()
-        shapes = source_shapes(self.setup.learner.actor)
+        table = self.setup.tables[0]
+        layout = table.layout()
+        shapes = source_shapes(table.learner.actor)
         for p in self.setup.plans:
             state, env_steps = build.member_payload(self.payload, p.name)
             args = {
@@ -246,27 +249,29 @@ class RayTransport:
     def request_states(self) -> int:
         return int(ray.get(self.board.ask_states.remote()))
 
-    def release(self) -> None:
+    def release(self, table: str) -> None:
+        # One table on ray (the config refuses more): its shards are all there is to release.
         for shard in self.shards:
             shard.release.remote()
 
     def stop(self) -> None:
         self.board.stop.remote()
-        self.release()
+        self.release(self.setup.tables[0].name)
 
     def kill(self, name: str) -> None:
         actor = self.actors.get(name)
         if actor is not None:
             ray.kill(actor)
 
-    def replay_state(self) -> dict[str, Any] | None:
+    def replay_state(self) -> dict[str, dict[str, Any]]:
         if len(self.shards) != 1:
-            return None
+            return {}
         try:
-            return ray.get(self.shards[0].state_dict.remote(), timeout=60)
+            state = ray.get(self.shards[0].state_dict.remote(), timeout=60)
         except Exception as exc:  # the members' weights matter more than the buffer
             print(f"warning: the replay could not be checkpointed: {exc}")
-            return None
+            return {}
+        return {self.setup.tables[0].name: state}
 
     def close(self) -> None:
         # Shards first, and by their own hand: ray.kill skips every teardown, which is how a

@@ -46,8 +46,8 @@ class SerialTransport:
         self.config = config
         self.heartbeat_s = float(config.experiment.heartbeat_s)
         self.inbox: list[Message] = []
-        self.replay = None
-        self.publisher = None
+        self.replays: dict[str, Any] = {}  # table -> replay (an on-policy learner's table: none)
+        self.publishers: dict[str, Any] = {}  # table -> its learner's weights, where one syncs
         self.loops: dict[str, MemberLoop] = {}
         self.wirings: dict[str, Wiring] = {}
         self.done: set[str] = set()
@@ -59,30 +59,37 @@ class SerialTransport:
         self.block = new_block([build.member_payload(payload, p.name)[1] for p in plans])
         total = int(config.experiment.total_steps)
         try:
-            if setup.uses_replay:
-                # One process: insert every step (chunk 1) so a transition is sampleable at
-                # once, as in a classic loop; HER needs whole episodes, collected by the writer.
-                her = config.buffer.her is not None
-                self.replay = build.make_replay(config, setup, chunk=None if her else 1)
-                if payload.get("replay") is not None:
-                    self.replay.load_state_dict(payload["replay"])
-            if any(p.spec.sync is not None for p in plans):
-                self.publisher = WeightPublisher.create(setup.learner.actor)
-                self.publisher.publish(setup.learner.actor)
+            for table in setup.tables:
+                if table.uses_replay:
+                    # One process: insert every step (chunk 1) so a transition is sampleable at
+                    # once, as in a classic loop; HER needs whole episodes, collected by the
+                    # writer.
+                    her = config.buffer.her is not None
+                    replay = build.make_replay(config, table, chunk=None if her else 1)
+                    self.replays[table.name] = replay
+                    saved = build.saved_replay(payload, table)
+                    if saved is not None:
+                        replay.load_state_dict(saved)
+                if table.syncs:
+                    publisher = WeightPublisher.create(table.learner.actor)
+                    publisher.publish(table.learner.actor)
+                    self.publishers[table.name] = publisher
             for p in plans:
                 state, env_steps = build.member_payload(payload, p.name)
+                table = p.spec.table
+                publisher = self.publishers.get(table)
                 source = None
-                if self.publisher is not None and p.spec.sync is not None:
+                if publisher is not None and p.spec.sync is not None:
                     sync = p.spec.sync
                     source = WeightClient.factory(
-                        self.publisher.handle(), sync.keep, float(sync.alpha), p.name
+                        publisher.handle(), sync.keep, float(sync.alpha), p.name
                     )
                 self.wirings[p.name] = Wiring(
                     budget=CountingBudget(self.block, None, p.index, total),
                     link=_ListLink(self.inbox),
-                    replay=self.replay,
+                    replay=self.replays.get(table),
                     own_process=False,
-                    sink=self.publisher if p.role == "learner" else None,
+                    sink=publisher if p.role == "learner" else None,
                     source=source,
                     state=state,
                     env_steps=env_steps,
@@ -158,7 +165,7 @@ class SerialTransport:
         self.block[REQUEST] += 1
         return int(self.block[REQUEST])
 
-    def release(self) -> None:
+    def release(self, table: str) -> None:
         pass  # one process: nobody waits on the gate
 
     def stop(self) -> None:
@@ -167,8 +174,8 @@ class SerialTransport:
     def kill(self, name: str) -> None:
         self.done.add(name)
 
-    def replay_state(self) -> dict[str, Any] | None:
-        return None if self.replay is None else self.replay.state_dict()
+    def replay_state(self) -> dict[str, Any]:
+        return {table: replay.state_dict() for table, replay in self.replays.items()}
 
     def close(self) -> None:
         if self._alarmed:
@@ -178,10 +185,8 @@ class SerialTransport:
         for name, loop in self.loops.items():
             if name not in self.done:
                 loop.close()
-        if self.publisher is not None:
-            self.publisher.close()
-        if self.replay is not None:
-            self.replay.close()
+        for res in [*self.publishers.values(), *self.replays.values()]:
+            res.close()
 
 
 def run_serial(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:
