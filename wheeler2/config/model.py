@@ -19,7 +19,9 @@ from wheeler2.schema import bounded, choice, setting
 from .toml_out import dumps_toml
 
 BACKENDS = ("serial", "local", "ray")
-ROLES = ("learner", "explorer")
+# An "actor" is an explorer that never learns: it acts with the learner's synced weights and its
+# own exploration (Ape-X's actors), so it must sync and be an off-policy algorithm.
+ROLES = ("learner", "explorer", "actor")
 DEFAULT_TABLE = "main"
 # "sync": the copies step in the member's process; "async": one subprocess per copy, for envs
 # slow enough that stepping them in parallel beats the pipe round trips.
@@ -113,6 +115,9 @@ class MemberConfig:
     role: str = choice(MISSING, ROLES)
     params: Any  # an instance of the algorithm's Params dataclass
     count: int = bounded(1, ge=1)
+    # Params that differ per copy of a count > 1 member: {key = [v0, v1, ...]} (one per copy)
+    # or {key = {base = b, alpha = a}}, Ape-X's spread b ** (1 + a i / (count - 1)).
+    per_copy: dict[str, Any] | None = None
     sync: SyncConfig | None = None
     agents: tuple[str, ...] | None = None
     # The replay table the member writes into and, for an explorer, whose learner it syncs
@@ -127,6 +132,22 @@ class MemberConfig:
         ge=0,
         expected="a table of resource names to numbers >= 0, e.g. { explorer_node = 1 }",
     )
+
+
+def copy_value(spec: Any, copy: int, count: int) -> Any:
+    """Copy ``copy``'s value of a ``per_copy`` entry: the list's item, or Ape-X's spread."""
+    if isinstance(spec, dict):
+        base, alpha = float(spec["base"]), float(spec.get("alpha", 7.0))
+        return base ** (1.0 + alpha * copy / (count - 1)) if count > 1 else base
+    return spec[copy]
+
+
+def params_of(member: MemberConfig, copy: int) -> Any:
+    """The Params of copy ``copy`` of ``member``: its ``params`` with the ``per_copy`` values."""
+    if not member.per_copy:
+        return member.params
+    values = {k: copy_value(v, copy, member.count) for k, v in member.per_copy.items()}
+    return dataclasses.replace(member.params, **values)
 
 
 @dataclass(frozen=True)
@@ -152,7 +173,8 @@ class Config:
 
     @property
     def explorers(self) -> tuple[MemberConfig, ...]:
-        return tuple(m for m in self.team if m.role == "explorer")
+        """Every member that is not a learner: learning explorers and actors."""
+        return tuple(m for m in self.team if m.role != "learner")
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain TOML-ready data (defaults filled, ``None`` left out)."""
@@ -164,7 +186,7 @@ class Config:
             member = {"name": m.name, "algo": m.algo, "role": m.role, "count": m.count}
             if m.table != DEFAULT_TABLE:
                 member["table"] = m.table
-            for key in ("agents", "num_cpus", "num_gpus", "resources", "sync"):
+            for key in ("agents", "num_cpus", "num_gpus", "resources", "sync", "per_copy"):
                 if getattr(m, key) is not None:
                     member[key] = _plain(getattr(m, key))
             member["params"] = _plain(m.params)

@@ -38,6 +38,7 @@ from .model import (
     HeadConfig,
     MemberConfig,
     TaskConfig,
+    copy_value,
 )
 from .overrides import apply_override
 
@@ -419,7 +420,7 @@ def _member(reader: Reader, label: str, entry: Any) -> MemberConfig:
         label,
         entry,
         "team",
-        raw=("params",),
+        raw=("params", "per_copy"),
         fallback={"name": lambda v: v["algo"]},
     )
     params = reader.value(label, "params", values.get("params", {}), _table)
@@ -435,7 +436,75 @@ def _member(reader: Reader, label: str, entry: Any) -> MemberConfig:
         raise reader.error(
             label, "sync", "a learner does not sync; only explorers copy the learner's weights"
         )
+    if values["role"] == "actor":
+        _check_actor(reader, label, values, agent_class)
+    values["per_copy"] = _per_copy(reader, label, values, params, params_cls)
     return MemberConfig(**values)
+
+
+def _check_actor(reader: Reader, label: str, values: dict[str, Any], agent_class: type) -> None:
+    """An actor acts with the learner's synced weights and never learns (Ape-X's actors)."""
+    if values["sync"] is None:
+        raise reader.error(
+            label,
+            "sync",
+            'role = "actor" acts with the learner\'s weights: set sync = { every = ... } '
+            "(keep = [] copies the whole actor)",
+        )
+    if not agent_class.uses_replay:
+        raise reader.error(
+            label,
+            "role",
+            f"{values['algo']!r} learns from its own rollouts, and an actor never learns: use an "
+            f'off-policy algorithm (ddpg, dqn) or role = "explorer"',
+        )
+
+
+def _per_copy(
+    reader: Reader, label: str, values: dict[str, Any], params: dict[str, Any], params_cls: type
+) -> dict[str, Any] | None:
+    """``per_copy`` checked: keys are Params fields, a list has one value per copy, a spread
+    has a base; every copy's Params is read through the same checks as ``params``."""
+    spec = values.get("per_copy")
+    if spec is None:
+        return None
+    table = f"{label}.per_copy"
+    spec = reader.value(label, "per_copy", spec, _table)
+    count = int(values["count"])
+    fields = {f.name for f in dataclasses.fields(params_cls)}
+    out: dict[str, Any] = {}
+    for key, entry in spec.items():
+        if key not in fields:
+            raise reader.unknown_key(table, key, fields)
+        if isinstance(entry, list):
+            if len(entry) != count:
+                raise reader.error(
+                    table, key, f"expected {count} values (count = {count}), got {len(entry)}"
+                )
+            out[key] = tuple(entry)
+        elif isinstance(entry, dict) and set(entry) <= {"base", "alpha"} and "base" in entry:
+            out[key] = dict(entry)
+        else:
+            raise reader.error(
+                table,
+                key,
+                f"expected a list of {count} values (one per copy) or a table "
+                f"{{ base = b, alpha = a }} (Ape-X: b ** (1 + a i / (count - 1))), got "
+                f"{show(entry)}",
+            )
+    for copy in range(count):
+        copy_values = {k: copy_value(v, copy, count) for k, v in out.items()}
+        read_params(
+            reader,
+            f"{table} (copy {copy})",
+            values["algo"],
+            params_cls,
+            {
+                **params,
+                **copy_values,
+            },
+        )
+    return out
 
 
 def read_params(reader: Reader, table: str, algo: str, params_cls: type, data: Any) -> Any:

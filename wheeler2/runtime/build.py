@@ -16,6 +16,7 @@ import torch
 from wheeler2 import registry
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.config import Config, ConfigError, HeadConfig
+from wheeler2.config.model import params_of
 from wheeler2.env import EnvInfo, VecEnv
 from wheeler2.task import Head, RewardHeads, Task, validate_heads
 
@@ -30,6 +31,7 @@ class MemberPlan:
     role: str
     algo: str
     spec: Any  # the config's member spec
+    copy: int = 0  # which copy of its [[team]] entry (per_copy values differ by it)
 
 
 def plan_team(config: Config) -> list[MemberPlan]:
@@ -37,7 +39,7 @@ def plan_team(config: Config) -> list[MemberPlan]:
     for spec in config.team:
         for k in range(spec.count):
             name = spec.name if spec.count == 1 else f"{spec.name}-{k}"
-            plans.append(MemberPlan(name, spec.name, len(plans), spec.role, spec.algo, spec))
+            plans.append(MemberPlan(name, spec.name, len(plans), spec.role, spec.algo, spec, k))
     return plans
 
 
@@ -178,7 +180,7 @@ def space_info(info: EnvInfo, heads: RewardHeads) -> SpaceInfo:
 
 def make_agent(config: Config, plan: MemberPlan, space: SpaceInfo, seed: int) -> Agent:
     cls = registry.resolve_algo(plan.algo)
-    params = plan.spec.params
+    params = params_of(plan.spec, plan.copy)
     # Schedules (linear lr / clip annealing) need the run's length; fill it where left at 0.
     if dataclasses.is_dataclass(params) and "total_steps" in {
         f.name for f in dataclasses.fields(params)
@@ -328,7 +330,7 @@ def _prepare_table(
     uses_logp = False
     checked: set[str] = set()
     for p in plans:
-        if p.role != "explorer" or p.team in checked:
+        if p.role == "learner" or p.team in checked:
             continue
         checked.add(p.team)
         if p.spec.agents != lead.spec.agents:  # other agents may see other spaces
