@@ -463,7 +463,7 @@ def test_duplicate_member_names(write_config):
 
 def test_unknown_role(write_config):
     err = error_of(write_config(with_replaced(BASE, 'role = "learner"', 'role = "teacher"')))
-    assert err.message == "expected one of 'learner', 'explorer', got \"teacher\""
+    assert err.message == "expected one of 'learner', 'explorer', 'actor', got \"teacher\""
 
 
 # -- overrides ---------------------------------------------------------------------------------
