@@ -132,3 +132,39 @@ def test_an_actor_acts_with_synced_weights_and_never_learns(tmp_path):
             assert torch.equal(saved["critic"][k], v), k
         # ... while its actor is the learner's, taken by sync (not its own initial one).
         assert not torch.equal(saved["actor"]["head.weight"], fresh["actor"]["head.weight"])
+
+
+def test_own_share_draws_that_fraction_of_each_batch_from_the_learners_own_table(
+    tmp_path, monkeypatch
+):
+    from wheeler2.runtime.member import Trainer
+
+    seen: list[tuple[int, int, int, int]] = []
+    sample = Trainer._sample
+
+    def spy(self):  # noqa: ANN001, ANN202
+        batch, shared = sample(self)
+        own = self.own.stats()["inserts"] if self.own is not None else -1
+        seen.append((len(batch["index"]), shared, own, int(self.replay.stats()["inserts"])))
+        return batch, shared
+
+    monkeypatch.setattr(Trainer, "_sample", spy)
+    config = _load(tmp_path, count=1, overrides=["buffer.own_share=0.25"])
+    setup = build.prepare_team(config, {})
+    spec = build.own_replay_spec(config, setup.tables[0])
+    assert spec.cfg.batch_size == 8 and spec.cfg.updates_per_insert == 0
+    assert build.replay_spec(config, setup.tables[0]).cfg.batch_size == 32 - 8
+    run_dir = run_experiment(config)
+    steps = ckpt.load(run_dir / "checkpoints" / "latest.pt")["member_steps"]
+    assert seen, "the learner never sampled"
+    # Every batch is whole: 24 shared rows, then 8 of the learner's own.
+    assert {(n, shared) for n, shared, _, _ in seen} == {(32, 24)}
+    # The own table holds the learner's transitions only, the shared one everybody's.
+    *_, (_, _, own_inserts, shared_inserts) = seen
+    assert own_inserts <= steps["target"] < shared_inserts
+    assert own_inserts >= steps["target"] - 64  # at most one staged chunk behind
+
+
+def test_own_share_is_a_fraction_below_one(tmp_path):
+    with pytest.raises(ConfigError, match=r"\[buffer\] own_share"):
+        _load(tmp_path, overrides=["buffer.own_share=1.0"])

@@ -76,6 +76,9 @@ class BufferConfig:
     checkpoint: bool = False  # save the buffer's contents with each checkpoint
     chunk: int = bounded(64, gt=0)  # transitions a producer stages before one bulk insert
     shards: int = bounded(1, ge=1)  # replay shards (ray backend; serial and local keep one)
+    # Fraction of every learner batch drawn from the learner's own transitions, kept in a
+    # private table (Zheng & Cheng, GECCO 2023: other agents' data alone can destabilise it).
+    own_share: float = bounded(0.0, ge=0, lt=1)
 
 
 @dataclass(frozen=True)

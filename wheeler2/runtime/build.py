@@ -54,6 +54,7 @@ EVAL_ENV_SEED_OFFSET = 99_991  # the eval env copies: a prime far from every mem
 EVAL_RESET_SEED_OFFSET = 7  # the reset seed of every eval: each eval sees the same episodes
 SHARD_SEED_STRIDE = 1_000  # replay shard i samples with seed * stride + i
 TABLE_SEED_STRIDE = 1_000_003  # table k's replay samples apart from table 0's
+OWN_SEED_OFFSET = 500_009  # a learner's own table (own_share) samples apart from the shared one
 
 
 def member_seed(config: Config, plan: MemberPlan) -> int:
@@ -206,6 +207,12 @@ def replay_layout(info: EnvInfo, heads: RewardHeads, logp: bool) -> Any:
     )
 
 
+def own_batch(config: Config) -> int:
+    """Rows of each learner batch drawn from its own table (``[buffer] own_share``)."""
+    b = config.buffer
+    return 0 if b.own_share <= 0 else max(1, round(b.own_share * b.batch_size))
+
+
 def replay_config(config: Config, learner_params: Any, chunk: int | None = None) -> Any:
     from wheeler2.buffer import ReplayConfig
 
@@ -216,7 +223,8 @@ def replay_config(config: Config, learner_params: Any, chunk: int | None = None)
     her = None if b.her is None else dataclasses.replace(b.her)
     return ReplayConfig(
         capacity=int(b.capacity),
-        batch_size=int(b.batch_size),
+        # With own_share, the shared table gives the rest of the batch, the own table its share.
+        batch_size=int(b.batch_size) - own_batch(config),
         prioritized=bool(b.prioritized),
         alpha=float(b.alpha),
         beta=float(b.beta),
@@ -464,6 +472,22 @@ def replay_spec(
         seed=replay_seed(config, shard, shards) + TABLE_SEED_STRIDE * table.index,
         reached=table.heads.reached if her is not None and her.terminate_on_goal else None,
     )
+
+
+def own_replay_spec(
+    config: Config, table: TableSetup, chunk: int | None = None
+) -> ReplaySpec | None:
+    """The private table of a learner with ``[buffer] own_share``: only its own transitions,
+    made in its process. The shared table's gate paces the learner, so this one has none.
+    Until it holds a share's rows, the learner's batches are the shared part alone."""
+    rows = own_batch(config)
+    if not rows or not table.uses_replay:
+        return None
+    spec = replay_spec(config, table, chunk=chunk)
+    cfg = dataclasses.replace(
+        spec.cfg, batch_size=rows, min_size=rows, updates_per_insert=0.0, gate_tolerance=0
+    )
+    return dataclasses.replace(spec, cfg=cfg, seed=spec.seed + OWN_SEED_OFFSET)
 
 
 def make_replay(config: Config, table: TableSetup, chunk: int | None = None) -> Any:

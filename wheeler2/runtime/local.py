@@ -39,6 +39,7 @@ class MemberArgs:
     plan: build.MemberPlan
     replay: Any  # the member's table's ReplayHandle, or None
     weights: Any  # its table's WeightHandle, or None where nobody in the table syncs
+    own: Any  # a learner's own table's ReplaySpec ([buffer] own_share), or None
     block: Any  # the budget counters
     lock: Any
     conn: Any
@@ -115,6 +116,7 @@ def _run(args: MemberArgs) -> None:
             replay=replay,
             own_process=True,
             sink=sink,
+            own=args.own,
             source=source,
             state=args.state,
             env_steps=args.env_steps,
@@ -169,6 +171,9 @@ class LocalTransport:
                 plan=p,
                 replay=None if replay is None else replay.handle(),
                 weights=self.publishers[p.spec.table].handle(),
+                own=build.own_replay_spec(self.config, self.setup.table_of(p))
+                if p.role == "learner"
+                else None,
                 block=self.block,
                 lock=self.lock,
                 conn=writer_end,

@@ -232,24 +232,57 @@ class Member:
         self.env.close()
 
 
-class Trainer:
-    """The learner half: samples the central replay and takes gradient steps."""
+class TeeWriter:
+    """Writes every transition into two tables: the shared one and the learner's own."""
 
-    def __init__(self, agent: Agent, replay: Any) -> None:
+    def __init__(self, shared: Any, own: Any) -> None:
+        self.shared, self.own = shared, own
+        self.layout = shared.layout
+
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        self.shared.add(*args, **kwargs)
+        self.own.add(*args, **kwargs)
+
+    def flush(self) -> None:
+        self.shared.flush()
+        self.own.flush()
+
+
+class Trainer:
+    """The learner half: samples the central replay and takes gradient steps.
+
+    With ``own`` (``[buffer] own_share``), every batch is the shared table's rows followed by
+    the learner's own table's rows, and each table gets back the priorities of its rows.
+    """
+
+    def __init__(self, agent: Agent, replay: Any, own: Any | None = None) -> None:
         self.agent = agent
         self.replay = replay
+        self.own = own
         self.updates = 0
         self._sums: dict[str, float] = {}
         self._count = 0
 
-    def _step(self, sample: dict[str, np.ndarray]) -> None:
+    def _sample(self) -> tuple[dict[str, np.ndarray], int]:
+        """A batch and how many of its rows (the first) came from the shared table."""
+        sample = self.replay.sample()
+        shared = len(sample["index"])
+        if self.own is not None and self.own.can_sample():
+            mine = self.own.sample()
+            sample = {k: np.concatenate([v, mine[k]]) for k, v in sample.items() if k in mine}
+        return sample, shared
+
+    def _step(self, sample: dict[str, np.ndarray], shared: int) -> None:
         out = self.agent.learn(Batch.from_numpy(sample, self.agent.device))
         # Metrics are host floats already (one sync per update), so the check costs microseconds.
         _check_losses(out.metrics)
         if out.td_error is not None:
             if not np.isfinite(out.td_error).all():
                 raise NonFiniteError("the TD error is not finite")
-            self.replay.update_priorities(sample["index"], out.td_error)
+            index, td = sample["index"], out.td_error
+            self.replay.update_priorities(index[:shared], td[:shared])
+            if len(index) > shared:
+                self.own.update_priorities(index[shared:], td[shared:])
         self.updates += 1
         for k, v in out.metrics.items():
             self._sums[k] = self._sums.get(k, 0.0) + float(v)
@@ -260,7 +293,7 @@ class Trainer:
         blocking: the caller also acts, evaluates and publishes between calls."""
         done = 0
         while (max_updates is None or done < max_updates) and self.replay.can_sample():
-            self._step(self.replay.sample())
+            self._step(*self._sample())
             done += 1
         return done
 
@@ -342,6 +375,7 @@ class Wiring:
     # gate; in one shared process (serial) a wait would deadlock the learner that must sample.
     own_process: bool
     sink: WeightSink | None = None  # the learner's
+    own: Any | None = None  # the learner's own table's ReplaySpec ([buffer] own_share), or None
     source: Callable[[nn.Module], WeightSource] | None = None  # an explorer's, given its actor
     state: dict[str, Any] | None = None  # resumed agent state
     env_steps: int = 0  # resumed step count
@@ -388,10 +422,15 @@ class MemberLoop:
         if replay is not None:
             block = (not self.learner) if wiring.own_process else None
             writer = replay.writer(num_envs=env.num_envs, block=block)
+        own = None
+        if self.learner and wiring.own is not None and replay is not None:
+            own = wiring.own.create()  # this process's own: unlinked when the member closes
+            self._closing.append(own)
+            writer = TeeWriter(writer, own.writer(num_envs=env.num_envs))
         self.agent = agent
         self.member = Member(plan.name, plan.role, agent, env, heads, writer, seed)
         self.member.stats.resume_from(wiring.env_steps)
-        self.trainer = Trainer(agent, replay) if self.learner and replay is not None else None
+        self.trainer = Trainer(agent, replay, own) if self.learner and replay is not None else None
         self.sink = wiring.sink if self.learner else None
         self.eval_env = None
         if self.learner:

@@ -207,6 +207,7 @@ class RayTransport:
                 "shards": self.shards,
                 "layout": layout,
                 "publish_shapes": shapes,
+                "own": build.own_replay_spec(self.config, table),
                 "state": state,
                 "env_steps": env_steps,
                 "next_eval": next_eval,

@@ -292,6 +292,7 @@ def _run_member(args: dict[str, Any]) -> None:
         replay=replay,
         own_process=True,
         sink=BoardSink(board) if learner else None,
+        own=args["own"] if learner else None,
         source=source,
         state=args["state"],
         env_steps=args["env_steps"],

@@ -58,14 +58,13 @@ class SerialTransport:
         plans = setup.plans
         self.block = new_block([build.member_payload(payload, p.name)[1] for p in plans])
         total = int(config.experiment.total_steps)
+        # One process: insert every step (chunk 1) so a transition is sampleable at once, as in
+        # a classic loop; HER needs whole episodes, collected by the writer.
+        chunk = None if config.buffer.her is not None else 1
         try:
             for table in setup.tables:
                 if table.uses_replay:
-                    # One process: insert every step (chunk 1) so a transition is sampleable at
-                    # once, as in a classic loop; HER needs whole episodes, collected by the
-                    # writer.
-                    her = config.buffer.her is not None
-                    replay = build.make_replay(config, table, chunk=None if her else 1)
+                    replay = build.make_replay(config, table, chunk=chunk)
                     self.replays[table.name] = replay
                     saved = build.saved_replay(payload, table)
                     if saved is not None:
@@ -90,6 +89,9 @@ class SerialTransport:
                     replay=self.replays.get(table),
                     own_process=False,
                     sink=publisher if p.role == "learner" else None,
+                    own=build.own_replay_spec(config, setup.table_of(p), chunk)
+                    if p.role == "learner"
+                    else None,
                     source=source,
                     state=state,
                     env_steps=env_steps,
