@@ -29,6 +29,7 @@ from agents.nets import (
     resolve_device,
     seeded,
 )
+from agents.noise import KINDS, make_noise
 from agents.normalize import IdentityNorm, make_obs_norm
 from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SpaceInfo, Transitions
 from wheeler2.schema import bounded, choice, sizes
@@ -44,8 +45,14 @@ class Params:
     hidden: list[int] = sizes(400, 300)  # actor and critic layers
     # Env steps of uniform random actions before the policy acts.
     learning_starts: int = bounded(10_000, ge=0)
-    noise: str = choice("gaussian", ("gaussian", "ou", "none"))
+    # Exploration noise kind (agents/noise.py): white, 1/f, 1/f^noise_beta, Ornstein-Uhlenbeck.
+    noise: str = choice("gaussian", KINDS)
     noise_std: float = bounded(0.1, ge=0)  # std of the action noise, in [-1, 1] action units
+    # Spectrum exponent of "colored" noise: 0 white, 1 pink, 2 red; the paper's range.
+    noise_beta: float = bounded(1.0, ge=0, le=2)
+    # Steps per "pink" / "colored" sequence: the longest correlation. The paper uses the episode
+    # length; 1000 is that of most MuJoCo tasks (set it to the env's own).
+    noise_horizon: int = bounded(1000, ge=2)
     ou_theta: float = bounded(0.15, ge=0)  # Ornstein-Uhlenbeck mean reversion rate
     ou_dt: float = bounded(1e-2, gt=0)  # Ornstein-Uhlenbeck time step
     policy_delay: int = bounded(1, ge=1)  # actor (and target) update every k critic updates
@@ -57,35 +64,6 @@ class Params:
     obs_clip: float = bounded(5.0, gt=0)  # normalized inputs are clipped to [-obs_clip, obs_clip]
     head_norm_decay: float = bounded(0.99, ge=0, lt=1)  # EMA decay of those running Q statistics
     device: str = "cpu"  # "cpu" | "cuda"
-
-
-class ActionNoise:
-    """Exploration noise for N env copies: Gaussian, or Ornstein-Uhlenbeck (temporally correlated,
-    as in the paper) whose state restarts at episode ends."""
-
-    def __init__(self, kind: str, std: float, theta: float, dt: float, act_dim: int, seed: int):
-        if kind not in ("gaussian", "ou", "none"):
-            raise ValueError(f"noise must be 'gaussian', 'ou' or 'none', got {kind!r}")
-        self.kind, self.std, self.theta, self.dt = kind, std, theta, dt
-        self.act_dim = act_dim
-        self.rng = np.random.default_rng(seed)
-        self.state: np.ndarray | None = None  # OU state [N, act_dim]
-
-    def __call__(self, n: int) -> np.ndarray:
-        if self.kind == "gaussian":
-            return self.rng.normal(0.0, self.std, (n, self.act_dim)).astype(np.float32)
-        if self.kind == "ou":
-            if self.state is None or len(self.state) != n:
-                self.state = np.zeros((n, self.act_dim), np.float32)
-            # dx = theta (mu - x) dt + sigma sqrt(dt) dW, with mu = 0
-            dw = self.rng.normal(0.0, np.sqrt(self.dt), self.state.shape)
-            self.state += (-self.theta * self.state * self.dt + self.std * dw).astype(np.float32)
-            return self.state.copy()
-        return np.zeros((n, self.act_dim), np.float32)
-
-    def reset(self, done: np.ndarray) -> None:
-        if self.state is not None and len(self.state) == len(done):
-            self.state[done] = 0.0
 
 
 class DDPG(Agent):
@@ -131,7 +109,16 @@ class DDPG(Agent):
             if isinstance(self.obs_norm, IdentityNorm)
             else None
         )
-        self.noise = ActionNoise(p.noise, p.noise_std, p.ou_theta, p.ou_dt, space.act_dim, seed + 1)
+        self.noise = make_noise(
+            p.noise,
+            p.noise_std,
+            space.act_dim,
+            seed + 1,
+            beta=p.noise_beta,
+            horizon=p.noise_horizon,
+            theta=p.ou_theta,
+            dt=p.ou_dt,
+        )
         self.rng = np.random.default_rng(seed + 2)
         self.env_steps = 0
         self.updates = 0
