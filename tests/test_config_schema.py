@@ -73,7 +73,7 @@ def error_of(path: Path, overrides: list[str] = ()) -> ConfigError:
         (REAL, "team.0.params.hidden=[]", PARAMS, "hidden", "non-empty list of integers > 0"),
         (REAL, "team.0.params.hidden=[64, 0]", PARAMS, "hidden", "integers > 0, got [64, 0]"),
         (REAL, "team.0.params.hidden=[64.5]", PARAMS, "hidden", "integers > 0, got [64.5]"),
-        (REAL, 'team.0.params.noise="pink"', PARAMS, "noise", "one of 'gaussian', 'ou', 'none'"),
+        (REAL, 'team.0.params.noise="brown"', PARAMS, "noise", "one of 'gaussian', 'pink'"),
         (PPO, "team.0.params.n_steps=0", PARAMS, "n_steps", "expected an integer >= 1, got 0"),
         (PPO, "team.0.params.batch_size=0", PARAMS, "batch_size", "an integer >= 1, got 0"),
         (PPO, "team.0.params.lr=-inf", PARAMS, "lr", "a finite number in (0, 1], got -inf"),
