@@ -1,13 +1,31 @@
-"""The team (1 DDPG learner + 2 PPO explorers, local backend) against DDPG alone, same env steps.
+"""Does a team pay? Teams against their own learner alone, on the same quantity, seed by seed.
 
-    python experiments/team_vs_solo.py                       # Pendulum and MountainCar, seeds 0-2
-    python experiments/team_vs_solo.py --envs pendulum --seeds 0 --set buffer.updates_per_insert=1.0
+    python experiments/team_vs_solo.py --task mountaincar --seeds 0 1 2 3 4 5 6 7 8 9
+    python experiments/team_vs_solo.py --task pendulum --seeds 0 1 2 3 4 --arms solo ppo diverse
+    python experiments/team_vs_solo.py --task mountaincar --table      # tables from the runs file
 
-"Solo" is the team file's own learner table alone (same hyperparameters, same buffer), run with
-the serial backend, the fastest home for a lone learner. For each env the script writes a table
-(final eval return, wall-clock, and the wall-clock the team needed to reach the solo learner's
-final return, as a ratio of the solo run's) and a plot of eval return against env steps and
-against wall-clock, into ``experiments/results/``.
+Every arm starts from the learner of ``cfg/<task>_team.toml`` (same network, buffer, env-step
+budget and ``updates_per_insert``, hence the same number of learner updates) and differs only
+in who else feeds the replay:
+
+* ``solo``: the learner alone (serial backend, its fastest home), with its own noise;
+* ``solo-ou``: the same with Ornstein-Uhlenbeck noise (rl-zoo's MountainCar choice, std 0.5);
+* ``apex``: the learner plus 3 Ape-X actors of its own algorithm (``role = "actor"``: they act
+  with the learner's synced weights and their own Gaussian noise, spread ``0.4 ** (1 + 7 i / 2)``,
+  and never learn);
+* ``ppo``: the learner plus 2 PPO explorers that learn on their own rollouts and sync the
+  learner's trunk (the original heterogeneous team);
+* ``diverse``: the learner plus 3 actors with pink (1/f) noise of scales 0.3, 0.6 and 1.0
+  (``cfg/mountaincar_team.toml`` as shipped).
+
+For each run: env steps (all members) and wall-clock at the first eval at or above the task's
+threshold, whether it was reached, whether the final eval is still there, and the area under
+the eval curve (mean eval return over the budget). Per arm: seeds solved, the median and
+interquartile mean of steps and seconds to the threshold (an unsolved seed counts as never,
+i.e. infinity), and each arm's ratio to ``solo`` of the median, with a 95% bootstrap interval
+over seeds (resampled in pairs: the same seeds on both sides). Arms run interleaved, seed by
+seed, so machine load hits every arm alike. Every finished run is appended to
+``experiments/results/team_vs_solo_<task>_runs.jsonl``, so an interrupted sweep keeps its runs.
 """
 
 from __future__ import annotations
@@ -15,113 +33,245 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
-ENVS = {
-    "pendulum": ROOT / "cfg" / "pendulum_team.toml",
-    "mountaincar": ROOT / "cfg" / "mountaincar_team.toml",
+TASKS = {
+    "pendulum": {"file": ROOT / "cfg" / "pendulum_team.toml", "threshold": -200.0},
+    "mountaincar": {"file": ROOT / "cfg" / "mountaincar_team.toml", "threshold": 90.0},
 }
+ARMS = ("solo", "solo-ou", "apex", "ppo", "diverse")
 
 
-def configs(team_file: Path, seed: int, out: Path, overrides: list[str]) -> dict[str, Any]:
+def _learner(raw: dict[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy(next(t for t in raw["team"] if t.get("role") == "learner"))
+
+
+def _actors(learner: dict[str, Any], noise: str, per_copy: Any) -> dict[str, Any]:
+    """Actors of the learner's own algorithm and network: synced whole, their own noise."""
+    params = {"hidden": learner.get("params", {}).get("hidden", [400, 300])}
+    params.update(learning_starts=0, noise=noise, noise_horizon=1_000)
+    return {
+        "name": "actor",
+        "algo": learner["algo"],
+        "role": "actor",
+        "count": 3,
+        "sync": {"every": 1_000},
+        "per_copy": {"noise_std": per_copy},
+        "params": params,
+    }
+
+
+def _ppo(learner: dict[str, Any]) -> dict[str, Any]:
+    params = learner.get("params", {})
+    return {
+        "name": "explorer",
+        "algo": "ppo",
+        "role": "explorer",
+        "count": 2,
+        "sync": {"every": 1_000, "keep": ["actor.head"], "alpha": 1.0},
+        "params": {
+            "hidden": params.get("hidden", [400, 300]),
+            "activation": "relu",
+            "n_steps": 1_024,
+            "batch_size": 64,
+            "gamma": params.get("gamma", 0.99),
+            "ent_coef": 0.0,
+            "lr": 3e-4,
+        },
+    }
+
+
+def arm_raw(task_raw: dict[str, Any], arm: str) -> dict[str, Any]:
+    """The experiment of one arm: the task file's learner, and who else feeds its replay."""
+    raw = copy.deepcopy(task_raw)
+    learner = _learner(raw)
+    raw["experiment"]["backend"] = "local"
+    raw["experiment"]["name"] = f"{raw['experiment']['name']}-{arm}"
+    if arm in ("solo", "solo-ou"):
+        raw["experiment"]["backend"] = "serial"
+        if arm == "solo-ou":
+            learner.setdefault("params", {}).update(noise="ou", noise_std=0.5)
+        raw["team"] = [learner]
+    elif arm == "apex":
+        raw["team"] = [learner, _actors(learner, "gaussian", {"base": 0.4, "alpha": 7.0})]
+    elif arm == "ppo":
+        raw["team"] = [learner, _ppo(learner)]
+    elif arm == "diverse":
+        raw["team"] = [learner, _actors(learner, "pink", [0.3, 0.6, 1.0])]
+    else:
+        raise ValueError(f"unknown arm {arm!r}; expected one of {ARMS}")
+    return raw
+
+
+def run_arm(task: str, arm: str, seed: int, out: Path, sets: list[str]) -> dict[str, Any]:
     from wheeler2.config import load, validate
-
-    sets = ["experiment.progress=false", *overrides]
-    team = load(team_file, overrides=sets, seed=seed, out=str(out))
-    raw = copy.deepcopy(team.raw)
-    raw["team"] = [t for t in raw["team"] if t.get("role") == "learner"]
-    raw["experiment"]["backend"] = "serial"
-    raw["experiment"]["name"] = f"{raw['experiment'].get('name', team_file.stem)}-solo"
-    raw["experiment"]["seed"] = seed
-    raw["experiment"]["out"] = str(out)
-    return {"team": team, "solo": validate(raw, team_file)}
-
-
-def run(config: Any) -> dict[str, Any]:
     from wheeler2.runtime import run_experiment
 
+    spec = TASKS[task]
+    base = load(spec["file"], overrides=["experiment.progress=false", *sets], seed=seed)
+    raw = arm_raw(base.raw, arm)
+    raw["experiment"].update(seed=seed, out=str(out), eval_threshold=spec["threshold"])
+    config = validate(raw, spec["file"])
     run_dir = run_experiment(config)
     summary = json.loads((run_dir / "summary.json").read_text())
-    summary["run_dir"] = str(run_dir)
-    return summary
+    return figures(task, arm, seed, summary, str(run_dir))
 
 
-def time_to_reach(evals: list[dict[str, Any]], target: float) -> float | None:
-    hit = next((e for e in evals if e["return"] >= target), None)
-    return None if hit is None else float(hit["wall_s"])
+def figures(task: str, arm: str, seed: int, summary: dict, run_dir: str) -> dict[str, Any]:
+    threshold = TASKS[task]["threshold"]
+    evals = summary["eval"]
+    hit = next((e for e in evals if e["return"] >= threshold), None)
+    budget = max(summary["env_steps"], 1)
+    xs = [0] + [e["env_steps"] for e in evals]
+    ys = [evals[0]["return"]] + [e["return"] for e in evals] if evals else [0.0, 0.0]
+    auc = float(np.trapezoid(ys, xs) / budget) if len(xs) > 1 else float("nan")
+    return {
+        "task": task,
+        "arm": arm,
+        "seed": seed,
+        "env_steps": summary["env_steps"],
+        "wall_s": summary["wall_s"],
+        "solved": hit is not None,
+        "steps_to": None if hit is None else hit["env_steps"],
+        "seconds_to": None if hit is None else hit["wall_s"],
+        "final": summary["final_eval_return"],
+        "stays": summary["final_eval_return"] is not None
+        and summary["final_eval_return"] >= threshold,
+        "auc": auc,
+        "eval": evals,
+        "learner_updates": (summary["members"].get("target") or {}).get("updates"),
+        "run_dir": run_dir,
+    }
 
 
-def table(env: str, rows: list[dict[str, Any]]) -> str:
+# -- statistics --
+
+
+def _values(runs: list[dict], key: str) -> np.ndarray:
+    return np.array([math.inf if r[key] is None else float(r[key]) for r in runs])
+
+
+def iqm(x: np.ndarray) -> float:
+    """Mean of the middle half (Agarwal et al., 2021); infinity where unsolved seeds are in it."""
+    x = np.sort(x)
+    n = len(x)
+    lo, hi = int(math.floor(n * 0.25)), int(math.ceil(n * 0.75))
+    mid = x[lo:hi] if hi > lo else x
+    return float(np.mean(mid))
+
+
+def ratio_ci(
+    arm: np.ndarray, solo: np.ndarray, n: int = 10_000, seed: int = 0
+) -> tuple[float, float, float]:
+    """median(arm) / median(solo), with a paired 95% bootstrap interval over seeds."""
+
+    def ratio(a: np.ndarray, b: np.ndarray) -> float:
+        ma, mb = np.median(a), np.median(b)
+        if math.isinf(mb):
+            return 0.0 if not math.isinf(ma) else math.nan
+        return ma / mb
+
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(arm), (n, len(arm)))
+    boot = np.array([ratio(arm[i], solo[i]) for i in idx])
+    boot = boot[~np.isnan(boot)]
+    point = ratio(arm, solo)
+    if not len(boot):
+        return point, math.nan, math.nan
+    return point, float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
+
+
+def _fmt(x: float, digits: int = 0) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    if math.isinf(x):
+        return "never"
+    return f"{x:,.{digits}f}"
+
+
+def table(task: str, runs: list[dict[str, Any]]) -> str:
+    arms = [a for a in ARMS if any(r["arm"] == a for r in runs)]
+    seeds = sorted({r["seed"] for r in runs})
+    by = {(r["arm"], r["seed"]): r for r in runs}
+    complete = [s for s in seeds if all((a, s) in by for a in arms)]
     lines = [
-        f"### {env}",
+        f"### {task}: threshold {TASKS[task]['threshold']:g}, seeds {complete}",
         "",
-        "| seed | solo final | team final | solo wall s | team wall s "
-        "| team s to solo final | ratio |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| arm | solved | final >= threshold | median steps | IQM steps | steps / solo [95% CI] "
+        "| median s | IQM s | seconds / solo [95% CI] | mean AUC |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    ratios = []
-    for r in rows:
-        solo, team = r["solo"], r["team"]
-        reach = time_to_reach(team["eval"], solo["final_eval_return"])
-        ratio = None if reach is None else reach / solo["wall_s"]
-        if ratio is not None:
-            ratios.append(ratio)
-        lines.append(
-            f"| {r['seed']} | {solo['final_eval_return']:.1f} | {team['final_eval_return']:.1f} "
-            f"| {solo['wall_s']:.0f} | {team['wall_s']:.0f} | "
-            f"{'never' if reach is None else f'{reach:.0f}'} | "
-            f"{'—' if ratio is None else f'{ratio:.2f}'} |"
-        )
-    solo_f = [r["solo"]["final_eval_return"] for r in rows]
-    team_f = [r["team"]["final_eval_return"] for r in rows]
-
-    def ms(xs: list[float]) -> str:
-        return f"{statistics.mean(xs):.1f} ± {statistics.pstdev(xs):.1f}"
-
-    reached = "—"
-    if ratios:
-        reached = f"{statistics.mean(ratios):.2f} ({len(ratios)}/{len(rows)} reached)"
-    lines.append(f"| mean ± std | {ms(solo_f)} | {ms(team_f)} | | | | {reached} |")
+    solo = [by[("solo", s)] for s in complete] if "solo" in arms else None
+    for arm in arms:
+        rs = [by[(arm, s)] for s in complete]
+        steps, secs = _values(rs, "steps_to"), _values(rs, "seconds_to")
+        cells = [
+            arm,
+            f"{sum(r['solved'] for r in rs)}/{len(rs)}",
+            f"{sum(r['stays'] for r in rs)}/{len(rs)}",
+            _fmt(float(np.median(steps))),
+            _fmt(iqm(steps)),
+        ]
+        for vals, key in ((steps, "steps_to"), (secs, "seconds_to")):
+            if solo is None or arm == "solo":
+                ratio = "1" if arm == "solo" else "—"
+            else:
+                p, lo, hi = ratio_ci(vals, _values(solo, key))
+                ratio = f"{_fmt(p, 2)} [{_fmt(lo, 2)}, {_fmt(hi, 2)}]"
+            if key == "steps_to":
+                cells.append(ratio)
+            else:
+                cells += [_fmt(float(np.median(secs)), 1), _fmt(iqm(secs), 1), ratio]
+        cells.append(_fmt(float(np.mean([r["auc"] for r in rs])), 1))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Per seed, env steps to the threshold ('—': not reached):", ""]
+    lines.append("| arm | " + " | ".join(f"seed {s}" for s in complete) + " |")
+    lines.append("| --- |" + " --- |" * len(complete))
+    for arm in arms:
+        row = [_fmt(by[(arm, s)]["steps_to"]) if by[(arm, s)]["solved"] else "—" for s in complete]
+        lines.append(f"| {arm} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
-def plot(env: str, rows: list[dict[str, Any]], path: Path) -> None:
+def plot(task: str, runs: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for kind, color in (("solo", "tab:blue"), ("team", "tab:orange")):
-        for i, r in enumerate(rows):
-            ev = r[kind]["eval"]
-            label = kind if i == 0 else None
-            axes[0].plot(
-                [e["env_steps"] for e in ev],
-                [e["return"] for e in ev],
-                color=color,
-                alpha=0.8,
-                label=label,
-            )
-            axes[1].plot(
-                [e["wall_s"] for e in ev],
-                [e["return"] for e in ev],
-                color=color,
-                alpha=0.8,
-                label=label,
-            )
-    axes[0].set_xlabel("env steps")
-    axes[1].set_xlabel("wall-clock (s)")
-    for ax in axes:
-        ax.set_ylabel("eval return (mean of 10)")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    for arm in [a for a in ARMS if any(r["arm"] == a for r in runs)]:
+        rs = [r for r in runs if r["arm"] == arm and r["eval"]]
+        n = min(len(r["eval"]) for r in rs)
+        steps = np.array([e["env_steps"] for e in rs[0]["eval"][:n]])
+        ret = np.array([[e["return"] for e in r["eval"][:n]] for r in rs])
+        q1, med, q3 = np.percentile(ret, [25, 50, 75], axis=0)
+        (line,) = axes[0].plot(steps, med, label=f"{arm} ({len(rs)} seeds)")
+        axes[0].fill_between(steps, q1, q3, alpha=0.2, color=line.get_color())
+        grid = np.linspace(0, max(r["eval"][-1]["wall_s"] for r in rs), 60)
+        on_grid = np.array(
+            [
+                np.interp(grid, [e["wall_s"] for e in r["eval"]], [e["return"] for e in r["eval"]])
+                for r in rs
+            ]
+        )
+        q1, med, q3 = np.percentile(on_grid, [25, 50, 75], axis=0)
+        axes[1].plot(grid, med, color=line.get_color())
+        axes[1].fill_between(grid, q1, q3, alpha=0.2, color=line.get_color())
+    for ax, label in zip(axes, ("env steps (all members)", "wall-clock (s)")):
+        ax.axhline(TASKS[task]["threshold"], color="k", linestyle="--", linewidth=0.8)
+        ax.set_xlabel(label)
+        ax.set_ylabel("eval return: median, quartile band")
         ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle(f"{env}: team (DDPG learner + 2 PPO explorers) vs DDPG alone, one line per seed")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{task}: teams against their learner alone")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -131,40 +281,34 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--envs", nargs="+", choices=sorted(ENVS), default=sorted(ENVS, reverse=True))
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        help="override for both team and solo, e.g. buffer.updates_per_insert=1.0",
-    )
+    ap.add_argument("--task", choices=sorted(TASKS), required=True)
+    ap.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
+    ap.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--out", default=str(ROOT / "runs" / "team_vs_solo"))
-    ap.add_argument("--tag", default="", help="suffix for the result files")
+    ap.add_argument("--runs", default=None, help="jsonl of runs (default: results/…_runs.jsonl)")
+    ap.add_argument("--table", action="store_true", help="only rebuild tables from the runs file")
     args = ap.parse_args(argv)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    texts = []
-    for env in args.envs:
-        rows = []
-        for seed in args.seeds:
-            cfgs = configs(ENVS[env], seed, Path(args.out), args.overrides)
-            row = {"seed": seed, "solo": run(cfgs["solo"]), "team": run(cfgs["team"])}
-            print(
-                f"{env} seed {seed}: solo {row['solo']['final_eval_return']:.1f} in "
-                f"{row['solo']['wall_s']:.0f} s, team {row['team']['final_eval_return']:.1f} in "
-                f"{row['team']['wall_s']:.0f} s",
-                flush=True,
-            )
-            rows.append(row)
-        texts.append(table(env, rows))
-        plot(env, rows, RESULTS / f"team_vs_solo_{env}{args.tag}.png")
-        (RESULTS / f"team_vs_solo_{env}{args.tag}.json").write_text(json.dumps(rows, indent=1))
-    text = "\n\n".join(texts)
-    if args.overrides:
-        text = "overrides: " + ", ".join(args.overrides) + "\n\n" + text
+    runs_path = Path(args.runs or RESULTS / f"team_vs_solo_{args.task}_runs.jsonl")
+    if not args.table:
+        runs_path.parent.mkdir(parents=True, exist_ok=True)
+        for seed in args.seeds:  # interleaved: every arm of a seed before the next seed
+            for arm in args.arms:
+                r = run_arm(args.task, arm, seed, Path(args.out), args.overrides)
+                with runs_path.open("a") as f:
+                    f.write(json.dumps(r) + "\n")
+                print(
+                    f"{args.task} {arm} seed {seed}: "
+                    f"{'solved at ' + format(r['steps_to'], ',') if r['solved'] else 'not solved'}"
+                    f", final {r['final']:.1f}, {r['wall_s']:.0f} s",
+                    flush=True,
+                )
+    runs = [json.loads(line) for line in runs_path.read_text().splitlines() if line.strip()]
+    runs = [r for r in runs if r["task"] == args.task and r["arm"] in args.arms]
+    text = table(args.task, runs)
+    (RESULTS / f"team_vs_solo_{args.task}.md").write_text(text + "\n")
+    plot(args.task, runs, RESULTS / f"team_vs_solo_{args.task}.png")
     print(text)
-    (RESULTS / f"team_vs_solo{args.tag}.md").write_text(text + "\n")
     return 0
 
 
