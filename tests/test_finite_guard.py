@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
+import w2_faults
 
 from wheeler2 import checkpoint as ckpt
+from wheeler2 import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,17 +52,40 @@ hidden = [8]
 """
 
 
-def run(
-    tmp_path: Path, head: str, backend: str = "serial"
-) -> tuple[subprocess.CompletedProcess, Path]:
-    cfg = tmp_path / "finite.toml"
-    cfg.write_text(RUN.format(head=head, backend=backend))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
-    res = subprocess.run(
-        [sys.executable, "-m", "wheeler2", "run", str(cfg), "--out", str(tmp_path / "runs")],
-        capture_output=True, text=True, timeout=180, env=env, cwd=ROOT,
-    )  # fmt: skip
-    return res, next((tmp_path / "runs").glob("finite-*"))
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def run(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    """``wheeler2 run`` of the file above: serial in this process (``cli.main``, what
+    ``python -m wheeler2`` calls; a subprocess paid a torch import), local in a subprocess
+    whose members import ``w2_faults`` from PYTHONPATH."""
+
+    def call(tmp_path: Path, head: str, backend: str = "serial") -> tuple[Result, Path]:
+        cfg = tmp_path / "finite.toml"
+        cfg.write_text(RUN.format(head=head, backend=backend))
+        args = ["run", str(cfg), "--out", str(tmp_path / "runs")]
+        if backend == "serial":
+            # The head counts its calls in a module global: start from 0 as a fresh process.
+            monkeypatch.setattr(w2_faults, "_reward_calls", 0)
+            capfd.readouterr()
+            code = cli.main(args)
+            out, err = capfd.readouterr()
+            res = Result(code, out, err)
+        else:
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+            done = subprocess.run(
+                [sys.executable, "-m", "wheeler2", *args],
+                capture_output=True, text=True, timeout=180, env=env, cwd=ROOT,
+            )  # fmt: skip
+            res = Result(done.returncode, done.stdout, done.stderr)
+        return res, next((tmp_path / "runs").glob("finite-*"))
+
+    return call
 
 
 def _finite(state: object) -> bool:
@@ -73,7 +99,9 @@ def _finite(state: object) -> bool:
 
 
 @pytest.mark.parametrize("backend", ["serial", "local"])
-def test_a_nan_reward_head_stops_the_run_naming_head_and_step(tmp_path: Path, backend: str) -> None:
+def test_a_nan_reward_head_stops_the_run_naming_head_and_step(
+    tmp_path: Path, backend: str, run
+) -> None:
     res, run_dir = run(tmp_path, "nan_after_300", backend)
     out = res.stdout + res.stderr
     assert res.returncode == 1, out
@@ -84,7 +112,7 @@ def test_a_nan_reward_head_stops_the_run_naming_head_and_step(tmp_path: Path, ba
     assert _finite(payload["members"]["target"])
 
 
-def test_an_overflowing_loss_stops_the_run_naming_the_loss(tmp_path: Path) -> None:
+def test_an_overflowing_loss_stops_the_run_naming_the_loss(tmp_path: Path, run) -> None:
     res, run_dir = run(tmp_path, "huge")
     out = res.stdout + res.stderr
     assert res.returncode == 1, out

@@ -1,5 +1,5 @@
-"""Backend ``ray``: a two-node cluster on this machine, a killed actor, Ctrl-C, and checkpoints that
-move between the ray and local backends.
+"""Backend ``ray``: a cluster on this machine (a second node for the placement test), a killed
+actor, Ctrl-C, and checkpoints that move between the ray and local backends.
 
 The cluster each test starts lives in its own temp dir and every process of it carries that dir in
 ``RAY_TMPDIR``; teardown stops exactly those processes, never another Ray on the machine.
@@ -121,47 +121,54 @@ def free_port() -> int:
 class Cluster:
     address: str
     tmpdir: str
-    worker_node: str  # node id of the node with the explorer_node resource
+    env: dict[str, str]  # RAY_TMPDIR and the rest, for `ray start` of another node
+
+
+RAY_COMMON = ["--disable-usage-stats", "--include-log-monitor=false"]
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    """A head (3 CPUs) and a worker node (2 CPUs, resource explorer_node = 2) on this machine;
-    this test process is connected to it as a driver."""
+    """A head node (3 CPUs) on this machine; this test process is connected to it as a driver.
+    The default tests need one node; ``worker_node`` adds the second for the placement test."""
     # Short: Ray's unix socket paths live under it and must stay below 108 bytes.
     tmpdir = tempfile.mkdtemp(prefix="w2ray", dir="/tmp")
     marker = f"RAY_TMPDIR={tmpdir}"
     env = dict(os.environ, RAY_TMPDIR=tmpdir, RAY_AUTH_MODE="disabled")
     port = free_port()
     address = f"127.0.0.1:{port}"
-    common = ["--disable-usage-stats", "--include-log-monitor=false"]
     try:
         subprocess.run(
             [RAY_BIN, "start", "--head", f"--port={port}", "--num-cpus=3",
-             "--include-dashboard=false", "--node-ip-address=127.0.0.1", *common],
-            env=env, check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
-        subprocess.run(
-            [RAY_BIN, "start", f"--address={address}", "--num-cpus=2",
-             '--resources={"explorer_node": 2}', "--node-ip-address=127.0.0.1", *common],
+             "--include-dashboard=false", "--node-ip-address=127.0.0.1", *RAY_COMMON],
             env=env, check=True, capture_output=True, timeout=120,
         )  # fmt: skip
         os.environ["RAY_AUTH_MODE"] = "disabled"
         ray.init(address=address, namespace="wheeler2", log_to_driver=False,
                  logging_level="error")  # fmt: skip
-        deadline = time.monotonic() + 60
-        while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        worker = next(
-            n["NodeID"] for n in ray.nodes() if n["Alive"] and "explorer_node" in n["Resources"]
-        )
-        yield Cluster(address, tmpdir, worker)
+        yield Cluster(address, tmpdir, env)
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        stop_processes(marker)
+        stop_processes(marker)  # the worker node too, when a test added it
         leftover = processes_with_env(marker)
         assert not leftover, f"cluster processes left behind: {leftover}"
+
+
+@pytest.fixture(scope="module")
+def worker_node(cluster: Cluster) -> str:
+    """A second node in the cluster (2 CPUs, resource explorer_node = 2); its node id."""
+    subprocess.run(
+        [RAY_BIN, "start", f"--address={cluster.address}", "--num-cpus=2",
+         '--resources={"explorer_node": 2}', "--node-ip-address=127.0.0.1", *RAY_COMMON],
+        env=cluster.env, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return next(
+        n["NodeID"] for n in ray.nodes() if n["Alive"] and "explorer_node" in n["Resources"]
+    )
 
 
 # -- tests --------------------------------------------------------------------------------------
@@ -171,7 +178,9 @@ def cluster() -> Iterator[Cluster]:
 # test_backends_agree.py and keeps this cluster's lighter tests below.
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_explorers_pinned_to_second_node_with_two_shards(tmp_path: Path, cluster: Cluster) -> None:
+def test_explorers_pinned_to_second_node_with_two_shards(
+    tmp_path: Path, cluster: Cluster, worker_node: str
+) -> None:
     # The config file's own keys: [buffer] shards and [[team]] resources.
     config = load(
         write_team(tmp_path, total=2_000),
@@ -185,12 +194,12 @@ def test_explorers_pinned_to_second_node_with_two_shards(tmp_path: Path, cluster
     assert config.team[1].resources == {"explorer_node": 1.0}
     run = run_experiment(config, tmp_path / "run")
     placed = json.loads((run / "placement.json").read_text())
-    assert placed["explorer-0"]["node_id"] == cluster.worker_node
-    assert placed["explorer-1"]["node_id"] == cluster.worker_node
-    assert placed["target"]["node_id"] != cluster.worker_node
+    assert placed["explorer-0"]["node_id"] == worker_node
+    assert placed["explorer-1"]["node_id"] == worker_node
+    assert placed["target"]["node_id"] != worker_node
     summary = json.loads((run / "summary.json").read_text())
     assert summary["env_steps"] == 2_000
-    assert summary["members"]["explorer-0"]["node_id"] == cluster.worker_node
+    assert summary["members"]["explorer-0"]["node_id"] == worker_node
     target = summary["members"]["target"]
     # The gate held across both shards: about one update per insert after the warm-up.
     assert target["updates"] > 1_000
@@ -363,7 +372,8 @@ def test_shard_gate_holds_producers_and_serves_learner(tmp_path: Path, cluster: 
     from wheeler2.runtime import build
 
     config = load(write_team(tmp_path, total=5_000))  # min_size 200, gate tolerance 100
-    spec = build.replay_spec(config, build.prepare_team(config, {}))
+    # The team's one table (table 0, the lead learner's), as run_ray builds its shards.
+    spec = build.replay_spec(config, build.prepare_team(config, {}).tables[0])
     # Steps without behaviour log-probs, as an off-policy producer sends them.
     spec = dataclasses.replace(spec, layout=dataclasses.replace(spec.layout, logp=False))
     shard = ReplayShard.remote(spec, 0)

@@ -4,12 +4,13 @@ rates that count only the steps taken in the resumed session."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from wheeler2 import checkpoint as ckpt
+from wheeler2 import cli
 from wheeler2.runtime.member import MemberStats
 
 RUN = """
@@ -39,17 +40,14 @@ hidden = [8]
 """
 
 
-def _wheeler2(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "wheeler2", *args], capture_output=True, text=True, timeout=240
-    )
-
-
-def test_a_checkpoint_from_before_the_first_report_resumes_from_scratch(tmp_path: Path) -> None:
+def test_a_checkpoint_from_before_the_first_report_resumes_from_scratch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In this process (cli.main, what `python -m wheeler2` calls): resume is what is tested,
+    # not the process boundary, and a subprocess each paid a torch import.
     cfg = tmp_path / "early.toml"
     cfg.write_text(RUN.format(backend="serial"))
-    res = _wheeler2("run", str(cfg), "--out", str(tmp_path / "runs"))
-    assert res.returncode == 0, res.stdout + res.stderr
+    assert cli.main(["run", str(cfg), "--out", str(tmp_path / "runs")]) == 0, capsys.readouterr()
     run_dir = next((tmp_path / "runs").glob("early-*"))
     latest = run_dir / "checkpoints" / "latest.pt"
     payload = ckpt.load(latest)
@@ -57,8 +55,7 @@ def test_a_checkpoint_from_before_the_first_report_resumes_from_scratch(tmp_path
     payload["members"], payload["member_steps"] = {}, {}
     payload["run"].update(env_steps=0, evals=[], steps_to_threshold=None)
     ckpt.save(latest, payload)
-    res = _wheeler2("resume", str(run_dir))
-    assert res.returncode == 0, res.stdout + res.stderr
+    assert cli.main(["resume", str(run_dir)]) == 0, capsys.readouterr()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == 300 and summary["interrupted"] is False
     assert set(ckpt.load(latest)["members"]) == {"target"}

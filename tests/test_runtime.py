@@ -1,15 +1,22 @@
-"""End to end through the CLI: a short serial run writes a whole run dir, resumes, evals."""
+"""End to end through the CLI: a short serial run writes a whole run dir, resumes, evals.
+
+The commands run in this process (``cli.main``, what ``python -m wheeler2`` calls): these tests
+are about the commands, not the process boundary, and a subprocess each paid a torch import.
+``python -m wheeler2``'s exit codes are tested in test_cli.py, its processes in test_faults.py.
+"""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from wheeler2 import checkpoint as ckpt
+from wheeler2 import cli as wheeler2_cli
 
 TINY = """
 [experiment]
@@ -65,10 +72,24 @@ def write_cfg(
     return path
 
 
-def cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "wheeler2", *args], capture_output=True, text=True, timeout=timeout
-    )
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):
+    """``wheeler2 ARGS`` in this process: its exit code and what it printed."""
+
+    def call(*args: str) -> Result:
+        capsys.readouterr()
+        code = wheeler2_cli.main(list(args))
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return call
 
 
 def only_run_dir(out: Path) -> Path:
@@ -77,7 +98,7 @@ def only_run_dir(out: Path) -> Path:
     return runs[0]
 
 
-def test_serial_run_writes_complete_run_dir_and_resumes(tmp_path: Path) -> None:
+def test_serial_run_writes_complete_run_dir_and_resumes(tmp_path: Path, cli) -> None:
     cfg = write_cfg(tmp_path, total=600, prioritized=True, n_step=3)
     out = tmp_path / "runs"
     res = cli("run", str(cfg), "--out", str(out))
@@ -132,7 +153,7 @@ def test_serial_run_writes_complete_run_dir_and_resumes(tmp_path: Path) -> None:
     assert "return" in res.stdout
 
 
-def test_serial_vector_envs_count_every_copy(tmp_path: Path) -> None:
+def test_serial_vector_envs_count_every_copy(tmp_path: Path, cli) -> None:
     cfg = write_cfg(tmp_path, total=400, num_envs=4)
     out = tmp_path / "runs"
     res = cli("run", str(cfg), "--out", str(out))
@@ -142,7 +163,7 @@ def test_serial_vector_envs_count_every_copy(tmp_path: Path) -> None:
     assert summary["members"]["target"]["env_steps"] == 400
 
 
-def test_run_with_bad_config_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+def test_run_with_bad_config_exits_2_and_writes_nothing(tmp_path: Path, cli) -> None:
     cfg = write_cfg(tmp_path)
     cfg.write_text(cfg.read_text().replace("capacity = 5_000", "capacity = -5"))
     out = tmp_path / "runs"
@@ -153,7 +174,12 @@ def test_run_with_bad_config_exits_2_and_writes_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_default_config_finishes(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[1]
-    res = cli("run", str(root / "cfg" / "default.toml"), "--out", str(tmp_path), timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-m", "wheeler2", "run", str(root / "cfg" / "default.toml"),
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
     assert res.returncode == 0, res.stderr

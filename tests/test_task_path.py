@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wheeler2 import registry
+from wheeler2 import cli, registry
 from wheeler2.config import ConfigError, load
 from wheeler2.runtime import build
 
@@ -130,7 +130,9 @@ def test_missing_file_is_a_config_error_naming_the_key(tmp_path: Path) -> None:
     assert "[task]" in text and "spec" in text and "nosuch.py" in text, text
 
 
-def test_run_eval_and_resume_from_other_folders(tmp_path: Path) -> None:
+def test_run_eval_and_resume_from_other_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # The local backend: its member processes resolve the task file from the config too.
     path = _write(tmp_path, backend="local")
     elsewhere = tmp_path / "elsewhere"
@@ -144,9 +146,13 @@ def test_run_eval_and_resume_from_other_folders(tmp_path: Path) -> None:
 
     third = tmp_path / "third"
     third.mkdir()
-    res = _cli("eval", str(run), "--episodes", "1", cwd=third)
-    assert res.returncode == 0, res.stdout + res.stderr
+    # eval in this process (cli.main, what `python -m wheeler2` calls; a subprocess paid a torch
+    # import), from the third folder without PYTHONPATH; the task file's module name is new
+    # to this process (its name carries the file's absolute path), so eval resolves it itself.
+    monkeypatch.chdir(third)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert cli.main(["eval", str(run), "--episodes", "1"]) == 0, capsys.readouterr()
     text = (run / "config.toml").read_text().replace("total_steps = 400", "total_steps = 600")
     (run / "config.toml").write_text(text)
-    res = _cli("resume", str(run), cwd=third)
+    res = _cli("resume", str(run), cwd=third)  # a fresh process: resolves the file anew
     assert res.returncode == 0, res.stdout + res.stderr
