@@ -15,8 +15,8 @@ in who else feeds the replay:
   and never learn);
 * ``ppo``: the learner plus 2 PPO explorers that learn on their own rollouts and sync the
   learner's trunk (the original heterogeneous team);
-* ``diverse``: the learner plus 3 actors with pink (1/f) noise of scales 0.3, 0.6 and 1.0
-  (``cfg/mountaincar_team.toml`` as shipped).
+* ``diverse``: the task's team file as shipped (``cfg/mountaincar_team.toml``: the learner plus
+  3 actors with pink (1/f) noise of scales 0.3, 0.6 and 1.0).
 
 For each run: env steps (all members) and wall-clock at the first eval at or above the task's
 threshold, whether it was reached, whether the final eval is still there, and the area under
@@ -57,6 +57,8 @@ def _actors(learner: dict[str, Any], noise: str, per_copy: Any) -> dict[str, Any
     """Actors of the learner's own algorithm and network: synced whole, their own noise."""
     params = {"hidden": learner.get("params", {}).get("hidden", [400, 300])}
     params.update(learning_starts=0, noise=noise, noise_horizon=1_000)
+    if learner.get("params", {}).get("normalize_obs"):
+        params["normalize_obs"] = True
     return {
         "name": "actor",
         "algo": learner["algo"],
@@ -103,9 +105,7 @@ def arm_raw(task_raw: dict[str, Any], arm: str) -> dict[str, Any]:
         raw["team"] = [learner, _actors(learner, "gaussian", {"base": 0.4, "alpha": 7.0})]
     elif arm == "ppo":
         raw["team"] = [learner, _ppo(learner)]
-    elif arm == "diverse":
-        raw["team"] = [learner, _actors(learner, "pink", [0.3, 0.6, 1.0])]
-    else:
+    elif arm != "diverse":  # diverse: the file's own team
         raise ValueError(f"unknown arm {arm!r}; expected one of {ARMS}")
     return raw
 
