@@ -59,6 +59,8 @@ def run_team(tmp_path: Path, backend: str) -> dict:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     run = run_experiment(load(cfg), tmp_path / backend)
     team = json.loads((run / "team.json").read_text())
+    # Each backend counts the budget its own way (ray: the Board actor's grants): spent exactly.
+    assert json.loads((run / "summary.json").read_text())["env_steps"] == 400, backend
     return {n: {"agents": m["agents"], "synced": m["synced"]} for n, m in team.items()}
 
 

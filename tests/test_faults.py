@@ -57,7 +57,7 @@ hidden = [16, 16]
 name = "explorer"
 algo = "w2_faults:FaultyPPO"
 role = "explorer"
-count = 2
+count = {explorers}
 sync = {{ every = 100, keep = ["actor.head"] }}
 [team.params]
 hidden = [16, 16]
@@ -87,11 +87,13 @@ def write_team(
     total: int = 1_000_000,
     explorer_fault: str = "",
     learner_fault: str = "",
+    explorers: int = 2,
 ) -> Path:
     text = TEAM.format(
         total=total,
         backend=backend,
         heartbeat=HEARTBEAT_S,
+        explorers=explorers,
         # Late enough that the learner has reported (and producers may wait on it) first.
         learner_fault=f'fault = "{learner_fault}"\nfault_at = 2000' if learner_fault else "",
     )
@@ -194,8 +196,12 @@ ALL = ["serial", "local", "ray"]
 # The default run covers each fault on serial and local and the commonest ones on ray; these
 # ray variants (each a ~40 s Ray start on two cores) run with `-m slow`.
 RAY_SLOW = pytest.param("ray", marks=[pytest.mark.slow, pytest.mark.timeout(600)])
+LOCAL_SLOW = pytest.param("local", marks=[pytest.mark.slow, pytest.mark.timeout(600)])
 MULTI_SLOW_RAY = ["local", RAY_SLOW]
 ALL_SLOW_RAY = ["serial", "local", RAY_SLOW]
+# A faulty explorer beside one healthy explorer and the learner: the run still has members to
+# stop and checkpoint, and one member process fewer to start (a torch import each) than two.
+EXPLORERS_BESIDE_FAULT = 1
 
 
 def _skip_without_ray(backend: str) -> None:
@@ -203,7 +209,10 @@ def _skip_without_ray(backend: str) -> None:
         pytest.importorskip("ray", reason="backend ray needs the optional extra")
 
 
-@pytest.mark.parametrize("backend", ALL)
+# ray: slow; the default run has test_backends_agree.py's ray run to its end (the budget spent
+# exactly, counted by ray's Board) and this file's Ctrl-C on ray (a Ray started by the CLI,
+# closed on every path by the same `finally`, no member process or /dev/shm entry left).
+@pytest.mark.parametrize("backend", ["serial", "local", RAY_SLOW])
 def test_normal_run_leaves_nothing_behind(tmp_path: Path, backend: str) -> None:
     _skip_without_ray(backend)
     run = Run(write_team(tmp_path, backend, total=1_500), tmp_path / "runs")
@@ -215,10 +224,14 @@ def test_normal_run_leaves_nothing_behind(tmp_path: Path, backend: str) -> None:
     run.assert_clean()
 
 
-@pytest.mark.parametrize("backend", MULTI_SLOW_RAY)  # ray: test_ray kills an explorer actor
+# Both slow. ray: the default run has test_ray.py's killed explorer actor. local: the default
+# run has test_local.py::test_killed_explorer_stops_team_with_exit_1 (a member process gone:
+# named as died, exit 1, a checkpoint, no member process or shared memory left).
+@pytest.mark.parametrize("backend", [LOCAL_SLOW, RAY_SLOW])
 def test_member_that_dies_is_named_and_the_run_exits_1(tmp_path: Path, backend: str) -> None:
     _skip_without_ray(backend)
-    run = Run(write_team(tmp_path, backend, explorer_fault="exit"), tmp_path / "runs")
+    cfg = write_team(tmp_path, backend, explorer_fault="exit", explorers=EXPLORERS_BESIDE_FAULT)
+    run = Run(cfg, tmp_path / "runs")
     output = run.finish(timeout=240)
     assert run.proc.returncode == 1, output
     assert "member 'bad' died" in output, output
@@ -230,7 +243,8 @@ def test_member_that_dies_is_named_and_the_run_exits_1(tmp_path: Path, backend: 
 @pytest.mark.parametrize("backend", ALL_SLOW_RAY)
 def test_member_that_raises_is_named_with_its_traceback(tmp_path: Path, backend: str) -> None:
     _skip_without_ray(backend)
-    run = Run(write_team(tmp_path, backend, explorer_fault="raise"), tmp_path / "runs")
+    cfg = write_team(tmp_path, backend, explorer_fault="raise", explorers=EXPLORERS_BESIDE_FAULT)
+    run = Run(cfg, tmp_path / "runs")
     output = run.finish(timeout=240)
     assert run.proc.returncode == 1, output
     assert "member 'bad' raised" in output and "injected fault" in output, output
@@ -238,11 +252,14 @@ def test_member_that_raises_is_named_with_its_traceback(tmp_path: Path, backend:
     run.assert_clean()
 
 
-# The heartbeat is the coordinator's, the same on every backend; ray's variant is slow.
-@pytest.mark.parametrize("backend", ALL_SLOW_RAY)
+# The heartbeat is the coordinator's, the same on every backend; serial's (an alarm in the one
+# process) runs by default. local and ray: slow; the default run has the stopped member below on
+# local (the same coordinator heartbeat, message and SIGKILL of the silent member process).
+@pytest.mark.parametrize("backend", ["serial", LOCAL_SLOW, RAY_SLOW])
 def test_member_stuck_in_a_step_is_caught_by_the_heartbeat(tmp_path: Path, backend: str) -> None:
     _skip_without_ray(backend)
-    run = Run(write_team(tmp_path, backend, explorer_fault="hang"), tmp_path / "runs")
+    cfg = write_team(tmp_path, backend, explorer_fault="hang", explorers=EXPLORERS_BESIDE_FAULT)
+    run = Run(cfg, tmp_path / "runs")
     output = run.finish(timeout=240)
     assert run.proc.returncode == 1, output
     assert (
@@ -265,6 +282,7 @@ def test_stopped_member_is_caught_by_the_heartbeat(tmp_path: Path, backend: str)
     took = time.monotonic() - t0
     assert run.proc.returncode == 1, output
     assert "member 'explorer-1' hangs" in output, output
+    assert f"heartbeat_s = {HEARTBEAT_S:g}" in output, output
     # Detection takes heartbeat_s after the last report (<= 2 s before the stop), then the
     # stop, the drain of the others and the final checkpoint; 45 s is a loaded machine's bound.
     assert took < HEARTBEAT_S + 45, f"a stopped member ended the run only after {took:.0f} s"

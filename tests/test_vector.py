@@ -121,8 +121,8 @@ def test_async_team_run_serial(tmp_path: Path) -> None:
             'env.vector="async"',
             "env.num_envs=2",
             "experiment.total_steps=400",
-            "experiment.eval_every=200",
-            "experiment.eval_episodes=2",
+            "experiment.eval_every=400",  # one eval of one episode: the acting is what counts
+            "experiment.eval_episodes=1",
             "experiment.progress=false",
             "team.0.params.learning_starts=10000",  # acting only: the point is the env
             'experiment.backend="serial"',
