@@ -170,7 +170,8 @@ def iqm(x: np.ndarray) -> float:
 def ratio_ci(
     arm: np.ndarray, solo: np.ndarray, n: int = 10_000, seed: int = 0
 ) -> tuple[float, float, float]:
-    """median(arm) / median(solo), with a paired 95% bootstrap interval over seeds."""
+    """median(arm) / median(solo), with a paired 95% bootstrap interval over seeds; 0 where
+    only the baseline never reaches the threshold, nan where neither does."""
 
     def ratio(a: np.ndarray, b: np.ndarray) -> float:
         ma, mb = np.median(a), np.median(b)
@@ -185,7 +186,9 @@ def ratio_ci(
     point = ratio(arm, solo)
     if not len(boot):
         return point, math.nan, math.nan
-    return point, float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
+    with np.errstate(invalid="ignore"):  # resamples where one side never reaches: inf
+        lo, hi = np.percentile(boot, [2.5, 97.5])
+    return point, float(lo), float(hi)
 
 
 def _fmt(x: float, digits: int = 0) -> str:
@@ -196,19 +199,31 @@ def _fmt(x: float, digits: int = 0) -> str:
     return f"{x:,.{digits}f}"
 
 
+def _ratio_cell(vals: np.ndarray, base: np.ndarray) -> str:
+    if np.isinf(np.median(base)):
+        return "— (neither)" if np.isinf(np.median(vals)) else "— (only this arm)"
+    if np.isinf(np.median(vals)):
+        return "— (only the baseline)"
+    p, lo, hi = ratio_ci(vals, base)
+    return f"{_fmt(p, 2)} [{_fmt(lo, 2)}, {_fmt(hi, 2)}]"
+
+
 def table(task: str, runs: list[dict[str, Any]]) -> str:
     arms = [a for a in ARMS if any(r["arm"] == a for r in runs)]
     seeds = sorted({r["seed"] for r in runs})
     by = {(r["arm"], r["seed"]): r for r in runs}
     complete = [s for s in seeds if all((a, s) in by for a in arms)]
+    # Ratios to each solo arm run: the learner alone with its own noise, and with OU noise.
+    bases = [a for a in ("solo", "solo-ou") if a in arms]
+    head = "".join(f" steps / {b} [95% CI] | seconds / {b} [95% CI] |" for b in bases)
     lines = [
         f"### {task}: threshold {TASKS[task]['threshold']:g}, seeds {complete}",
         "",
-        "| arm | solved | final >= threshold | median steps | IQM steps | steps / solo [95% CI] "
-        "| median s | IQM s | seconds / solo [95% CI] | mean AUC |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| arm | solved | final >= threshold | median steps | IQM steps | median s | IQM s |"
+        + head
+        + " mean AUC |",
+        "| --- " * (7 + 2 * len(bases) + 1) + "|",
     ]
-    solo = [by[("solo", s)] for s in complete] if "solo" in arms else None
     for arm in arms:
         rs = [by[(arm, s)] for s in complete]
         steps, secs = _values(rs, "steps_to"), _values(rs, "seconds_to")
@@ -218,17 +233,16 @@ def table(task: str, runs: list[dict[str, Any]]) -> str:
             f"{sum(r['stays'] for r in rs)}/{len(rs)}",
             _fmt(float(np.median(steps))),
             _fmt(iqm(steps)),
+            _fmt(float(np.median(secs)), 1),
+            _fmt(iqm(secs), 1),
         ]
-        for vals, key in ((steps, "steps_to"), (secs, "seconds_to")):
-            if solo is None or arm == "solo":
-                ratio = "1" if arm == "solo" else "—"
-            else:
-                p, lo, hi = ratio_ci(vals, _values(solo, key))
-                ratio = f"{_fmt(p, 2)} [{_fmt(lo, 2)}, {_fmt(hi, 2)}]"
-            if key == "steps_to":
-                cells.append(ratio)
-            else:
-                cells += [_fmt(float(np.median(secs)), 1), _fmt(iqm(secs), 1), ratio]
+        for base in bases:
+            b_runs = [by[(base, s)] for s in complete]
+            if arm == base:
+                cells += ["1", "1"]
+                continue
+            cells.append(_ratio_cell(steps, _values(b_runs, "steps_to")))
+            cells.append(_ratio_cell(secs, _values(b_runs, "seconds_to")))
         cells.append(_fmt(float(np.mean([r["auc"] for r in rs])), 1))
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Per seed, env steps to the threshold ('—': not reached):", ""]
