@@ -302,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "runs" / "team_vs_solo"))
     ap.add_argument("--runs", default=None, help="jsonl of runs (default: results/…_runs.jsonl)")
     ap.add_argument("--table", action="store_true", help="only rebuild tables from the runs file")
+    ap.add_argument("--suffix", default="", help="appended to the table and plot file names")
     args = ap.parse_args(argv)
     runs_path = Path(args.runs or RESULTS / f"team_vs_solo_{args.task}_runs.jsonl")
     if not args.table:
@@ -320,8 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = [json.loads(line) for line in runs_path.read_text().splitlines() if line.strip()]
     runs = [r for r in runs if r["task"] == args.task and r["arm"] in args.arms]
     text = table(args.task, runs)
-    (RESULTS / f"team_vs_solo_{args.task}.md").write_text(text + "\n")
-    plot(args.task, runs, RESULTS / f"team_vs_solo_{args.task}.png")
+    name = f"team_vs_solo_{args.task}{args.suffix}"
+    (RESULTS / f"{name}.md").write_text(text + "\n")
+    plot(args.task, runs, RESULTS / f"{name}.png")
     print(text)
     return 0
 
