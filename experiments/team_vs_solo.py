@@ -15,6 +15,8 @@ in who else feeds the replay:
   and never learn);
 * ``ppo``: the learner plus 2 PPO explorers that learn on their own rollouts and sync the
   learner's trunk (the original heterogeneous team);
+* ``pink``: the learner plus 3 actors with pink (1/f) noise of scales 0.3, 0.6 and 1.0, the
+  shape of ``cfg/mountaincar_team.toml`` on any task's learner;
 * ``diverse``: the task's team file as shipped (``cfg/mountaincar_team.toml``: the learner plus
   3 actors with pink (1/f) noise of scales 0.3, 0.6 and 1.0).
 
@@ -46,7 +48,7 @@ TASKS = {
     "pendulum": {"file": ROOT / "cfg" / "pendulum_team.toml", "threshold": -200.0},
     "mountaincar": {"file": ROOT / "cfg" / "mountaincar_team.toml", "threshold": 90.0},
 }
-ARMS = ("solo", "solo-ou", "apex", "ppo", "diverse")
+ARMS = ("solo", "solo-ou", "apex", "ppo", "pink", "diverse")
 
 
 def _learner(raw: dict[str, Any]) -> dict[str, Any]:
@@ -105,6 +107,8 @@ def arm_raw(task_raw: dict[str, Any], arm: str) -> dict[str, Any]:
         raw["team"] = [learner, _actors(learner, "gaussian", {"base": 0.4, "alpha": 7.0})]
     elif arm == "ppo":
         raw["team"] = [learner, _ppo(learner)]
+    elif arm == "pink":
+        raw["team"] = [learner, _actors(learner, "pink", [0.3, 0.6, 1.0])]
     elif arm != "diverse":  # diverse: the file's own team
         raise ValueError(f"unknown arm {arm!r}; expected one of {ARMS}")
     return raw
