@@ -5,6 +5,8 @@ Every ``n_steps`` vector steps of its ``num_envs`` copies the agent takes one gr
     L = - E[(R_t - V(s_t)) log pi(a_t|s_t)] + vf_coef E[(R_t - V(s_t))^2] - ent_coef E[H[pi]]
 
 with the n-step return R_t = r_t + gamma r_{t+1} + ... + gamma^k V(s_{t+k}), cut at episode ends.
+The critic's target is the lambda-return (TD(lambda), ``td_lambda``): with the default 1 it is
+R_t itself, with 0 the one-step TD target r_t + gamma V(s_{t+1}) (``agents/returns.py``).
 The env copies run on across updates (no reset between rollouts): the last step of a rollout
 bootstraps from V of the observation after it. A terminated step does not bootstrap; a truncated
 one bootstraps from V of its true final observation. Rewards of several task heads are summed
@@ -32,6 +34,7 @@ from agents.nets import (
     sample_action,
     seeded,
 )
+from agents.returns import lambda_returns
 from wheeler2.agent import ActOut, Agent, SpaceInfo, Transitions
 from wheeler2.schema import bounded, choice, sizes
 
@@ -41,6 +44,8 @@ class Params:
     # Bounds in the fields are checked by the config reader against [team.params].
     n_steps: int = bounded(5, ge=1)  # vector steps between updates
     gamma: float = bounded(0.99, ge=0, le=1)
+    # Critic target: the lambda-return; 1 = the n-step return to the rollout end, 0 = one-step TD.
+    td_lambda: float = bounded(1.0, ge=0, le=1)
     lr: float = bounded(7e-4, gt=0, le=1)  # a step size above 1 only diverges
     ent_coef: float = 0.0  # entropy bonus
     vf_coef: float = bounded(0.5, ge=0)
@@ -158,7 +163,13 @@ class A2C(Agent):
 
         with torch.no_grad():
             next_values = self.critic(next_obs)
-            returns = nstep_returns(rewards, next_values, terminated, dones, p.gamma).flatten()
+            returns = nstep_returns(rewards, next_values, terminated, dones, p.gamma)
+            targets = returns  # lambda = 1: the lambda-return is the n-step return
+            if p.td_lambda < 1.0:
+                targets = lambda_returns(
+                    rewards, next_values, terminated, dones, p.gamma, p.td_lambda
+                )
+            returns, targets = returns.flatten(), targets.flatten()
 
         logp, entropy = evaluate_actions(self.policy, obs.flatten(0, 1), action.flatten(0, 1))
         values = self.critic(obs.flatten(0, 1))
@@ -170,7 +181,7 @@ class A2C(Agent):
             sd = ((adv - mu).pow(2) * w).sum().div(denom).sqrt()
             adv = (adv - mu) / (sd + 1e-8)
         policy_loss = -(adv * logp * w).sum() / denom
-        value_loss = ((returns - values).pow(2) * w).sum() / denom
+        value_loss = ((targets - values).pow(2) * w).sum() / denom
         entropy = (entropy * w).sum() / denom
         loss = policy_loss + p.vf_coef * value_loss - p.ent_coef * entropy
 

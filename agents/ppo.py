@@ -30,6 +30,7 @@ from agents.nets import (
     sample_action,
     seeded,
 )
+from agents.returns import gae  # A + V, the value target, is the lambda-return
 from wheeler2.agent import ActOut, Agent, SpaceInfo, Transitions
 from wheeler2.schema import bounded, choice, sizes
 
@@ -62,35 +63,6 @@ class Params:
     log_std_init: float = 0.0  # initial log std of the Gaussian policy
     ortho_init: bool = True  # orthogonal init, small policy head
     device: str = "cpu"  # "cpu" | "cuda"
-
-
-def gae(
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    next_values: torch.Tensor,
-    terminated: torch.Tensor,
-    dones: torch.Tensor,
-    gamma: float,
-    lam: float,
-) -> torch.Tensor:
-    """Generalized advantage estimates over a [T, N] rollout.
-
-    ``next_values[t]`` is V of the true next observation of step t, so a truncated step
-    bootstraps from its final observation; ``terminated`` cuts the bootstrap, ``dones``
-    (terminated or truncated) cuts the recursion so no advantage leaks into the next episode.
-
-        delta_t = r_t + gamma (1 - term_t) V(s'_t) - V(s_t)
-        A_t     = delta_t + gamma lam (1 - done_t) A_{t+1}
-    """
-    not_term = 1.0 - terminated.float()
-    not_done = 1.0 - dones.float()
-    deltas = rewards + gamma * not_term * next_values - values
-    adv = torch.empty_like(deltas)
-    last = torch.zeros_like(deltas[0])
-    for t in reversed(range(len(deltas))):
-        last = deltas[t] + gamma * lam * not_done[t] * last
-        adv[t] = last
-    return adv
 
 
 def masked_mean(x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
