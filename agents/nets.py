@@ -317,3 +317,74 @@ def evaluate_actions(
         return logp, entropy
     log_std = actor.log_std.expand_as(out)
     return gaussian_log_prob(raw, out, log_std), gaussian_entropy(log_std)
+
+
+class TwinQCritic(nn.Module):
+    """Two independent :class:`QCritic` (``q1``, ``q2``), each with one output per reward head,
+    for the clipped double Q of TD3 and SAC -> ``[2, B, H]``; ``.min(0).values`` is the
+    per-head pessimistic estimate."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: Sequence[int],
+        num_heads: int = 1,
+        mode: str = "separate",
+        act: str = "relu",
+    ):
+        super().__init__()
+        self.q1 = QCritic(obs_dim, act_dim, hidden, num_heads, mode, act)
+        self.q2 = QCritic(obs_dim, act_dim, hidden, num_heads, mode, act)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return torch.stack([self.q1(obs, action), self.q2(obs, action)])
+
+
+# SAC's bounds on the policy's log std (those of the SAC reference code and SB3).
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+class SquashedGaussianActor(MLP):
+    """SAC's pi(a|s): u ~ N(head(trunk(s)), exp(log_std_head(trunk(s)))), a = tanh(u).
+
+    ``trunk`` and ``head`` (the mean) are the weight-sync roles, as in every actor here, so
+    ``forward`` is the deterministic mean action tanh(head(trunk(s))), the same computation as
+    :class:`DeterministicActor`: an explorer that syncs from SAC gets the mean path (trunk and
+    mean head). ``log_std_head`` sits outside the roles; sync matches it by name, so it travels
+    between SAC actors and is skipped for a PPO / A2C explorer, which has a ``log_std`` of its own.
+    """
+
+    sync_actions = "continuous"
+
+    def __init__(self, obs_dim: int, hidden: Sequence[int], act_dim: int, act: str = "relu"):
+        super().__init__(obs_dim, hidden, act_dim, act)
+        self.log_std_head = nn.Linear(hidden[-1] if hidden else obs_dim, act_dim)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.head(self.trunk(obs)))
+
+    def mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.trunk(obs)
+        log_std = self.log_std_head(h).clamp(LOG_STD_MIN, LOG_STD_MAX)
+        return self.head(h), log_std
+
+    def sample(
+        self, obs: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterized draw a = tanh(mean + std * eps) and its log-prob log pi(a|s) [B]."""
+        mean, log_std = self.mean_log_std(obs)
+        eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        u = mean + log_std.exp() * eps
+        return torch.tanh(u), squashed_log_prob(u, mean, log_std)
+
+
+def squashed_log_prob(u: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """log pi(tanh(u)) for u ~ N(mean, exp(log_std)), summed over action dimensions -> [B].
+
+    Change of variables (Haarnoja et al. 2018, appendix C): log pi(a) = log N(u) - sum_i
+    log(1 - tanh(u_i)^2), with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), which stays
+    finite where tanh(u) rounds to +-1.
+    """
+    log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+    return gaussian_log_prob(u, mean, log_std) - log_det.sum(-1)
