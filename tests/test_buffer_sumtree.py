@@ -78,3 +78,180 @@ def test_rebuild_and_shared_leaves() -> None:
     assert b.total == pytest.approx(a.total) and b.min == a.min
     mass = rng.random(500) * a.total
     np.testing.assert_array_equal(a.find(mass), b.find(mass))
+
+
+# -- the compiled kernels (wheeler2/buffer/treejit.py) ----------------------------------------
+
+
+def _naive_find(p: np.ndarray, mass: np.ndarray) -> np.ndarray:
+    """Proportional retrieval by a plain cumulative sum: the first leaf whose prefix exceeds
+    the mass."""
+    return np.searchsorted(np.cumsum(p), mass, side="right")
+
+
+@pytest.mark.parametrize("capacity", [4, 40, 5000, 70_000])
+def test_exact_prefix_retrieval_on_hand_built_trees(capacity: int) -> None:
+    """Integer priorities keep every sum exact, so masses on the boundaries themselves (where
+    rounding could go either way) must land exactly where the cumulative sum says: a mass equal
+    to a prefix belongs to the next non-empty leaf; empty leaves are never returned."""
+    p = (np.arange(capacity) % 5).astype(np.float64)  # 0, 1, 2, 3, 4, 0, 1, ...: a fifth empty
+    tree = SumMinTree(capacity)
+    tree.update(np.arange(capacity), p)
+    csum = np.cumsum(p)
+    assert tree.total == csum[-1] and tree.min == 1.0
+    inner = np.unique(np.concatenate([[0.0], csum[:-1]]))  # every boundary below the total
+    mass = np.concatenate([inner, inner + 0.5])
+    mass = mass[mass < csum[-1]]
+    got = tree.find(mass)
+    np.testing.assert_array_equal(got, _naive_find(p, mass))
+    assert np.all(p[got] > 0)
+
+
+def test_mass_at_or_past_the_total_lands_on_the_last_non_empty_leaf() -> None:
+    p = np.array([1.0, 2.0, 0.0, 3.0, 0.0, 0.0])
+    tree = SumMinTree(6)
+    tree.update(np.arange(6), p)
+    np.testing.assert_array_equal(tree.find(np.array([5.999, 6.0, 7.0, np.inf])), [3, 3, 3, 3])
+    # The same across rows and levels: only leaf 40 of 5000 (row 1 of level 0) is non-empty.
+    big = SumMinTree(5000)
+    big.update(np.array([40]), np.array([2.0]))
+    np.testing.assert_array_equal(big.find(np.array([0.0, 1.9, 2.0, 1e9])), [40] * 4)
+
+
+def test_repeated_indices_in_one_update_last_write_wins() -> None:
+    tree = SumMinTree(5000)
+    idx = np.array([7, 3000, 7, 7, 31, 32, 3000])
+    vals = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0])
+    tree.update(idx, vals)
+    want = np.zeros(5000)
+    want[idx] = vals  # numpy's fancy assignment: the last write wins as well
+    np.testing.assert_array_equal(tree.leaves[:5000], want)
+    assert tree.total == want.sum() and tree.min == 4.0
+    mass = np.arange(0.0, want.sum(), 0.25)
+    np.testing.assert_array_equal(tree.find(mass), _naive_find(want, mass))
+    # Through update_priorities too: raw priorities |td| + eps, raised to alpha.
+    top = tree.update_priorities(np.array([9, 9, 9]), np.array([5.0, -1.0, 2.0]), 0.5, 0.5, 1.0)
+    assert tree.leaves[9] == pytest.approx(2.5**0.5) and top == 5.5
+
+
+def test_update_priorities_replaces_non_finite_errors_by_the_fallback() -> None:
+    tree = SumMinTree(100)
+    top = tree.update_priorities(
+        np.array([1, 2, 3]), np.array([np.nan, np.inf, 1.0]), 1e-6, 0.6, 8.0
+    )
+    assert top == 8.0
+    np.testing.assert_allclose(tree.leaves[1:4], [8.0**0.6, 8.0**0.6, (1.0 + 1e-6) ** 0.6])
+    assert np.isfinite(tree.total)
+
+
+def test_out_of_range_indices_raise_and_write_nothing() -> None:
+    tree = SumMinTree(100)
+    size = tree.leaves.shape[0]
+    for bad in (-1, 100, size):
+        with pytest.raises(IndexError):
+            tree.update(np.array([5, bad]), np.array([1.0, 1.0]))
+        with pytest.raises(IndexError):
+            tree.update_priorities(np.array([5, bad]), np.array([1.0, 1.0]), 0.1, 0.6, 1.0)
+    with pytest.raises(IndexError):
+        tree.set_range(90, 101, 1.0)
+    assert tree.total == 0.0 and not tree.leaves.any()
+
+
+@pytest.mark.parametrize("capacity", [40, 40_000])
+def test_draw_frequencies_and_weights_against_a_naive_sampler(capacity: int) -> None:
+    """``draw`` (one compiled pass: stratified slots and weights): frequencies per group of
+    leaves against p / sum(p) by chi-square, and every weight equal to (N P(i))^-beta / max_k
+    (N P(k))^-beta computed from the priorities directly."""
+    rng = np.random.default_rng(4)
+    groups = 40
+    # Priorities that differ between groups of leaves, so that the per-group counts tell the
+    # right distribution from a wrong one.
+    scale = 1.0 + (np.arange(capacity) * groups // capacity) % 5
+    p = rng.uniform(0.05, 2.0, capacity) * scale
+    p[rng.random(capacity) < 0.2] = 0.0
+    tree = SumMinTree(capacity)
+    tree.update(np.arange(capacity), p)
+    beta, n = 0.4, int((p > 0).sum())
+    prob = p / p.sum()
+    w_all = np.where(p > 0, n * prob, np.inf) ** -beta
+    w_max = w_all[p > 0].max()
+    edges = np.linspace(0, capacity, groups + 1).astype(int)
+    counts = np.zeros(groups)
+    for _ in range(400):
+        slot, weight, empty = tree.draw(256, rng, beta)
+        assert empty == 0 and np.all(p[slot] > 0)
+        np.testing.assert_allclose(weight, w_all[slot] / w_max, rtol=1e-5)
+        counts += np.bincount(np.searchsorted(edges, slot, side="right") - 1, minlength=groups)
+    expected = counts.sum() * np.add.reduceat(prob, edges[:-1])
+    live = expected > 0
+    assert counts[~live].sum() == 0
+    assert chisquare_pvalue(counts[live], expected[live]) > 1e-3
+    wrong = counts.sum() * np.add.reduceat(p**2 / (p**2).sum(), edges[:-1])
+    assert chisquare_pvalue(counts[live], wrong[live]) < 1e-6
+
+
+def test_tree_works_in_place_on_shared_memory_leaves() -> None:
+    """The leaves a tree is given (here a shared-memory segment, as the replay's priorities
+    are) are the very array it writes: no copy. A second tree over the same mapping, as in
+    another process, rebuilds its inner levels from them and agrees."""
+    from wheeler2.buffer.shm import Segment, new_prefix
+
+    capacity = 70_000
+    size = tree_shape(capacity)[1]
+    name = new_prefix() + "_tree"
+    seg = Segment(name, (size,), np.dtype(np.float64), create=True)
+    other = Segment(name, (size,), np.dtype(np.float64), create=False)
+    try:
+        a = SumMinTree(capacity, seg.array)
+        assert a.leaves is seg.array
+        rng = np.random.default_rng(5)
+        idx, vals = rng.integers(0, capacity, 3000), rng.random(3000)
+        a.update(idx, vals)
+        a.set_range(100, 200, 0.5)
+        b = SumMinTree(capacity, other.array)  # the other mapping: sees a's writes
+        assert b.total == pytest.approx(a.total, rel=1e-12) and b.min == a.min
+        mass = rng.random(2000) * a.total * (1 - 1e-12)
+        np.testing.assert_array_equal(a.find(mass), b.find(mass))
+        np.testing.assert_array_equal(a.find(mass), _naive_find(other.array, mass))
+    finally:
+        other.close()
+        seg.close()
+        seg.unlink()
+
+
+def test_read_only_or_strided_leaves_are_refused() -> None:
+    size = tree_shape(100)[1]
+    ro = np.zeros(size)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        SumMinTree(100, ro)
+    with pytest.raises(ValueError, match="writeable"):
+        SumMinTree(100, np.zeros(2 * size)[::2])
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        ("import sys; sys.modules['numba'] = None", "needs numba"),
+        ("import os; os.environ['NUMBA_DISABLE_JIT'] = '1'", "NUMBA_DISABLE_JIT"),
+    ],
+)
+def test_without_the_jit_a_tree_fails_clearly(setup: str, message: str) -> None:
+    """No silent pure-Python fallback: building a tree without numba's JIT raises, and says
+    why; a process that only imports the buffer (a producer) does not need numba at all."""
+    import subprocess
+    import sys
+
+    code = (
+        f"{setup}\n"
+        "import wheeler2.buffer.storage\n"  # the producer's side imports fine
+        "from wheeler2.buffer.sumtree import SumMinTree\n"
+        "try:\n"
+        "    SumMinTree(10)\n"
+        "except ImportError as exc:\n"
+        "    print('ERR', exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "ERR" in out.stdout and message in out.stdout, out.stdout + out.stderr

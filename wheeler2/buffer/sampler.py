@@ -93,19 +93,20 @@ class PrioritizedSampler:
 
     def draw(self, batch: int, updates: int) -> tuple[np.ndarray, np.ndarray]:
         tree = self.tree
-        slot = tree.sample(batch, self.rng)
-        p = tree.leaves[slot]
-        empty = p <= 0
-        if empty.any():
-            # Rounding at the very end of the mass can land on an empty slot: redraw those
-            # from the non-empty ones proportionally (same distribution, just without strata).
-            redo = tree.find(self.rng.random(int(empty.sum())) * tree.total * (1 - 1e-12))
-            slot[empty] = redo
-            p = tree.leaves[slot]
         # w_i = (N P_i)^-beta / max_k w_k, and the max weight belongs to the smallest stored
-        # priority (min tree), so w_i = (p_i / p_min)^-beta: N and the total cancel out.
-        weight = (p / tree.min) ** (-self.beta(updates))
-        return self._absolute(slot), weight.astype(np.float32)
+        # priority (min tree), so w_i = (p_i / p_min)^-beta: N and the total cancel out. The
+        # tree draws the slots and computes the weights in one compiled pass.
+        beta = self.beta(updates)
+        slot, weight, empty = tree.draw(batch, self.rng, beta)
+        if empty:
+            # Only an empty tree (a rounding mass lands on the last non-empty leaf): redraw
+            # those from the non-empty ones proportionally, without strata.
+            bad = weight == 0
+            redo = tree.find(self.rng.random(int(bad.sum())) * tree.total * (1 - 1e-12))
+            slot[bad] = redo
+            p = tree.leaves[redo]
+            weight[bad] = (p / tree.min) ** (-beta)
+        return self._absolute(slot), weight
 
     def discard(self, j: np.ndarray) -> None:
         slot = np.asarray(j, dtype=np.int64) % self.capacity
@@ -113,21 +114,19 @@ class PrioritizedSampler:
 
     def update(self, j: np.ndarray, td_error: np.ndarray) -> None:
         """New priorities ``|td| + eps`` for the items ``j`` that still hold those numbers."""
-        j = np.asarray(j, dtype=np.int64)
-        prio = np.abs(np.asarray(td_error, dtype=np.float64).reshape(-1)) + self.eps
+        j = np.asarray(j, dtype=np.int64).reshape(-1)
+        td = np.asarray(td_error, dtype=np.float64).reshape(-1)
         # An item overwritten since it was sampled keeps its fresh max priority.
         live = j >= self.total - self.capacity
         if not live.all():
-            j, prio = j[live], prio[live]
+            j, td = j[live], td[live]
             if j.shape[0] == 0:
                 return
         fhdr = self.storage.fhdr
-        bad = ~np.isfinite(prio)
-        if bad.any():
-            # One NaN leaf would poison every sum above it; a diverging learner's items keep
-            # the max priority instead, so they are revisited rather than lost.
-            prio[bad] = fhdr[MAX_PRIORITY]
-        top = float(prio.max())
+        # One NaN leaf would poison every sum above it; a diverging learner's items keep the
+        # max priority instead, so they are revisited rather than lost (the kernel does that).
+        top = self.tree.update_priorities(
+            j % self.capacity, td, self.eps, self.alpha, float(fhdr[MAX_PRIORITY])
+        )
         if top > fhdr[MAX_PRIORITY]:
             fhdr[MAX_PRIORITY] = top
-        self.tree.update(j % self.capacity, prio**self.alpha)
