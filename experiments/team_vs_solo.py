@@ -2,7 +2,15 @@
 
     python experiments/team_vs_solo.py --task mountaincar --seeds 0 1 2 3 4 5 6 7 8 9
     python experiments/team_vs_solo.py --task pendulum --seeds 0 1 2 3 4 --arms solo ppo diverse
+    python experiments/team_vs_solo.py --task pendulum-slow --seeds 0 1 2 3 4 --arms solo diverse
+    python experiments/team_vs_solo.py --task pendulum-shape --seeds 0 1 2 3 4 \
+        --arms solo solo-ou diverse
     python experiments/team_vs_solo.py --task mountaincar --table      # tables from the runs file
+
+Tasks: ``pendulum`` and ``mountaincar`` run their team files; ``pendulum-slow`` is the Pendulum
+file on ``wheeler2/Slow-v0`` (every step takes 2 ms, as a remote simulator's would), and
+``pendulum-shape`` the MountainCar file on Pendulum-v1 (one team shape, only env and threshold
+changed).
 
 Every arm starts from the learner of ``cfg/<task>_team.toml`` (same network, buffer, env-step
 budget and ``updates_per_insert``, hence the same number of learner updates) and differs only
@@ -44,9 +52,26 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
+SLOW_PENDULUM = [  # a remote simulator: every env step (eval's too) takes 2 ms of wall-clock
+    'env.id="wheeler2/Slow-v0"',
+    'env.kwargs={env_id="Pendulum-v1", step_ms=2.0}',
+    'env.vector="async"',  # eval's copies wait side by side, as remote ones would
+    "experiment.total_steps=20000",  # every arm reaches -200 by ~14,000 steps
+]
 TASKS = {
     "pendulum": {"file": ROOT / "cfg" / "pendulum_team.toml", "threshold": -200.0},
+    "pendulum-slow": {
+        "file": ROOT / "cfg" / "pendulum_team.toml",
+        "threshold": -200.0,
+        "sets": SLOW_PENDULUM,
+    },
     "mountaincar": {"file": ROOT / "cfg" / "mountaincar_team.toml", "threshold": 90.0},
+    # One team shape for both tasks: the MountainCar file with only env and threshold changed.
+    "pendulum-shape": {
+        "file": ROOT / "cfg" / "mountaincar_team.toml",
+        "threshold": -200.0,
+        "sets": ['env.id="Pendulum-v1"'],
+    },
 }
 ARMS = ("solo", "solo-ou", "apex", "ppo", "pink", "diverse")
 
@@ -119,7 +144,8 @@ def run_arm(task: str, arm: str, seed: int, out: Path, sets: list[str]) -> dict[
     from wheeler2.runtime import run_experiment
 
     spec = TASKS[task]
-    base = load(spec["file"], overrides=["experiment.progress=false", *sets], seed=seed)
+    overrides = ["experiment.progress=false", *spec.get("sets", []), *sets]
+    base = load(spec["file"], overrides=overrides, seed=seed)
     raw = arm_raw(base.raw, arm)
     raw["experiment"].update(seed=seed, out=str(out), eval_threshold=spec["threshold"])
     config = validate(raw, spec["file"])
