@@ -44,6 +44,7 @@ import argparse
 import copy
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,7 @@ TASKS = {
         "sets": ['env.id="Pendulum-v1"'],
     },
 }
+COST_KEYS = ("env_steps", "steps_per_s", "wall_s", "cpu_s", "updates")
 ARMS = ("solo", "solo-ou", "apex", "ppo", "pink", "diverse")
 
 
@@ -177,6 +179,10 @@ def figures(task: str, arm: str, seed: int, summary: dict, run_dir: str) -> dict
         "auc": auc,
         "eval": evals,
         "learner_updates": (summary["members"].get("target") or {}).get("updates"),
+        # Where the time went: each member's env steps/s, wall and CPU seconds, updates.
+        "members": {
+            name: {k: m[k] for k in COST_KEYS if k in m} for name, m in summary["members"].items()
+        },
         "run_dir": run_dir,
     }
 
@@ -284,6 +290,36 @@ def table(task: str, runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def cost_table(runs: list[dict[str, Any]]) -> str:
+    """Why an arm is as fast as it is: the learner's updates/s, every member's env steps/s and
+    the share of the machine's cores the members' processes took (medians over seeds)."""
+    cores = os.cpu_count() or 1
+    lines = [
+        f"Where the time went (medians over seeds; CPU share of all {cores} cores over the run):",
+        "",
+        "| arm | run wall s | learner updates/s | env steps/s, per member | CPU share |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for arm in [a for a in ARMS if any(r["arm"] == a for r in runs)]:
+        rs = [r for r in runs if r["arm"] == arm and r.get("members")]
+        if not rs:
+            continue
+        ups = [r["learner_updates"] / r["members"]["target"]["wall_s"] for r in rs]
+        names = list(rs[0]["members"])
+        rates = ", ".join(
+            f"{n} {np.median([r['members'][n]['steps_per_s'] for r in rs]):,.0f}" for n in names
+        )
+        shares = [
+            sum(m.get("cpu_s", math.nan) for m in r["members"].values()) / (r["wall_s"] * cores)
+            for r in rs
+        ]
+        lines.append(
+            f"| {arm} | {np.median([r['wall_s'] for r in rs]):.0f} | {np.median(ups):.0f}"
+            f" | {rates} | {_fmt(float(np.median(shares)) * 100, 0)}% |"
+        )
+    return "\n".join(lines)
+
+
 def plot(task: str, runs: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -351,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = [json.loads(line) for line in runs_path.read_text().splitlines() if line.strip()]
     runs = [r for r in runs if r["task"] == args.task and r["arm"] in args.arms]
     text = table(args.task, runs)
+    if any(r.get("members") for r in runs):
+        text += "\n\n" + cost_table(runs)
     name = f"team_vs_solo_{args.task}{args.suffix}"
     (RESULTS / f"{name}.md").write_text(text + "\n")
     plot(args.task, runs, RESULTS / f"{name}.png")

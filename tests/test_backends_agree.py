@@ -60,7 +60,11 @@ def run_team(tmp_path: Path, backend: str) -> dict:
     run = run_experiment(load(cfg), tmp_path / backend)
     team = json.loads((run / "team.json").read_text())
     # Each backend counts the budget its own way (ray: the Board actor's grants): spent exactly.
-    assert json.loads((run / "summary.json").read_text())["env_steps"] == 400, backend
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] == 400, backend
+    # CPU seconds only where a member has its process alone (not two members in serial's one).
+    cpu = {n: "cpu_s" in m for n, m in summary["members"].items()}
+    assert cpu == {n: backend != "serial" for n in summary["members"]}, (backend, cpu)
     return {n: {"agents": m["agents"], "synced": m["synced"]} for n, m in team.items()}
 
 

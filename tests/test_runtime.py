@@ -8,6 +8,7 @@ are about the commands, not the process boundary, and a subprocess each paid a t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -130,6 +131,9 @@ def test_serial_run_writes_complete_run_dir_and_resumes(tmp_path: Path, cli) -> 
     assert [e["env_steps"] for e in summary["eval"]] == [200, 400, 600]
     assert summary["steps_to_threshold"] == 200  # threshold -1e9: the first eval passes
     assert summary["members"]["target"]["updates"] > 0
+    # The lone member of a serial run owns the process: its CPU seconds are reported.
+    target = summary["members"]["target"]
+    assert 0 < target["cpu_s"] <= target["wall_s"] * (os.cpu_count() or 1) + 1
     metrics = (run / "metrics.csv").read_text().splitlines()
     assert metrics[0] == "wall_s,env_steps,member,key,value"
     assert any(",target,critic_loss," in line for line in metrics)

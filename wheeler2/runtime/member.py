@@ -374,6 +374,7 @@ class Wiring:
     # Whether the member has a process of its own: its producer side may then wait on the ratio
     # gate; in one shared process (serial) a wait would deadlock the learner that must sample.
     own_process: bool
+    sole: bool = False  # the only member in a shared process (serial solo): its CPU is its own
     sink: WeightSink | None = None  # the learner's
     own: Any | None = None  # the learner's own table's ReplaySpec ([buffer] own_share), or None
     source: Callable[[nn.Module], WeightSource] | None = None  # an explorer's, given its actor
@@ -428,6 +429,10 @@ class MemberLoop:
             self._closing.append(own)
             writer = TeeWriter(writer, own.writer(num_envs=env.num_envs))
         self.agent = agent
+        # CPU seconds of this member's process, reported where the process is its alone: what
+        # share of the cores each member took (experiments/team_vs_solo.py).
+        alone = wiring.own_process or wiring.sole
+        self.cpu_from = time.process_time() if alone else None
         self.member = Member(plan.name, plan.role, agent, env, heads, writer, seed)
         self.member.stats.resume_from(wiring.env_steps)
         self.trainer = Trainer(agent, replay, own) if self.learner and replay is not None else None
@@ -532,6 +537,9 @@ class MemberLoop:
 
     def figures(self) -> dict[str, float]:
         values = self.member.figures()
+        values["wall_s"] = time.perf_counter() - self.member.stats.started
+        if self.cpu_from is not None:
+            values["cpu_s"] = time.process_time() - self.cpu_from
         if self.trainer is not None:
             values.update(self.trainer.pop_metrics())
             stats = self.trainer.replay.stats()

@@ -88,6 +88,7 @@ class SerialTransport:
                     link=_ListLink(self.inbox),
                     replay=self.replays.get(table),
                     own_process=False,
+                    sole=len(plans) == 1,
                     sink=publisher if p.role == "learner" else None,
                     own=build.own_replay_spec(config, setup.table_of(p), chunk)
                     if p.role == "learner"
