@@ -436,6 +436,16 @@ def test_docs_state_every_sac_key_and_bound():
         assert rows[name].startswith(describe(Params, f)), name
 
 
+def test_defaults_are_within_their_own_bounds_and_the_registry_finds_sac():
+    from wheeler2.registry import resolve_algo
+    from wheeler2.schema import field_checker
+
+    params = Params()
+    for f in dataclasses.fields(params):
+        field_checker(Params, f)(getattr(params, f.name))  # Mismatch if out of bounds
+    assert resolve_algo("sac") is SAC
+
+
 # ------------------------------------------------------------------------------------------
 # learning check
 

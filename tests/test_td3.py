@@ -377,6 +377,16 @@ def _doc_rows(heading: str) -> dict[str, str]:
     return rows
 
 
+def test_defaults_are_within_their_own_bounds_and_the_registry_finds_td3():
+    from wheeler2.registry import resolve_algo
+    from wheeler2.schema import field_checker
+
+    params = Params()
+    for f in dataclasses.fields(params):
+        field_checker(Params, f)(getattr(params, f.name))  # Mismatch if out of bounds
+    assert resolve_algo("td3") is TD3
+
+
 # ------------------------------------------------------------------------------------------
 # learning check
 
