@@ -1,0 +1,179 @@
+"""DDPG gradient steps/s: wheeler2's learner step against Stable-Baselines3's ``train()``, side
+by side in one process on the same shapes (issue 17, item 3).
+
+    python experiments/bench_learner.py [--rounds 5] [--steps 300] [--threads 1]
+
+Both sides: batch 256, hidden [256, 256] for actor and critic, Adam 1e-3, tau 0.005, gamma
+0.99, the actor and the targets updated every step (SB3's DDPG is its TD3 with policy_delay 1,
+no target smoothing, one critic), a buffer of 100,000 random transitions, the same torch
+threads (1 by default: what a wheeler2 learner process runs with, runtime/build.py). Shapes:
+Pendulum (obs 3, act 1) and HalfCheetah (obs 17, act 6). Rows:
+
+* ``sb3``: ``DDPG.train(gradient_steps=N, batch_size=256)`` on its uniform ReplayBuffer;
+* ``wheeler2 uniform``: the learner's step as a run takes it (``runtime.member.Trainer``:
+  sample the central shared-memory replay, move the batch to torch, ``DDPG.learn``), with
+  ``prioritized = false``, SB3's sampling;
+* ``wheeler2 prioritized``: the same with PER (sample by priority, importance weights, write
+  the new priorities back), what the shipped configs run: a separate row, SB3 has no PER.
+
+Arms alternate within each round (machine load hits all alike); the table gives the median
+steps/s over rounds and each wheeler2 row's ratio to SB3's median. Writes
+``experiments/results/bench_learner.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agents.ddpg import DDPG, Params  # noqa: E402
+from wheeler2.agent import SpaceInfo  # noqa: E402
+from wheeler2.buffer import Layout, Replay, ReplayConfig  # noqa: E402
+from wheeler2.runtime.member import Trainer  # noqa: E402
+
+BATCH, HIDDEN, FILL, CAPACITY = 256, [256, 256], 100_000, 200_000
+SHAPES = {"pendulum": (3, 1), "halfcheetah": (17, 6)}
+
+
+def sb3_arm(obs_dim: int, act_dim: int) -> Callable[[int], None]:
+    import gymnasium as gym
+    from stable_baselines3 import DDPG as SB3DDPG
+    from stable_baselines3.common.logger import configure
+
+    class Shapes(gym.Env):
+        observation_space = gym.spaces.Box(-1.0, 1.0, (obs_dim,), np.float32)
+        action_space = gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32)
+
+    model = SB3DDPG(
+        "MlpPolicy",
+        Shapes(),
+        buffer_size=CAPACITY,
+        batch_size=BATCH,
+        learning_rate=1e-3,
+        tau=0.005,
+        gamma=0.99,
+        policy_kwargs={"net_arch": HIDDEN},
+        device="cpu",
+        seed=0,
+    )
+    model.set_logger(configure(folder=None, format_strings=[]))
+    rb, rng = model.replay_buffer, np.random.default_rng(0)
+    rb.observations[:FILL] = rng.standard_normal((FILL, 1, obs_dim))
+    rb.next_observations[:FILL] = rng.standard_normal((FILL, 1, obs_dim))
+    rb.actions[:FILL] = rng.uniform(-1, 1, (FILL, 1, act_dim))
+    rb.rewards[:FILL] = rng.standard_normal((FILL, 1))
+    rb.pos = FILL
+
+    def run(steps: int) -> None:
+        model.train(gradient_steps=steps, batch_size=BATCH)
+
+    return run
+
+
+def wheeler_arm(obs_dim: int, act_dim: int, prioritized: bool) -> tuple[Callable[[int], None], Any]:
+    cfg = ReplayConfig(
+        capacity=CAPACITY,
+        batch_size=BATCH,
+        prioritized=prioritized,
+        updates_per_insert=0.0,  # the gate off: the learner samples as fast as it can
+        min_size=BATCH,
+    )
+    replay = Replay.create(Layout(obs_dim, act_dim), cfg, gamma=0.99)
+    rng = np.random.default_rng(0)
+    writer, n = replay.writer(num_envs=1000), 1000
+    for _ in range(FILL // n):
+        obs = rng.standard_normal((n, obs_dim)).astype(np.float32)
+        writer.add(
+            obs,
+            rng.uniform(-1, 1, (n, act_dim)).astype(np.float32),
+            rng.standard_normal((n, 1)).astype(np.float32),
+            rng.standard_normal((n, obs_dim)).astype(np.float32),
+            np.zeros(n, bool),
+            np.zeros(n, bool),
+        )
+    writer.flush()
+    params = Params(hidden=HIDDEN, gamma=0.99, tau=0.005, learning_starts=0)
+    trainer = Trainer(DDPG(SpaceInfo(obs_dim, act_dim, False), params), replay)
+
+    def run(steps: int) -> None:
+        done = trainer.train_available(max_updates=steps)
+        assert done == steps, done
+
+    return run, replay
+
+
+def rate(run: Callable[[int], None], steps: int) -> float:
+    t0 = time.perf_counter()
+    run(steps)
+    return steps / (time.perf_counter() - t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=300, help="gradient steps per arm per round")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=sorted(SHAPES))
+    ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "bench_learner.md"))
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    lines = [
+        "# DDPG gradient steps/s: wheeler2 against SB3's train()",
+        "",
+        f"{datetime.date.today()}, {platform.machine()}, {os.cpu_count()} cores, torch "
+        f"{torch.__version__}, {args.threads} torch thread(s); batch {BATCH}, hidden {HIDDEN}, "
+        f"{args.rounds} interleaved rounds of {args.steps} steps per arm; medians.",
+        "",
+        f"`python experiments/bench_learner.py --rounds {args.rounds} --steps {args.steps}"
+        f" --threads {args.threads}`",
+        "",
+        "| shape | arm | steps/s (median) | min-max over rounds | ratio to sb3 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for shape in args.shapes:
+        obs_dim, act_dim = SHAPES[shape]
+        uniform, r1 = wheeler_arm(obs_dim, act_dim, prioritized=False)
+        per, r2 = wheeler_arm(obs_dim, act_dim, prioritized=True)
+        arms = {"sb3": sb3_arm(obs_dim, act_dim), "wheeler2 uniform": uniform}
+        arms["wheeler2 prioritized"] = per
+        try:
+            for run in arms.values():  # warm-up: first-call allocations and compiles
+                run(20)
+            rates: dict[str, list[float]] = {name: [] for name in arms}
+            for _ in range(args.rounds):
+                for name, run in arms.items():
+                    rates[name].append(rate(run, args.steps))
+        finally:
+            r1.close()
+            r2.close()
+        base = float(np.median(rates["sb3"]))
+        for name, xs in rates.items():
+            med = float(np.median(xs))
+            ratio = "1" if name == "sb3" else f"{med / base:.2f}x"
+            lines.append(
+                f"| {shape} ({obs_dim}/{act_dim}) | {name} | {med:,.0f} | "
+                f"{min(xs):,.0f}-{max(xs):,.0f} | {ratio} |"
+            )
+            print(lines[-1], flush=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
