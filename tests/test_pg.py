@@ -73,6 +73,16 @@ def test_policy_loss_by_hand_on_a_fixed_net(last, baseline, expected):
     assert metrics["entropy"] == pytest.approx(math.log(2), rel=1e-6)
 
 
+def test_td_lambda_moves_the_baseline_target_not_the_policy_return():
+    """td_lambda = 0: the baseline regresses on r + gamma V(s') (= 1.5, 1.5, 1 here), but the
+    policy's return stays Monte Carlo: the same loss as above."""
+    agent = fixed_agent(td_lambda=0.0)
+    metrics = feed_episode(agent, "terminated")
+    assert metrics["policy_loss"] == pytest.approx(-(1.25 / 3) * LOG_HALF, rel=1e-6)
+    # mean((target - V)^2) with V = 1: (.25 + .25 + 0) / 3 (Monte Carlo would give .8125 / 3)
+    assert metrics["value_loss"] == pytest.approx(0.5 / 3, rel=1e-6)
+
+
 def test_policy_gradient_by_hand_on_a_fixed_net():
     """With every weight 0 only the output bias b gets a gradient:
     dL/db = - mean_t A_t (onehot(a_t) - pi) with pi = [.5, .5]; terminated, A = .75, .5, 0
