@@ -241,3 +241,134 @@ def test_terminate_on_goal_needs_a_reached_function_and_one_step() -> None:
     ]:
         with pytest.raises(ReplayError, match="terminate_on_goal"):
             Replay.create(layout, cfg, gamma=GAMMA, relabel=relabel, reached=reached)
+
+
+# -- the compiled goal choice (wheeler2/buffer/herjit.py) ---------------------------------------
+
+
+def _encoded_fill(replay: Replay, episodes: int, length: int, heads: int = 2) -> None:
+    """Episode ``ep``, step ``t``: obs (ep, t), next achieved goal (100 + ep, t), stored
+    desired goal (-7, -7); every episode is ``length`` steps and ends truncated."""
+    w = replay.writer(num_envs=1)
+    for ep in range(episodes):
+        for t in range(length):
+            obs = np.array([[ep, t]], np.float32)
+            w.add(
+                obs,
+                np.zeros((1, 1), np.float32),
+                np.full((1, heads), -1.0, np.float32),
+                obs + 0.5,
+                np.array([False]),
+                np.array([t == length - 1]),
+                achieved_goal=obs,
+                desired_goal=np.full((1, 2), -7.0, np.float32),
+                next_achieved_goal=np.array([[100 + ep, t]], np.float32),
+            )
+    w.flush()
+
+
+@pytest.mark.parametrize("strategy", ["future", "final", "episode", "random"])
+@pytest.mark.parametrize("prioritized", [True, False])
+def test_goal_steps_exactly_where_the_strategy_says_across_the_ring_end(
+    strategy: str, prioritized: bool
+) -> None:
+    """A ring of 50 holding episodes of 12 (so episodes straddle the ring's end and the oldest
+    one is partly overwritten): each relabelled goal is the next achieved goal of a step that
+    is still stored, of the same episode (future: at or after t; final: its last step;
+    episode: any of its stored steps), or of any stored step (random); the reward of every row
+    is the relabel function's for the goal it carries."""
+    capacity, length, episodes = 50, 12, 14  # 168 steps: the ring went round three times
+    cfg = ReplayConfig(
+        capacity=capacity,
+        batch_size=2048,
+        min_size=1,
+        updates_per_insert=0,
+        prioritized=prioritized,
+        her=HerConfig(strategy, k=4),
+    )
+    layout = Layout(obs_dim=2, act_dim=1, num_heads=2, goal_dim=2)
+    with Replay.create(layout, cfg, gamma=GAMMA, relabel=relabel, seed=11) as replay:
+        _encoded_fill(replay, episodes, length)
+        parts = [replay.sample() for _ in range(4)]
+    b = {key: np.concatenate([p[key] for p in parts]) for key in ("obs", "next_obs", "reward")}
+    b["action"] = np.concatenate([p["action"] for p in parts])
+    first = episodes * length - capacity  # absolute number of the oldest stored step
+    stored = {(n // length, n % length) for n in range(first, episodes * length)}
+    ep, t = b["obs"][:, 0].astype(int), b["obs"][:, 1].astype(int)
+    goal = b["obs"][:, 2:]
+    rel = goal[:, 0] != -7.0
+    # Every candidate goal step is stored here (an episode's later steps are newer than it; a
+    # cut-off episode start is clamped to the oldest step), so no picked row may be dropped.
+    n = rel.shape[0]
+    assert abs(rel.sum() - 0.8 * n) < 4 * np.sqrt(n * 0.8 * 0.2)
+    g_ep, g_t = goal[rel, 0].astype(int) - 100, goal[rel, 1].astype(int)
+    assert all((e, s) in stored for e, s in zip(g_ep, g_t, strict=True))
+    if strategy == "random":
+        assert len(set(g_ep)) > 3  # from across the ring, not one episode
+    else:
+        np.testing.assert_array_equal(g_ep, ep[rel])
+    if strategy == "future":
+        assert (g_t >= t[rel]).all() and (g_t == t[rel]).any()
+    elif strategy == "final":
+        np.testing.assert_array_equal(g_t, length - 1)
+    elif strategy == "episode":
+        assert (g_t < t[rel]).any() and (g_t > t[rel]).any()
+    # The next achieved goal of a row is (100 + ep, t); next_obs holds (ep, t) + 0.5.
+    nag = np.stack([100 + ep, t], axis=1).astype(np.float32)
+    want = relabel(b["obs"][:, :2], b["action"], b["next_obs"][:, :2], nag, goal)
+    np.testing.assert_allclose(b["reward"][rel], want[rel], rtol=1e-6)
+    np.testing.assert_array_equal(b["reward"][~rel], -1.0)  # the stored reward, untouched
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+def test_relabel_fraction_is_k_over_k_plus_one(k: int) -> None:
+    """Over many rows, the fraction of relabelled goals is k / (k + 1) within 4 standard
+    deviations of a binomial draw (every goal step is usable here, so no row is dropped)."""
+    cfg = ReplayConfig(
+        capacity=4096,
+        batch_size=4096,
+        min_size=1,
+        updates_per_insert=0,
+        her=HerConfig("future", k=k),
+    )
+    layout = Layout(obs_dim=2, act_dim=1, num_heads=2, goal_dim=2)
+    with Replay.create(layout, cfg, gamma=GAMMA, relabel=relabel, seed=k) as replay:
+        _encoded_fill(replay, 300, 10)
+        n = rel = 0
+        for _ in range(5):
+            goal = replay.sample()["obs"][:, 2]
+            n += goal.shape[0]
+            rel += int((goal != -7.0).sum())
+    p = k / (k + 1)
+    assert abs(rel - n * p) < 4 * np.sqrt(n * p * (1 - p)), (rel, n, p)
+
+
+def test_relabel_gets_whole_batches_and_matches_a_vectorized_compute_reward() -> None:
+    """The relabel function is called once per sample with all relabelled rows (arrays of
+    m rows, no per-row calls), and a goal env's vectorized ``compute_reward`` (here
+    gymnasium-robotics' distance threshold) gives the same rewards row by row."""
+    calls = []
+
+    def compute_reward(achieved_goal, desired_goal, info):  # noqa: ANN001, ANN202
+        d = np.linalg.norm(achieved_goal - desired_goal, axis=-1)
+        return -(d > 0.05).astype(np.float32)
+
+    def batched(obs, action, next_obs, achieved_goal, desired_goal):  # noqa: ANN001, ANN202
+        calls.append(obs.shape[0])
+        return compute_reward(achieved_goal, desired_goal, None)[:, None]
+
+    cfg = ReplayConfig(
+        capacity=4096, batch_size=1024, min_size=1, updates_per_insert=0, her=HerConfig()
+    )
+    layout = Layout(obs_dim=2, act_dim=1, num_heads=1, goal_dim=2)
+    with Replay.create(layout, cfg, gamma=GAMMA, relabel=batched, seed=5) as replay:
+        _encoded_fill(replay, 100, 10, heads=1)
+        b = replay.sample()
+    assert len(calls) == 1 and 700 < calls[0] < 940
+    ep, t = b["obs"][:, 0].astype(int), b["obs"][:, 1].astype(int)
+    nag = np.stack([100 + ep, t], axis=1).astype(np.float32)
+    rel = b["obs"][:, 2] != -7.0
+    for i in np.flatnonzero(rel)[:50]:  # one row at a time, as a per-row reference
+        want = compute_reward(nag[i], b["obs"][i, 2:], None)
+        assert b["reward"][i, 0] == want
+    assert (b["reward"][rel, 0] == 0.0).any() and (b["reward"][rel, 0] == -1.0).any()

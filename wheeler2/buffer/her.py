@@ -10,11 +10,17 @@ with no further lookup (that saves three random gathers per batch, a third of HE
 A step that is no longer stored is never used.
 Rewards of every head and every step of the n-step window are recomputed by ``relabel`` for
 the new goal before returns are folded.
+
+Nothing here loops over rows in Python: the goal choice is one compiled pass over the batch
+(``herjit``, numba, imported by the sampling process only), and ``relabel`` is called once per
+sample with every relabelled row at once ([m, ...] arrays, possibly column views of the
+batch's packed gather), as gymnasium-robotics' vectorized ``compute_reward`` expects.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 
@@ -28,42 +34,53 @@ def choose_goals(
     storage: Storage,
     her: HerConfig,
     j0: np.ndarray,
+    slot0: np.ndarray,
     total: int,
     rng: np.random.Generator,
-    goal: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(desired goal [B, G], indices of the relabelled rows); lock held, ``j0`` validated.
+    rows0: np.ndarray,
+) -> np.ndarray:
+    """Indices of the relabelled rows; lock held, ``j0`` (in slots ``slot0``) validated.
 
-    ``goal`` holds the stored desired goals of ``j0`` and is overwritten where relabelled."""
-    a = storage.arrays
-    c = storage.capacity
+    ``rows0`` is the batch's private copy of its packed rows ([B, width], see
+    ``storage.packed_columns``): the desired-goal columns of the relabelled rows are overwritten
+    there with their new goals, in one compiled pass (``herjit``) with no per-row Python."""
     b = j0.shape[0]
-    rows = np.flatnonzero(rng.random(b) < her.fraction)
-    if rows.shape[0] == 0:
-        return goal, rows
-    jr = j0[rows]
-    end = np.take(a["ep_end"], jr % c)
-    oldest = max(0, total - c)
-    u = rng.random(jr.shape[0])
-    if her.strategy == "future":
-        g = jr + (u * (end - jr + 1)).astype(np.int64)
-    elif her.strategy == "final":
-        g = end
-    elif her.strategy == "episode":
-        start = np.maximum(jr - np.take(a["step"], jr % c), oldest)
-        g = start + (u * (end - start + 1)).astype(np.int64)
-    else:  # random: any stored transition
-        g = oldest + (u * (total - oldest)).astype(np.int64)
-    if her.strategy == "random":
-        ok = storage.valid(g, total)  # another episode: it may be a dead writer's hole
-    else:
-        # ep_end < j only for a step written without its episode's end (never by a HER
-        # writer); the range test is the contiguity argument of the module docstring.
-        ok = (end >= jr) & (g >= oldest) & (g < total)
-    if not ok.all():
-        rows, g = rows[ok], g[ok]
-    goal[rows] = storage.gather("next_achieved_goal", g % c)
-    return goal, rows
+    kernels = _kernels()
+    a = storage.arrays
+    cols = storage.columns
+    src, src_hi = cols["next_achieved_goal"]
+    rows = np.empty(b, dtype=np.int64)  # the kernel compacts into it: room for every row
+    n, _ = kernels.choose(
+        kernels.STRATEGIES[her.strategy],
+        her.fraction,
+        rng.random(2 * b),  # which rows, then where in the episode
+        j0,
+        slot0,
+        total,
+        a["ep_end"],
+        a["step"],
+        a["abs"],
+        storage.packed,
+        src,
+        rows0,
+        cols["desired_goal"][0],
+        src_hi - src,
+        rows,
+    )
+    return rows[:n]
+
+
+_HERJIT: ModuleType | None = None
+
+
+def _kernels() -> ModuleType:
+    """The compiled goal choice (imports numba on first use, like the priority tree)."""
+    global _HERJIT
+    if _HERJIT is None:
+        from . import herjit
+
+        _HERJIT = herjit
+    return _HERJIT
 
 
 def call_relabel(

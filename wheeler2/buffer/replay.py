@@ -219,11 +219,10 @@ class Replay:
         her = self.cfg.her
         extra = self._her_extra if her is not None else ()
         if her is not None:
-            raw["goal"], raw["relabelled"] = choose_goals(
-                st, her, j, total, self._rng, col("desired_goal").copy()
-            )
-            rows = raw["relabelled"]
-        elif self.layout.goal_dim:
+            # New goals are written over the desired goals in rows0 (the batch's own copy).
+            rows = choose_goals(st, her, j, slot0, total, self._rng, rows0)
+            raw["relabelled"] = rows
+        if self.layout.goal_dim:
             raw["goal"] = col("desired_goal")
         n = self.cfg.n_step
         if n == 1:
@@ -232,8 +231,9 @@ class Replay:
             raw["terminated"] = np.take(a["terminated"], slot0)
             raw["next_obs"] = col("next_obs")
             if her is not None:
-                # Only the relabelled rows need the achieved goal for their new reward.
-                raw["next_achieved_goal"] = col("next_achieved_goal")[rows]
+                # Everything the relabelled rows' new rewards need, in one gather of their
+                # packed rows (column views of it are handed to the relabel function).
+                raw["her_rows"] = np.take(rows0, rows, axis=0)
             return raw
         win = gather_window(self.storage, slot0, total, n, extra)
         raw["window"] = win
@@ -249,13 +249,22 @@ class Replay:
             rows = raw.get("relabelled")
             if rows is not None and rows.shape[0]:
                 # A one-step window is the sample itself: relabel those rows in place.
+                sub = raw["her_rows"]
+                cols = self.storage.columns
+
+                def col(name: str) -> np.ndarray:
+                    lo, hi = cols[name]
+                    return sub[:, lo:hi]
+
+                action = raw["action"][rows] if self.layout.discrete else col("action")
+                next_achieved, goal = col("next_achieved_goal"), col("desired_goal")
                 reward[rows] = call_relabel(
                     self.relabel,
-                    raw["obs"][rows],
-                    raw["action"][rows],
-                    raw["next_obs"][rows],
-                    raw["next_achieved_goal"],
-                    raw["goal"][rows],
+                    col("obs"),
+                    action,
+                    col("next_obs"),
+                    next_achieved,
+                    goal,
                     reward.shape[1],
                 )
             terminated = raw["terminated"]
@@ -263,7 +272,7 @@ class Replay:
                 # The env ended the episode for its own goal; for a new goal the transition
                 # ends exactly where it reaches that goal.
                 terminated = terminated.copy()
-                terminated[rows] = self.reached(raw["next_achieved_goal"], raw["goal"][rows])
+                terminated[rows] = self.reached(next_achieved, goal)
             discount = np.where(terminated, 0.0, self.gamma).astype(np.float32)
         else:
             rewards = win.reward
