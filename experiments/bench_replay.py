@@ -1,17 +1,24 @@
-"""wheeler2's central replay against cpprb 11, side by side in one run.
+"""wheeler2's central replay against cpprb 11 and TorchRL, side by side in one run.
 
-    python experiments/bench_replay.py [--seconds 4] [--capacity 1000000]
+    python experiments/bench_replay.py [--rounds 5] [--seconds 1.0] [--capacity 1000000]
 
-Capacity 1M, obs 17, act 6, batch 256. Three cases:
+Capacity 1M, obs 17, act 6, batch 256 (TorchRL's own replay benchmark settings). Every case
+runs its arms in interleaved rounds (the order rotating each round) and reports the median
+rate per arm and the median of the per-round ratios, so that load from other processes on the
+machine hits every arm alike. Three cases:
 
-(a) one process, prioritized sample + update_priorities in a loop (target: >= 1.0x cpprb
-    PrioritizedReplayBuffer);
+(a) one process, prioritized sample + update_priorities in a loop: wheeler2 vs cpprb's
+    PrioritizedReplayBuffer vs TorchRL's PrioritizedReplayBuffer (LazyTensorStorage, one torch
+    thread like the others); target >= 2.0x each. An arm that cannot run here (TorchRL's
+    compiled segment tree must match the installed torch) is reported with the reason;
 (b) the learner alternating sample -> update_priorities while 2 producer processes insert
     (target: >= 5x cpprb MPPrioritizedReplayBuffer in the same set-up). Producers add one
     vector step of 8 envs at a time, paced to the same rate for both libraries (--insert-rate
     transitions/s each, a fast simulator's pace), so the learner's throughput is what differs;
-(c) HER future k=4 sample vs a plain prioritized sample on the same goal buffer (target: HER
-    costs at most 2x).
+    one round per library (each needs its own processes);
+(c) HER future k=4 sample vs a plain prioritized sample on the same goal buffer (target:
+    >= 0.8x). The relabel function is a vectorized distance threshold, as gymnasium-robotics'
+    compute_reward.
 
 Prints a markdown table and writes it to experiments/results/bench_replay.md.
 """
@@ -78,6 +85,67 @@ def cpprb_env() -> dict:
     }
 
 
+def make_torchrl(capacity: int) -> object:
+    """TorchRL's PrioritizedReplayBuffer filled with ``capacity`` transitions, or a string
+    saying why it cannot run here."""
+    try:
+        import torch
+        from tensordict import TensorDict
+        from torchrl.data import LazyTensorStorage, PrioritizedReplayBuffer
+    except ImportError as exc:
+        return f"torchrl not installed ({exc})"
+    torch.set_num_threads(1)  # one thread, like cpprb and wheeler2's learner
+    try:
+        rb = PrioritizedReplayBuffer(
+            alpha=0.6, beta=0.4, storage=LazyTensorStorage(capacity), batch_size=BATCH
+        )
+    except Exception as exc:  # noqa: BLE001 - whatever stops it is the note
+        import torchrl
+
+        reason = str(exc)
+        try:
+            import torchrl._torchrl  # noqa: F401 - the compiled segment trees
+        except ImportError as inner:
+            reason = str(inner)
+        if "undefined symbol" in reason:
+            reason = (
+                "its compiled segment trees (torchrl._torchrl) do not load, undefined symbol: "
+                "built against another torch"
+            )
+        return f"torchrl {torchrl.__version__} on torch {torch.__version__}: {reason}"
+    step = 100_000
+    g = torch.Generator().manual_seed(1)
+    for _ in range(capacity // step):
+        rb.extend(
+            TensorDict(
+                {
+                    "obs": torch.randn(step, OBS, generator=g),
+                    "act": torch.rand(step, ACT, generator=g),
+                    "rew": torch.randn(step, 1, generator=g),
+                    "next_obs": torch.randn(step, OBS, generator=g),
+                    "done": torch.zeros(step, 1),
+                },
+                batch_size=[step],
+            )
+        )
+    return rb
+
+
+def loop_torchrl(rb: object, seconds: float) -> float:
+    import torch
+
+    td = torch.from_numpy(np.random.default_rng(2).random(BATCH))
+    n = 0
+    t0 = time.perf_counter()
+    while True:
+        _, info = rb.sample(return_info=True)
+        rb.update_priority(info["index"], td)
+        n += 1
+        if n % 16 == 0 and time.perf_counter() - t0 > seconds:
+            break
+    return n * BATCH / (time.perf_counter() - t0)
+
+
 # -- loops ---------------------------------------------------------------------------------
 
 
@@ -110,14 +178,24 @@ def loop_cpprb(rb: object, seconds: float) -> float:
     return n * BATCH / (time.perf_counter() - t0)
 
 
-def interleaved(first: object, second: object, seconds: float, rounds: int = 4) -> tuple:
-    """Mean rates of two loops run in alternating slices, so that load from other processes
-    on the machine hits both alike."""
-    a = b = 0.0
-    for _ in range(rounds):
-        a += first(seconds / rounds)
-        b += second(seconds / rounds)
-    return a / rounds, b / rounds
+def interleaved(arms: dict[str, object], seconds: float, rounds: int) -> dict[str, list[float]]:
+    """Rates of each arm over ``rounds`` rounds; within a round every arm runs ``seconds``, in
+    an order that rotates from round to round."""
+    names = list(arms)
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for name in names:
+        arms[name](min(0.3, seconds))  # warm-up: caches, compiled code, allocator
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            rates[name].append(arms[name](seconds))
+    return rates
+
+
+def summary(rates: dict[str, list[float]], base: str, arm: str) -> tuple[float, float, str]:
+    """(median rate of ``arm``, median of its per-round ratios to ``base``, their range)."""
+    ratio = np.array(rates[arm]) / np.array(rates[base])
+    spread = f"{ratio.min():.2f}-{ratio.max():.2f}x"
+    return float(np.median(rates[arm])), float(np.median(ratio)), spread
 
 
 # -- producers (module level so spawn can import them) ---------------------------------------
@@ -192,31 +270,42 @@ def run_with_producers(
 # -- cases ---------------------------------------------------------------------------------
 
 
-def case_a(capacity: int, seconds: float) -> list[tuple]:
+def case_a(capacity: int, seconds: float, rounds: int) -> tuple[list[tuple], list[str]]:
     import cpprb
 
     rb = cpprb.PrioritizedReplayBuffer(capacity, cpprb_env(), alpha=0.6)
     fill_cpprb(rb, capacity)
+    trl = make_torchrl(capacity)
+    notes = []
     layout = Layout(obs_dim=OBS, act_dim=ACT)
     cfg = ReplayConfig(
         capacity=capacity, batch_size=BATCH, prioritized=True, updates_per_insert=0, min_size=1
     )
     with Replay.create(layout, cfg, gamma=0.99) as replay:
         fill_wheeler(replay, capacity)
-        base, ours = interleaved(
-            lambda s: loop_cpprb(rb, s), lambda s: loop_wheeler(replay, s), seconds
-        )
-    rb = None  # free it before the next case allocates
-    return [
-        (
-            "(a) 1 process: sample + update_priorities",
-            "cpprb PrioritizedReplayBuffer",
-            base,
-            1.0,
-            "",
-        ),
-        ("", "wheeler2 Replay", ours, ours / base, ">= 1.0x"),
-    ]
+        arms = {
+            "cpprb": lambda s: loop_cpprb(rb, s),
+            "wheeler2": lambda s: loop_wheeler(replay, s),
+        }
+        if isinstance(trl, str):
+            notes.append(f"(a) TorchRL arm skipped: {trl}.")
+        else:
+            arms["torchrl"] = lambda s: loop_torchrl(trl, s)
+        rates = interleaved(arms, seconds, rounds)
+    rb = trl = None  # free them before the next case allocates
+    label = "(a) 1 process: sample + update_priorities"
+    rows = [(label, "cpprb PrioritizedReplayBuffer", float(np.median(rates["cpprb"])), 1.0, "", "")]
+    if "torchrl" in rates:
+        speed, ratio, spread = summary(rates, "cpprb", "torchrl")
+        rows.append(("", "TorchRL PrioritizedReplayBuffer", speed, ratio, spread, ""))
+    speed, ratio, spread = summary(rates, "cpprb", "wheeler2")
+    rows.append(("", "wheeler2 Replay, vs cpprb", speed, ratio, spread, ">= 2.0x"))
+    if "torchrl" in rates:
+        _, ratio, spread = summary(rates, "torchrl", "wheeler2")
+        rows.append(("", "wheeler2 Replay, vs TorchRL", speed, ratio, spread, ">= 2.0x"))
+    else:
+        rows.append(("", "wheeler2 Replay, vs TorchRL", speed, float("nan"), "", ">= 2.0x"))
+    return rows, notes
 
 
 def case_b(capacity: int, seconds: float, rate: float) -> list[tuple]:
@@ -242,12 +331,19 @@ def case_b(capacity: int, seconds: float, rate: float) -> list[tuple]:
         )
     label = f"(b) learner + {PRODUCERS} producer processes"
     return [
-        (label, f"cpprb MPPrioritizedReplayBuffer (inserts {base_ins:,.0f}/s)", base, 1.0, ""),
-        ("", f"wheeler2 Replay (inserts {ours_ins:,.0f}/s)", ours, ours / base, ">= 5.0x"),
+        (label, f"cpprb MPPrioritizedReplayBuffer (inserts {base_ins:,.0f}/s)", base, 1.0, "", ""),
+        (
+            "",
+            f"wheeler2 Replay (inserts {ours_ins:,.0f}/s)",
+            ours,
+            ours / base,
+            "1 round",
+            ">= 5.0x",
+        ),
     ]
 
 
-def case_c(capacity: int, seconds: float) -> list[tuple]:
+def case_c(capacity: int, seconds: float, rounds: int) -> list[tuple]:
     layout = Layout(obs_dim=OBS, act_dim=ACT, goal_dim=GOAL)
 
     def relabel(obs, action, next_obs, achieved_goal, desired_goal):  # noqa: ANN001, ANN202
@@ -268,44 +364,93 @@ def case_c(capacity: int, seconds: float) -> list[tuple]:
             dataclasses.replace(her.handle(), cfg=dataclasses.replace(cfg, her=None))
         )
         try:
-            base, ours = interleaved(
-                lambda s: loop_wheeler(plain, s, update=False),
-                lambda s: loop_wheeler(her, s, update=False),
+            rates = interleaved(
+                {
+                    "plain": lambda s: loop_wheeler(plain, s, update=False),
+                    "her": lambda s: loop_wheeler(her, s, update=False),
+                },
                 seconds,
+                rounds,
             )
         finally:
             plain.close()
+    speed, ratio, spread = summary(rates, "plain", "her")
     return [
-        ("(c) goal buffer: sample only", "wheeler2 plain prioritized", base, 1.0, ""),
-        ("", "wheeler2 HER future k=4", ours, ours / base, "cost <= 2.0x, i.e. >= 0.5x"),
+        (
+            "(c) goal buffer: sample only",
+            "wheeler2 plain prioritized",
+            float(np.median(rates["plain"])),
+            1.0,
+            "",
+            "",
+        ),
+        ("", "wheeler2 HER future k=4", speed, ratio, spread, ">= 0.8x"),
     ]
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
+def load() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "?"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=1.0, help="per arm and round")
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--insert-rate", type=float, default=20_000.0)
+    parser.add_argument("--cases", default="abc", help="which cases to run, e.g. ac")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_replay.md"))
     args = parser.parse_args()
 
-    rows = []
+    import cpprb
+    import numba
+
+    rows: list[tuple] = []
+    notes: list[str] = []
     t0 = time.time()
-    rows += case_a(args.capacity, args.seconds)
-    rows += case_b(args.capacity, args.seconds, args.insert_rate)
-    rows += case_c(args.capacity, args.seconds)
+    load0 = load()
+    if "a" in args.cases:
+        more, why = case_a(args.capacity, args.seconds, args.rounds)
+        rows += more
+        notes += why
+    if "b" in args.cases:
+        rows += case_b(args.capacity, 2 * args.seconds, args.insert_rate)
+    if "c" in args.cases:
+        rows += case_c(args.capacity, args.seconds, args.rounds)
+    command = "python experiments/bench_replay.py " + " ".join(sys.argv[1:])
     lines = [
-        f"capacity {args.capacity:,}, obs {OBS}, act {ACT}, batch {BATCH}; "
-        f"{os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-        f"producers paced at {args.insert_rate:,.0f} transitions/s each",
+        f"`{command.strip()}`",
         "",
-        "| case | implementation | samples/s | ratio | target |",
-        "| --- | --- | ---: | ---: | --- |",
+        f"capacity {args.capacity:,}, obs {OBS}, act {ACT}, batch {BATCH}; {machine()}; "
+        f"Python {platform.python_version()}, numpy {np.__version__}, numba {numba.__version__}, "
+        f"cpprb {cpprb.__version__ if hasattr(cpprb, '__version__') else '11.0.0'}; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {load0} at the "
+        f"start, {load()} at the end (shared machine); {args.rounds} interleaved rounds of "
+        f"{args.seconds:g} s per arm; producers paced at {args.insert_rate:,.0f} transitions/s "
+        "each",
+        "",
+        "| case | implementation | samples/s (median) | ratio (median of rounds) "
+        "| range over rounds | target |",
+        "| --- | --- | ---: | ---: | --- | --- |",
     ]
-    for case, impl, speed, ratio, target in rows:
-        lines.append(f"| {case} | {impl} | {speed:,.0f} | {ratio:.2f}x | {target} |")
+    for case, impl, speed, ratio, spread, target in rows:
+        shown = "n/a" if ratio != ratio else f"{ratio:.2f}x"
+        lines.append(f"| {case} | {impl} | {speed:,.0f} | {shown} | {spread} | {target} |")
     lines.append("")
+    lines += notes
     lines.append(f"total bench time {time.time() - t0:.0f} s")
     text = "\n".join(lines)
     print(text)
