@@ -255,3 +255,27 @@ def test_without_the_jit_a_tree_fails_clearly(setup: str, message: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert "ERR" in out.stdout and message in out.stdout, out.stdout + out.stderr
+
+
+def test_absolute_numbers_in_draw_and_update() -> None:
+    """Given the ring's insert count, ``draw`` returns the absolute insert number each drawn
+    slot holds (the newest ``capacity`` numbers) and ``update_priorities`` maps numbers back to
+    slots, skipping numbers the ring no longer holds."""
+    capacity = 50
+    tree = SumMinTree(capacity)
+    tree.update(np.arange(capacity), np.arange(1.0, capacity + 1))
+    for total in (7, 50, 168, 10**12 + 3):
+        slot, w_slot, _ = tree.draw(512, np.random.default_rng(total), 0.5)
+        j, w, empty = tree.draw(512, np.random.default_rng(total), 0.5, total)
+        assert empty == 0
+        np.testing.assert_array_equal(j % capacity, slot)
+        np.testing.assert_array_equal(w, w_slot)
+        assert j.max() < total and j.min() >= total - capacity
+    total = 168
+    before = tree.leaves.copy()
+    numbers = np.array([total - capacity - 1, total - 1, total - capacity, 5])
+    top = tree.update_priorities(numbers, np.array([9.0, 1.0, 2.0, 9.0]), 0.0, 1.0, 1.0, total)
+    want = before.copy()
+    want[(total - 1) % capacity], want[(total - capacity) % capacity] = 1.0, 2.0
+    np.testing.assert_array_equal(tree.leaves, want)  # the stale numbers changed nothing
+    assert top == 2.0 and tree.total == pytest.approx(want.sum())

@@ -95,18 +95,18 @@ class PrioritizedSampler:
         tree = self.tree
         # w_i = (N P_i)^-beta / max_k w_k, and the max weight belongs to the smallest stored
         # priority (min tree), so w_i = (p_i / p_min)^-beta: N and the total cancel out. The
-        # tree draws the slots and computes the weights in one compiled pass.
+        # tree draws, weighs and maps slots to absolute numbers in one compiled pass.
         beta = self.beta(updates)
-        slot, weight, empty = tree.draw(batch, self.rng, beta)
+        j, weight, empty = tree.draw(batch, self.rng, beta, self.total)
         if empty:
             # Only an empty tree (a rounding mass lands on the last non-empty leaf): redraw
             # those from the non-empty ones proportionally, without strata.
             bad = weight == 0
             redo = tree.find(self.rng.random(int(bad.sum())) * tree.total * (1 - 1e-12))
-            slot[bad] = redo
+            j[bad] = self._absolute(redo)
             p = tree.leaves[redo]
             weight[bad] = (p / tree.min) ** (-beta)
-        return self._absolute(slot), weight
+        return j, weight
 
     def discard(self, j: np.ndarray) -> None:
         slot = np.asarray(j, dtype=np.int64) % self.capacity
@@ -114,19 +114,13 @@ class PrioritizedSampler:
 
     def update(self, j: np.ndarray, td_error: np.ndarray) -> None:
         """New priorities ``|td| + eps`` for the items ``j`` that still hold those numbers."""
-        j = np.asarray(j, dtype=np.int64).reshape(-1)
-        td = np.asarray(td_error, dtype=np.float64).reshape(-1)
-        # An item overwritten since it was sampled keeps its fresh max priority.
-        live = j >= self.total - self.capacity
-        if not live.all():
-            j, td = j[live], td[live]
-            if j.shape[0] == 0:
-                return
         fhdr = self.storage.fhdr
-        # One NaN leaf would poison every sum above it; a diverging learner's items keep the
-        # max priority instead, so they are revisited rather than lost (the kernel does that).
+        # An item overwritten since it was sampled keeps its fresh max priority (the kernel
+        # skips numbers older than the ring holds). One NaN leaf would poison every sum above
+        # it; a diverging learner's items keep the max priority instead, so they are revisited
+        # rather than lost.
         top = self.tree.update_priorities(
-            j % self.capacity, td, self.eps, self.alpha, float(fhdr[MAX_PRIORITY])
+            j, td_error, self.eps, self.alpha, float(fhdr[MAX_PRIORITY]), self.total
         )
         if top > fhdr[MAX_PRIORITY]:
             fhdr[MAX_PRIORITY] = top

@@ -147,10 +147,19 @@ class SumMinTree:
             raise IndexError(f"leaf index {idx[bad]} outside [0, {self.capacity})")
 
     def update_priorities(
-        self, index: np.ndarray, td: np.ndarray, eps: float, alpha: float, fallback: float
+        self,
+        index: np.ndarray,
+        td: np.ndarray,
+        eps: float,
+        alpha: float,
+        fallback: float,
+        total: int | None = None,
     ) -> float:
         """Leaves ``(|td| + eps) ** alpha`` (``fallback ** alpha`` where that is not finite);
-        returns the largest raw priority ``|td| + eps`` written."""
+        returns the largest raw priority ``|td| + eps`` written (0.0 if none).
+
+        ``index``: slots; or, with ``total`` (inserts so far into a ring of ``capacity``
+        slots), absolute insert numbers, of which those no longer stored are skipped."""
         idx = np.ascontiguousarray(index, dtype=np.int64).reshape(-1)
         td = np.ascontiguousarray(td, dtype=np.float64).reshape(-1)
         if idx.shape != td.shape:
@@ -169,6 +178,7 @@ class SumMinTree:
             float(eps),
             float(alpha),
             float(fallback),
+            -1 if total is None else int(total),
         )
         if top < 0:
             bad = idx[(idx < 0) | (idx >= self.capacity)][0]
@@ -200,10 +210,13 @@ class SumMinTree:
         return self.draw(batch, rng, 0.0)[0]
 
     def draw(
-        self, batch: int, rng: np.random.Generator, beta: float
+        self, batch: int, rng: np.random.Generator, beta: float, total: int = 0
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """Stratified sample of ``batch`` slots with importance weights ``(p / p_min) ** -beta``
-        (float32; 0 for an empty slot) and the number of empty slots drawn."""
+        (float32; 0 for an empty slot) and the number of empty slots drawn.
+
+        With ``total`` > 0 (inserts so far into a ring of ``capacity`` slots), the absolute
+        insert numbers the drawn slots hold instead of the slots."""
         u = rng.random(batch)
         slot = np.empty(batch, dtype=np.int64)
         weight = np.empty(batch, dtype=np.float32)
@@ -218,5 +231,7 @@ class SumMinTree:
             float(beta),
             slot,
             weight,
+            int(total),
+            self.capacity,
         )
         return slot, weight, int(empty)

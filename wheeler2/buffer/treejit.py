@@ -185,15 +185,31 @@ def find(leaves, prefix, nsum, roff, noff, mass, out):  # noqa: ANN001, ANN202
 
 
 @numba.njit(**_JIT)
-def draw(leaves, prefix, nsum, nmin, roff, noff, u, beta, slot, weight):  # noqa: ANN001, ANN202
+def draw(  # noqa: ANN201
+    leaves,
+    prefix,
+    nsum,
+    nmin,
+    roff,
+    noff,
+    u,
+    beta,
+    slot,
+    weight,
+    total,
+    capacity,  # noqa: ANN001
+):
     """Stratified proportional sample of ``u.shape[0]`` slots (one per equal mass slice, ``u``
     uniform in [0, 1), consumed) and their importance weights ``(p / p_min) ** -beta``
-    (float32). Returns how many drawn slots are empty (only when the tree is empty)."""
+    (float32). Returns how many drawn slots are empty (only when the tree is empty).
+
+    With ``total > 0``, ``slot`` receives instead the absolute insert number each slot holds in
+    a ring of ``capacity`` slots that has seen ``total`` inserts (the newest ``capacity``)."""
     top = noff[noff.shape[0] - 1]
-    total = nsum[top]
+    mass = nsum[top]
     low = nmin[top]
     b = u.shape[0]
-    step = total / b
+    step = mass / b
     for i in range(b):
         u[i] = (i + u[i]) * step
     find(leaves, prefix, nsum, roff, noff, u, slot)
@@ -208,6 +224,14 @@ def draw(leaves, prefix, nsum, nmin, roff, noff, u, beta, slot, weight):  # noqa
         else:
             weight[i] = 0.0
             empty += 1
+    if total > 0:
+        newest = total - 1
+        base = newest % capacity  # the slot of the newest number
+        for i in range(b):
+            d = base - slot[i]
+            if d < 0:
+                d += capacity
+            slot[i] = newest - d
     if sink == -1.0:
         empty = -1
     return empty
@@ -215,20 +239,41 @@ def draw(leaves, prefix, nsum, nmin, roff, noff, u, beta, slot, weight):  # noqa
 
 @numba.njit(**_JIT)
 def set_priorities(
-    leaves, prefix, nsum, nmin, roff, noff, stamp, capacity, idx, td, eps, alpha, fallback
-):  # noqa: ANN001, ANN202, E501
+    leaves, prefix, nsum, nmin, roff, noff, stamp, capacity, idx, td, eps, alpha, fallback, total
+):  # noqa: ANN001, ANN202
     """Leaves ``(|td| + eps) ** alpha`` at ``idx``; a non-finite ``td`` gets ``fallback`` (the
-    running max priority) instead. Returns the largest raw priority written, or -1 for an
-    index outside [0, capacity) (then nothing is written)."""
+    running max priority) instead. Returns the largest raw priority written (0 if none), or
+    -1 for an index outside [0, capacity) (then nothing is written).
+
+    With ``total >= 0``, ``idx`` holds absolute insert numbers of a ring of ``capacity`` slots
+    that has seen ``total`` inserts: numbers older than the last ``capacity`` are skipped (their
+    slots hold newer items now) and the others are mapped to their slots."""
     n = idx.shape[0]
+    slots = np.empty(n, np.int64)
     vals = np.empty(n, np.float64)
     top = 0.0
+    m = 0
+    if total >= 0:
+        oldest = max(0, total - capacity)
+        first = oldest % capacity  # the slot of the oldest stored number
     for i in range(n):
+        s = idx[i]
+        if total >= 0:
+            if s < oldest:
+                continue
+            if s < total:
+                s = first + (s - oldest)  # s - oldest < capacity: no division
+                if s >= capacity:
+                    s -= capacity
+            else:
+                s %= capacity
         p = abs(td[i]) + eps
         if not np.isfinite(p):
             p = fallback
         top = max(top, p)
-        vals[i] = p**alpha
-    if update(leaves, prefix, nsum, nmin, roff, noff, stamp, capacity, idx, vals) >= 0:
+        slots[m] = s
+        vals[m] = p**alpha
+        m += 1
+    if update(leaves, prefix, nsum, nmin, roff, noff, stamp, capacity, slots[:m], vals[:m]) >= 0:
         return -1.0
     return top
