@@ -3,6 +3,7 @@
     python experiments/pg_cartpole.py                          # seeds 0-4, cfg/cartpole_pg.toml
     python experiments/pg_cartpole.py --seeds 10 11 12 --name pg_cartpole_heldout
     python experiments/pg_cartpole.py --set team.0.params.lr=0.005 --name pg_cartpole_lr5e-3
+    python experiments/pg_cartpole.py --seeds 10 11 --name pg_cartpole_heldout --table  # md only
 
 Each seed runs the config as shipped through the engine (``wheeler2.api.run``, serial backend),
 one after the other (the machine this was written on has two shared cores). The eval protocol
@@ -92,18 +93,24 @@ def table(rows: list[dict], command: str, config: Path, overrides: list[str]) ->
             f"| {r['best_eval']:.1f} | {r['wall_s']:.0f} |"
         )
     median = f"{statistics.median(reached):,.0f}" if reached else "n/a"
-    target = "met" if solved >= 4 and len(rows) == 5 else "not met"
     lines += [
         "",
         f"Solved (eval >= 475 within {BUDGET:,} env steps): **{solved} of {len(rows)}** "
         f"(median steps to 475 over the solved seeds: {median}); the final eval holds on "
         f"{held} of {len(rows)}.",
         "",
-        f"Target (issue 14): >= 4 of 5 seeds reach 475 within {BUDGET:,} steps: **{target}**"
-        + ("" if len(rows) == 5 else " (this run has other than 5 seeds)")
-        + ".",
-        "",
     ]
+    if len(rows) == 5:
+        target = "met" if solved >= 4 else "not met"
+        lines.append(
+            f"Target (issue 14): >= 4 of 5 seeds reach 475 within {BUDGET:,} steps: **{target}**."
+        )
+    else:
+        lines.append(
+            f"Issue 14's target is stated for 5 seeds (>= 4 of 5, 80%); here {solved} of "
+            f"{len(rows)} ({100 * solved / len(rows):.0f}%)."
+        )
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -114,13 +121,22 @@ def main() -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--name", default="pg_cartpole", help="results file stem")
     ap.add_argument("--out", type=Path, default=None, help="run dirs (default: a temp dir)")
+    ap.add_argument(
+        "--table", action="store_true", help="only rewrite <name>.md from <name>_runs.jsonl"
+    )
     args = ap.parse_args()
+    results = ROOT / "experiments" / "results"
+    if args.table:
+        rows = [json.loads(line) for line in (results / f"{args.name}_runs.jsonl").open()]
+        text = table(rows, rows[0]["command"], args.config.resolve(), args.overrides)
+        (results / f"{args.name}.md").write_text(text)
+        print(text)
+        return
 
     from wheeler2.runtime.build import set_compute_threads
 
     set_compute_threads()
     command = "python experiments/pg_cartpole.py " + " ".join(sys.argv[1:])
-    results = ROOT / "experiments" / "results"
     results.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
