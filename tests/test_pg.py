@@ -350,6 +350,30 @@ def test_explorer_in_a_team_syncs_from_a_ddpg_learner(tmp_path: Path) -> None:
     assert ",explorer,policy_loss," in metrics and ",target,critic_loss," in metrics
 
 
+def test_a_dqn_learner_seeds_a_pg_explorer_by_role():
+    """CartPole: DQN's Q-net keeps its layers at ``net.trunk`` / ``net.head``; the PG explorer
+    takes the trunk by role and keeps its own head, as PPO and A2C explorers do."""
+    from wheeler2 import registry
+    from wheeler2.sync import WeightClient, WeightPublisher, check_sync
+
+    space = SpaceInfo(obs_dim=4, act_dim=2, discrete=True)
+    dqn_cls = registry.resolve_algo("dqn")
+    dqn = dqn_cls(space, dqn_cls.Params(hidden=[32, 32]), seed=1)
+    pg = registry.resolve_algo("pg")(space, Params(hidden=[32, 32]), seed=2)
+    assert isinstance(pg, PG)
+    own_head = {k: v.clone() for k, v in pg.actor.head.state_dict().items()}
+    check_sync(dqn.actor, pg.actor, ["actor.head"], "explorer")
+    with WeightPublisher.create(dqn.actor) as pub:
+        client = WeightClient.attach(pub.handle(), pg.actor, keep=["actor.head"], alpha=1.0)
+        pub.publish(dqn.actor)
+        client.pull()
+        client.close()
+    for k, v in dqn.actor.net.trunk.state_dict().items():
+        assert torch.equal(pg.actor.trunk.state_dict()[k], v), k
+    for k, v in pg.actor.head.state_dict().items():
+        assert torch.equal(v, own_head[k]), k
+
+
 # -- learning check ----------------------------------------------------------------------------
 
 
