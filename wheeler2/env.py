@@ -120,3 +120,101 @@ def _with_goal(obs: np.ndarray, goal: np.ndarray | None) -> np.ndarray:
     if goal is None:
         raise ValueError("achieved_goal_in_obs: the env returned no achieved_goal")
     return np.concatenate([obs, goal], axis=-1).astype(np.float32, copy=False)
+
+
+class FrameStackError(ValueError):
+    """``[env] stack`` cannot apply to this env (``wheeler2 check`` names the key)."""
+
+
+class FrameStack:
+    """``[env] stack = k``: the policy sees the last ``k`` observations, oldest first,
+    concatenated along the feature axis (``[N, k * obs_dim]``; the same layout as gymnasium's
+    ``FrameStackObservation`` flattened).
+
+    At an episode start the history is the first observation repeated (gymnasium's
+    ``padding_type="reset"``) rather than zeros: a repeated frame reads as a system at rest (its
+    finite differences, the velocities a policy infers from a stack, are zero), while a zero frame
+    can be a real state (CartPole's upright pole at the origin) and would pull running
+    normalization statistics toward it.
+
+    Autoreset: for a row whose episode ended, ``final_obs`` is the stack ending with the true last
+    observation (the next obs stored for that transition, truncations included), and ``obs``
+    is the new episode's first observation repeated ``k`` times.
+
+    A wrapper of the engine's VecEnv rather than gymnasium's per-copy wrapper: it serves every
+    adapter the same way (in-process and subprocess copies), and the VecEnv already reports the
+    true final observation of a row that reset, which is all the stack needs.
+    """
+
+    def __init__(self, env: VecEnv, k: int) -> None:
+        inner = env.info
+        if k < 1:
+            raise FrameStackError(f"expected an integer >= 1, got {k}")
+        if inner.goal_dim:
+            raise FrameStackError(
+                "stacks flat observations only, and this is a goal env (dict observations with "
+                "achieved_goal / desired_goal); HER relabels single observations. Remove stack "
+                "or use a non-goal env"
+            )
+        if inner.agents is not None:
+            raise FrameStackError(
+                "stacks single-agent gymnasium observations only; a multi-agent adapter's rows "
+                "can be inactive (stale observations), which a stack would mix in. Remove stack"
+            )
+        space = getattr(env, "observation_space", None)
+        shape = getattr(space, "shape", None)
+        if shape is not None and len(shape) > 1:
+            raise FrameStackError(
+                f"stacks flat (1-D) observations only; this env's are {tuple(shape)} (an image?). "
+                f"Remove stack, or flatten the observation in a gymnasium wrapper first"
+            )
+        self.env = env
+        self.k = int(k)
+        self.num_envs = env.num_envs
+        self.info = dataclasses.replace(inner, obs_dim=inner.obs_dim * self.k)
+        self._frames = np.zeros((env.num_envs, self.k, inner.obs_dim), np.float32)
+        self.observation_space = _stacked_space(space, self.k)
+
+    def __getattr__(self, name: str) -> Any:
+        # Adapter extras (action_space, render, ...) pass through.
+        return getattr(self.env, name)
+
+    def reset(self, seed: int | None = None) -> EnvReset:
+        first = self.env.reset(seed=seed)
+        self._frames[:] = np.asarray(first.obs, np.float32)[:, None, :]
+        return dataclasses.replace(first, obs=self._frames.reshape(self.num_envs, -1).copy())
+
+    def step(self, action: np.ndarray) -> EnvStep:
+        st = self.env.step(action)
+        # The stack of the true next observation: the history shifted, final_obs appended.
+        final = np.empty_like(self._frames)
+        final[:, :-1] = self._frames[:, 1:]
+        final[:, -1] = st.final_obs
+        frames = final.copy()
+        done = st.done
+        if done.any():
+            frames[done] = np.asarray(st.obs, np.float32)[done][:, None, :]
+        self._frames = frames
+        n = self.num_envs
+        return dataclasses.replace(
+            st, obs=frames.reshape(n, -1).copy(), final_obs=final.reshape(n, -1)
+        )
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _stacked_space(space: Any, k: int) -> Any:
+    """The gymnasium space of a stacked flat observation (what ``load_policy`` and export take:
+    the ``k`` last raw observations concatenated, oldest first), or None without one."""
+    if space is None:
+        return None
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Box):
+        low, high = space.low.reshape(-1), space.high.reshape(-1)
+        return spaces.Box(np.tile(low, k), np.tile(high, k), dtype=np.float32)
+    if isinstance(space, spaces.Discrete | spaces.MultiBinary):  # one-hot / 0-1 rows
+        n = int(space.n) if isinstance(space, spaces.Discrete) else int(np.prod(space.shape))
+        return spaces.Box(0.0, 1.0, (k * n,), dtype=np.float32)
+    return None

@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from wheeler2.agent import Agent
-from wheeler2.env import AchievedGoalInObs
+from wheeler2.env import AchievedGoalInObs, FrameStack, FrameStackError
 
 if TYPE_CHECKING:
     from wheeler2.config import EnvConfig
@@ -280,6 +280,12 @@ def make_env(
     env = _make_adapter(env_cfg, num_envs, seed, agents)
     if env_cfg.achieved_goal_in_obs and env.info.goal_dim:
         return AchievedGoalInObs(env)
+    if env_cfg.stack > 1:  # [env] stack: the last k observations (FrameStackError if it cannot)
+        try:
+            return FrameStack(env, env_cfg.stack)
+        except FrameStackError:
+            env.close()
+            raise
     return env
 
 

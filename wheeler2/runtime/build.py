@@ -17,7 +17,7 @@ from wheeler2 import registry
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.config import Config, ConfigError, HeadConfig
 from wheeler2.config.model import params_of
-from wheeler2.env import EnvInfo, VecEnv
+from wheeler2.env import EnvInfo, FrameStackError, VecEnv
 from wheeler2.task import Head, RewardHeads, Task, validate_heads
 
 
@@ -366,6 +366,8 @@ def _probe(
     file = str(config.path)
     try:
         env = make_env(config, 1, 0, plan)
+    except FrameStackError as exc:  # [env] stack on an env it cannot stack
+        raise ConfigError(file, "[env]", "stack", str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - any failure to build is the env's to report
         msg = f"cannot build it: {type(exc).__name__}: {exc}"
         raise ConfigError(file, "[env]", "id", msg) from None
