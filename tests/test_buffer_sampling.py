@@ -183,3 +183,46 @@ def test_items_inserted_across_the_ring_end_get_the_max_priority(replay: Replay)
     _fill(replay, 8)  # a whole ring since the last sync
     replay.sample()
     np.testing.assert_allclose(replay.sampler.tree.leaves, np.ones(8))
+
+
+def test_sampling_and_priority_updates_from_two_threads() -> None:
+    """The compiled tree releases the GIL; the sampler serializes its own calls, so a thread
+    sampling ahead (prefetch) beside one updating priorities sees a consistent tree."""
+    import threading
+
+    cfg = ReplayConfig(
+        capacity=5000, batch_size=128, prioritized=True, updates_per_insert=0, min_size=1
+    )
+    with Replay.create(Layout(obs_dim=3, act_dim=2, logp=True), cfg, gamma=0.9) as r:
+        _fill(r, 5000)
+        r.sample()
+        errors: list[BaseException] = []
+        drawn: list[np.ndarray] = []
+
+        def sampler() -> None:
+            try:
+                for _ in range(300):
+                    b = r.sample()
+                    drawn.append(b["index"])
+                    assert np.all(b["weight"] > 0) and np.all(b["weight"] <= 1.0)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        def updater() -> None:
+            rng = np.random.default_rng(1)
+            try:
+                for _ in range(300):
+                    r.update_priorities(rng.integers(0, 5000, 128), rng.random(128) * 5)
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+
+        threads = [threading.Thread(target=sampler), threading.Thread(target=updater)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        idx = np.concatenate(drawn)
+        assert idx.min() >= 0 and idx.max() < 5000
+        tree = r.sampler.tree
+        assert tree.total == pytest.approx(tree.leaves[:5000].sum(), rel=1e-9)

@@ -9,6 +9,8 @@ the lock while gathering, because producers may have overwritten it in between.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .config import ReplayConfig
@@ -56,11 +58,15 @@ class PrioritizedSampler:
         self.eps = cfg.eps
         self.rng = rng
         self.tree = SumMinTree(cfg.capacity, storage.arrays["priority"])
+        # The tree's kernels release the GIL: a thread that samples ahead (prefetch) and the
+        # thread that updates priorities must not run them on the same tree at once.
+        self._lock = threading.Lock()
         self.total = int(storage.hdr[SYNCED])
 
     def rebuild(self) -> None:
-        self.tree.rebuild()
-        self.total = int(self.storage.hdr[SYNCED])
+        with self._lock:
+            self.tree.rebuild()
+            self.total = int(self.storage.hdr[SYNCED])
 
     def beta(self, updates: int) -> float:
         if not self.beta_steps:
@@ -70,21 +76,22 @@ class PrioritizedSampler:
 
     def sync(self, total: int) -> None:
         """Give every item inserted since the last sync the max priority (lock held)."""
-        if total <= self.total:
-            return
-        c = self.capacity
-        start = max(self.total, total - c)
-        value = float(self.storage.fhdr[MAX_PRIORITY]) ** self.alpha
-        s0, s1 = start % c, total % c
-        if total - start >= c:
-            self.tree.set_range(0, c, value)
-        elif s0 < s1:
-            self.tree.set_range(s0, s1, value)
-        else:  # the new range wraps around the end of the ring
-            self.tree.set_range(s0, c, value)
-            self.tree.set_range(0, s1, value)
-        self.total = total
-        self.storage.hdr[SYNCED] = total
+        with self._lock:
+            if total <= self.total:
+                return
+            c = self.capacity
+            start = max(self.total, total - c)
+            value = float(self.storage.fhdr[MAX_PRIORITY]) ** self.alpha
+            s0, s1 = start % c, total % c
+            if total - start >= c:
+                self.tree.set_range(0, c, value)
+            elif s0 < s1:
+                self.tree.set_range(s0, s1, value)
+            else:  # the new range wraps around the end of the ring
+                self.tree.set_range(s0, c, value)
+                self.tree.set_range(0, s1, value)
+            self.total = total
+            self.storage.hdr[SYNCED] = total
 
     def _absolute(self, slot: np.ndarray) -> np.ndarray:
         """The absolute number each slot held at the last sync."""
@@ -92,35 +99,38 @@ class PrioritizedSampler:
         return t - 1 - ((t - 1 - slot) % self.capacity)
 
     def draw(self, batch: int, updates: int) -> tuple[np.ndarray, np.ndarray]:
-        tree = self.tree
-        # w_i = (N P_i)^-beta / max_k w_k, and the max weight belongs to the smallest stored
-        # priority (min tree), so w_i = (p_i / p_min)^-beta: N and the total cancel out. The
-        # tree draws, weighs and maps slots to absolute numbers in one compiled pass.
-        beta = self.beta(updates)
-        j, weight, empty = tree.draw(batch, self.rng, beta, self.total)
-        if empty:
-            # Only an empty tree (a rounding mass lands on the last non-empty leaf): redraw
-            # those from the non-empty ones proportionally, without strata.
-            bad = weight == 0
-            redo = tree.find(self.rng.random(int(bad.sum())) * tree.total * (1 - 1e-12))
-            j[bad] = self._absolute(redo)
-            p = tree.leaves[redo]
-            weight[bad] = (p / tree.min) ** (-beta)
-        return j, weight
+        with self._lock:
+            tree = self.tree
+            # w_i = (N P_i)^-beta / max_k w_k, and the max weight belongs to the smallest stored
+            # priority (min tree), so w_i = (p_i / p_min)^-beta: N and the total cancel out. The
+            # tree draws, weighs and maps slots to absolute numbers in one compiled pass.
+            beta = self.beta(updates)
+            j, weight, empty = tree.draw(batch, self.rng, beta, self.total)
+            if empty:
+                # Only an empty tree (a rounding mass lands on the last non-empty leaf): redraw
+                # those from the non-empty ones proportionally, without strata.
+                bad = weight == 0
+                redo = tree.find(self.rng.random(int(bad.sum())) * tree.total * (1 - 1e-12))
+                j[bad] = self._absolute(redo)
+                p = tree.leaves[redo]
+                weight[bad] = (p / tree.min) ** (-beta)
+            return j, weight
 
     def discard(self, j: np.ndarray) -> None:
-        slot = np.asarray(j, dtype=np.int64) % self.capacity
-        self.tree.update(slot, np.zeros(slot.shape[0]))
+        with self._lock:
+            slot = np.asarray(j, dtype=np.int64) % self.capacity
+            self.tree.update(slot, np.zeros(slot.shape[0]))
 
     def update(self, j: np.ndarray, td_error: np.ndarray) -> None:
         """New priorities ``|td| + eps`` for the items ``j`` that still hold those numbers."""
-        fhdr = self.storage.fhdr
-        # An item overwritten since it was sampled keeps its fresh max priority (the kernel
-        # skips numbers older than the ring holds). One NaN leaf would poison every sum above
-        # it; a diverging learner's items keep the max priority instead, so they are revisited
-        # rather than lost.
-        top = self.tree.update_priorities(
-            j, td_error, self.eps, self.alpha, float(fhdr[MAX_PRIORITY]), self.total
-        )
-        if top > fhdr[MAX_PRIORITY]:
-            fhdr[MAX_PRIORITY] = top
+        with self._lock:
+            fhdr = self.storage.fhdr
+            # An item overwritten since it was sampled keeps its fresh max priority (the kernel
+            # skips numbers older than the ring holds). One NaN leaf would poison every sum above
+            # it; a diverging learner's items keep the max priority instead, so they are revisited
+            # rather than lost.
+            top = self.tree.update_priorities(
+                j, td_error, self.eps, self.alpha, float(fhdr[MAX_PRIORITY]), self.total
+            )
+            if top > fhdr[MAX_PRIORITY]:
+                fhdr[MAX_PRIORITY] = top

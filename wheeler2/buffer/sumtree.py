@@ -77,6 +77,9 @@ class SumMinTree:
     level k, up to a single top row. ``prefix`` stacks every level's rows; ``nsum``/``nmin``
     hold each row's total and smallest positive child, level by level, each level padded with
     (0, inf) to a multiple of ``FANOUT`` so every parent row has exactly ``FANOUT`` children.
+
+    Not thread-safe: the kernels release the GIL, so two threads must not use one tree at once
+    (``PrioritizedSampler`` serializes its own calls with a lock).
     """
 
     def __init__(self, capacity: int, leaves: np.ndarray | None = None) -> None:

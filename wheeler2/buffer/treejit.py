@@ -180,6 +180,12 @@ def find(leaves, prefix, nsum, roff, noff, mass, out):  # noqa: ANN001, ANN202
             elif j > 0:
                 mass[i] = m - prefix[row, j - 1]
             out[i] = r * FANOUT + j
+    size = leaves.shape[0]
+    for i in range(b):
+        # Only reachable through a torn read (the caller must not update the tree while it
+        # descends); keeps every later leaves[slot] read inside the array whatever happens.
+        if out[i] >= size:
+            out[i] = size - 1
     if sink == -1.0:  # never (sums are >= 0); keeps the loads of _touch_rows alive
         out[0] = 0
 
