@@ -1,22 +1,30 @@
 """wheeler2 against Stable-Baselines3, side by side in one run, with the same hyperparameters.
 
     python experiments/compare_sb3.py ddpg --seeds 0 1 2      # Pendulum-v1, DDPG, eval > -200
+    python experiments/compare_sb3.py td3 --seeds 0 1 2 3 4   # Pendulum-v1, TD3, eval > -200
+    python experiments/compare_sb3.py sac --seeds 0 1 2 3 4   # Pendulum-v1, SAC, eval > -200
     python experiments/compare_sb3.py ppo --seeds 0 1 2       # CartPole-v1, PPO, eval >= 475
 
 Both sides evaluate the same way (mean of 10 deterministic episodes every ``eval_every`` env
 steps, eval time included in the wall-clock) and run with the same number of torch threads, one
-after the other in this process. The table gives env steps and wall-clock to the threshold and
-their ratios (wheeler2 / SB3: below 1 means wheeler2 needs less). Needs the ``bench`` extra.
+after the other in this process, the arms interleaved seed by seed (even seeds wheeler2 first,
+odd seeds SB3 first, so neither side always runs on a warmer or a busier machine). The table
+gives env steps and wall-clock to the threshold per seed and their ratios (wheeler2 / SB3: below
+1 means wheeler2 needs less), each side's median (a seed that never reached the threshold counts
+as never, i.e. last), the ratio of the medians with a 95% bootstrap interval over seeds, and the
+seeds solved. Each finished run is appended to ``results/compare_sb3_<algo>_runs.jsonl``.
+Needs the ``bench`` extra.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +54,24 @@ PROBLEMS = {
         "total_steps": 15_000,
         "eval_every": 1_000,
     },
+    # TD3 and SAC: the rl-zoo Pendulum-v1 hyperparameters on both sides (cfg/pendulum_td3.toml,
+    # cfg/pendulum_sac.toml and the SB3 constructors below state the same values).
+    "td3": {
+        "env": "Pendulum-v1",
+        "cfg": ROOT / "cfg" / "pendulum_td3.toml",
+        "threshold": -200.0,
+        "above": lambda r, t: r > t,
+        "total_steps": 20_000,
+        "eval_every": 1_000,
+    },
+    "sac": {
+        "env": "Pendulum-v1",
+        "cfg": ROOT / "cfg" / "pendulum_sac.toml",
+        "threshold": -200.0,
+        "above": lambda r, t: r > t,
+        "total_steps": 20_000,
+        "eval_every": 1_000,
+    },
     "ppo": {
         "env": "CartPole-v1",
         "cfg": ROOT / "cfg" / "cartpole_ppo.toml",
@@ -59,7 +85,7 @@ PROBLEMS = {
 
 def run_sb3(algo: str, seed: int, stop_at_threshold: bool) -> Outcome:
     import gymnasium as gym
-    from stable_baselines3 import DDPG, PPO
+    from stable_baselines3 import DDPG, PPO, SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -108,6 +134,46 @@ def run_sb3(algo: str, seed: int, stop_at_threshold: bool) -> Outcome:
             seed=seed,
             device="cpu",
         )
+    elif algo == "td3":
+        env = gym.make(prob["env"])
+        model = TD3(
+            "MlpPolicy",
+            env,
+            gamma=0.98,
+            buffer_size=200_000,
+            learning_starts=10_000,
+            action_noise=NormalActionNoise(np.zeros(1), 0.1 * np.ones(1)),
+            gradient_steps=1,
+            train_freq=1,
+            learning_rate=1e-3,
+            batch_size=256,
+            tau=0.005,
+            policy_delay=2,
+            target_policy_noise=0.2,
+            target_noise_clip=0.5,
+            policy_kwargs=dict(net_arch=[400, 300]),
+            seed=seed,
+            device="cpu",
+        )
+    elif algo == "sac":
+        env = gym.make(prob["env"])
+        model = SAC(
+            "MlpPolicy",
+            env,
+            gamma=0.99,
+            buffer_size=200_000,
+            learning_starts=100,
+            gradient_steps=1,
+            train_freq=1,
+            learning_rate=1e-3,
+            batch_size=256,
+            tau=0.005,
+            ent_coef="auto",
+            target_entropy="auto",
+            policy_kwargs=dict(net_arch=[256, 256]),
+            seed=seed,
+            device="cpu",
+        )
     else:
         env = make_vec_env(prob["env"], n_envs=8, seed=seed)
 
@@ -142,6 +208,12 @@ def run_wheeler2(algo: str, seed: int, out: Path, stop_at_threshold: bool) -> Ou
 
     prob = PROBLEMS[algo]
     overrides = ["experiment.progress=false"]
+    if algo in ("td3", "sac"):
+        # The same budget and eval schedule as the SB3 side, whatever the shipped file says.
+        overrides += [
+            f"experiment.total_steps={prob['total_steps']}",
+            f"experiment.eval_every={prob['eval_every']}",
+        ]
     if stop_at_threshold:
         overrides.append("experiment.stop_at_threshold=true")
     config = load(prob["cfg"], overrides=overrides, seed=seed, out=str(out))
@@ -164,16 +236,47 @@ def _fmt(x: float | int | None, spec: str = "") -> str:
     return "—" if x is None else format(x, spec)
 
 
+def _never(x: float | int | None) -> float:
+    """A run that never reached the threshold ranks after every run that did."""
+    return math.inf if x is None else float(x)
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs)  # inf where more than half never reached the threshold
+
+
+def ratio_of_medians(
+    w: list[float], s: list[float], resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float, float]:
+    """median(w) / median(s), and a 95% percentile bootstrap interval over seeds (paired: a
+    resample draws seeds, each with both sides' runs). Resamples whose medians are not finite
+    are left out; nan when none is."""
+    point = _median(w) / _median(s) if math.isfinite(_median(w) + _median(s)) else math.nan
+    rng = np.random.default_rng(seed)
+    n, stats = len(w), []
+    wa, sa = np.array(w), np.array(s)
+    for _ in range(resamples):
+        idx = rng.integers(0, n, n)
+        mw, ms = float(np.median(wa[idx])), float(np.median(sa[idx]))
+        if math.isfinite(mw) and math.isfinite(ms) and ms > 0:
+            stats.append(mw / ms)
+    if not stats:
+        return point, math.nan, math.nan
+    lo, hi = np.percentile(stats, [2.5, 97.5])
+    return point, float(lo), float(hi)
+
+
 def table(algo: str, rows: list[tuple[Outcome, Outcome]]) -> str:
     prob = PROBLEMS[algo]
     lines = [
         f"{algo.upper()} on {prob['env']}, threshold {prob['threshold']:g}, "
-        f"torch threads {torch.get_num_threads()}",
+        f"budget {prob['total_steps']:,} env steps, eval every {prob['eval_every']:,} "
+        f"(10 deterministic episodes), torch threads {torch.get_num_threads()}",
         "",
-        "| seed | wheeler2 steps | SB3 steps | steps ratio | wheeler2 s | SB3 s | wall ratio |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| seed | wheeler2 steps | SB3 steps | steps ratio | wheeler2 s | SB3 s | wall ratio "
+        "| wheeler2 final | SB3 final |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    steps_r, wall_r = [], []
     for w, s in rows:
         sr = (
             w.steps_to_threshold / s.steps_to_threshold
@@ -185,28 +288,40 @@ def table(algo: str, rows: list[tuple[Outcome, Outcome]]) -> str:
             if w.wall_to_threshold and s.wall_to_threshold
             else None
         )
-        if sr is not None:
-            steps_r.append(sr)
-            wall_r.append(wr)
         lines.append(
             f"| {w.seed} | {_fmt(w.steps_to_threshold)} | {_fmt(s.steps_to_threshold)} "
             f"| {_fmt(sr, '.2f')} | {_fmt(w.wall_to_threshold, '.1f')} "
-            f"| {_fmt(s.wall_to_threshold, '.1f')} | {_fmt(wr, '.2f')} |"
+            f"| {_fmt(s.wall_to_threshold, '.1f')} | {_fmt(wr, '.2f')} "
+            f"| {w.final_return:.1f} | {s.final_return:.1f} |"
         )
-    both = [(w, s) for w, s in rows if w.steps_to_threshold and s.steps_to_threshold]
-    if both:
-        ws = statistics.mean(w.steps_to_threshold for w, _ in both)
-        ss = statistics.mean(s.steps_to_threshold for _, s in both)
-        ww = statistics.mean(w.wall_to_threshold for w, _ in both)
-        sw = statistics.mean(s.wall_to_threshold for _, s in both)
+    lines += [
+        "",
+        "| to the threshold | wheeler2 median | SB3 median | ratio of medians | 95% bootstrap CI |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for label, key, spec in (
+        ("env steps", "steps_to_threshold", ".0f"),
+        ("wall-clock s", "wall_to_threshold", ".1f"),
+    ):
+        w = [_never(getattr(o, key)) for o, _ in rows]
+        s = [_never(getattr(o, key)) for _, o in rows]
+        point, lo, hi = ratio_of_medians(w, s)
+        mw, ms = _median(w), _median(s)
         lines.append(
-            f"| mean of each side | {ws:.0f} | {ss:.0f} | {ws / ss:.2f} | {ww:.1f} | "
-            f"{sw:.1f} | {ww / sw:.2f} |"
+            f"| {label} | {_fmt(mw if math.isfinite(mw) else None, spec)} "
+            f"| {_fmt(ms if math.isfinite(ms) else None, spec)} "
+            f"| {_fmt(None if math.isnan(point) else point, '.2f')} "
+            f"| {'—' if math.isnan(lo) else f'[{lo:.2f}, {hi:.2f}]'} |"
         )
-    if steps_r:
-        lines.append(
-            f"| mean | | | {statistics.mean(steps_r):.2f} | | | {statistics.mean(wall_r):.2f} |"
-        )
+    solved_w = sum(o.steps_to_threshold is not None for o, _ in rows)
+    solved_s = sum(o.steps_to_threshold is not None for _, o in rows)
+    lines += [
+        "",
+        f"Seeds solved (eval above {prob['threshold']:g} within the budget): wheeler2 "
+        f"{solved_w}/{len(rows)}, SB3 {solved_s}/{len(rows)}. A seed that never reached the "
+        "threshold counts as last in the medians; the bootstrap resamples seeds, both sides "
+        "of a seed together.",
+    ]
     return "\n".join(lines)
 
 
@@ -225,17 +340,36 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    log = RESULTS / f"compare_sb3_{args.algo}_runs.jsonl"
     rows = []
-    for seed in args.seeds:
-        w = run_wheeler2(args.algo, seed, Path(args.out), stop_at_threshold=not args.full)
-        s = run_sb3(args.algo, seed, stop_at_threshold=not args.full)
+    for i, seed in enumerate(args.seeds):
+        # Interleaved: even positions run wheeler2 first, odd ones SB3 first.
+        sides = ["wheeler2", "sb3"] if i % 2 == 0 else ["sb3", "wheeler2"]
+        got: dict[str, Outcome] = {}
+        for side in sides:
+            if side == "wheeler2":
+                got[side] = run_wheeler2(
+                    args.algo, seed, Path(args.out), stop_at_threshold=not args.full
+                )
+            else:
+                got[side] = run_sb3(args.algo, seed, stop_at_threshold=not args.full)
+            with log.open("a") as f:
+                f.write(json.dumps({"algo": args.algo, **asdict(got[side])}) + "\n")
+        w, s = got["wheeler2"], got["sb3"]
         print(f"seed {seed}: wheeler2 {w}\n        SB3      {s}", flush=True)
         rows.append((w, s))
     text = table(args.algo, rows)
     print()
     print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"compare_sb3_{args.algo}.md").write_text(text + "\n")
+    command = "python experiments/compare_sb3.py " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    (RESULTS / f"compare_sb3_{args.algo}.md").write_text(
+        f"{text}\n\n`{command}`, finished {stamp}; raw runs in "
+        f"`compare_sb3_{args.algo}_runs.jsonl`.\n"
+    )
     return 0
 
 
