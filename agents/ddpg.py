@@ -25,7 +25,12 @@ from agents.nets import (
     DeterministicActor,
     NumpyForward,
     QCritic,
+    feature_dim,
+    noise_off,
+    noisy_head_,
     polyak_,
+    rbf_features_,
+    resample_noise,
     resolve_device,
     seeded,
 )
@@ -64,6 +69,17 @@ class Params:
     obs_clip: float = bounded(5.0, gt=0)  # normalized inputs are clipped to [-obs_clip, obs_clip]
     head_norm_decay: float = bounded(0.99, ge=0, lt=1)  # EMA decay of those running Q statistics
     device: str = "cpu"  # "cpu" | "cuda"
+    # Parameter-space exploration (NoisyNet, Fortunato et al. 2018): the actor's last layer is a
+    # factorized-Gaussian NoisyLinear, its noise redrawn per act batch and per learn step; it
+    # replaces the action noise (`noise` is then unused); the target actor uses mean weights.
+    noisy: bool = False
+    noisy_sigma0: float = bounded(0.5, gt=0)  # initial sigma * sqrt(fan_in); the paper's 0.5
+    # "rbf": Gaussian RBF features of the (normalized) observation before the first layer of
+    # actor and critic (agents/nets.py RBFEncoder); "none": the observation itself.
+    features: str = choice("none", ("none", "rbf"))
+    rbf_centers: int = bounded(64, ge=1)  # number of centers, drawn from N(0, I)
+    rbf_width: float = bounded(0.0, ge=0)  # kernel width; 0 = sqrt(obs_dim)
+    rbf_seed: int = bounded(0, ge=0)  # seed of the centers (members with one seed share them)
 
 
 class DDPG(Agent):
@@ -78,14 +94,24 @@ class DDPG(Agent):
             raise ValueError(f"policy_delay must be >= 1, got {params.policy_delay}")
         p, dev = params, self.device
         self.head_names = space.heads
+        in_dim = feature_dim(p.features, space.obs_dim, p.rbf_centers)
         with seeded(seed):
-            self.actor_net = DeterministicActor(space.obs_dim, p.hidden, space.act_dim, "relu")
+            self.actor_net = DeterministicActor(in_dim, p.hidden, space.act_dim, "relu")
             self.critic = QCritic(
-                space.obs_dim, space.act_dim, p.hidden, space.num_heads, p.critic, "relu"
+                in_dim, space.act_dim, p.hidden, space.num_heads, p.critic, "relu"
             )
+            if p.noisy:
+                noisy_head_(self.actor_net, p.noisy_sigma0)
+        if p.features == "rbf":
+            for net in (self.actor_net, self.critic):
+                rbf_features_(net, space.obs_dim, p.rbf_centers, p.rbf_width, p.rbf_seed)
         self.actor_net.to(dev)
         self.critic.to(dev)
         self.actor_target = _frozen_copy(self.actor_net)
+        if p.noisy:
+            self.actor_target.eval()  # the target actor acts with the mean weights
+        # The actor's parameter noise, drawn on the CPU from the agent's seed.
+        self.noise_gen = torch.Generator().manual_seed(seed + 3)
         self.critic_target = _frozen_copy(self.critic)
         self.actor_opt = torch.optim.Adam(self.actor_net.parameters(), lr=p.lr_actor, fused=True)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=p.lr_critic, fused=True)
@@ -136,13 +162,24 @@ class DDPG(Agent):
             return ActOut(action=a)
         if self.fast_actor is not None:
             a = self.fast_actor(obs)
+        elif self.params.noisy:
+            if explore:  # one draw of the parameter noise per act batch
+                resample_noise(self.actor_net, self.noise_gen)
+                a = self._act_torch(obs)
+            else:
+                with noise_off(self.actor_net):
+                    a = self._act_torch(obs)
+            return ActOut(action=a.astype(np.float32, copy=False))
         else:
-            with torch.inference_mode():
-                x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-                a = self.actor_net(self.obs_norm.normalize(x)).cpu().numpy()
+            a = self._act_torch(obs)
         if explore and self.params.noise != "none":
             a = np.clip(a + self.noise(n), -1.0, 1.0)
         return ActOut(action=a.astype(np.float32, copy=False))
+
+    def _act_torch(self, obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            return self.actor_net(self.obs_norm.normalize(x)).cpu().numpy()
 
     def observe(self, step: Transitions) -> dict[str, float] | None:
         self.env_steps += len(step.obs)
@@ -154,6 +191,8 @@ class DDPG(Agent):
 
     def learn(self, batch: Batch) -> LearnOut:
         p = self.params
+        if p.noisy:  # one draw of the actor's noise per learn step (the target uses the means)
+            resample_noise(self.actor_net, self.noise_gen)
         obs, action = self.obs_norm.normalize(batch.obs), batch.action
         next_obs = self.obs_norm.normalize(batch.next_obs)
         with torch.no_grad():

@@ -12,6 +12,7 @@ Q being linear in the reward, is the weighted sum of the heads' Q values).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from agents.nets import DiscreteQ, polyak_, resolve_device, seeded
+from agents.nets import (
+    DiscreteQ,
+    feature_dim,
+    noise_off,
+    noisy_head_,
+    polyak_,
+    rbf_features_,
+    resample_noise,
+    resolve_device,
+    seeded,
+)
 from agents.normalize import make_obs_norm
 from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SpaceInfo, Transitions
 from wheeler2.schema import bounded, choice, sizes
@@ -45,6 +56,16 @@ class Params:
     normalize_obs: bool = False  # running mean/std of observed inputs (agents/normalize.py)
     obs_clip: float = bounded(5.0, gt=0)  # normalized inputs are clipped to [-obs_clip, obs_clip]
     device: str = "cpu"  # "cpu" | "cuda"
+    # NoisyNet exploration (Fortunato et al. 2018): the Q-network's head is a factorized-Gaussian
+    # NoisyLinear, redrawn per act batch and per learn step (the target its own draw, as in the
+    # paper); epsilon-greedy is off (eps_* unused); explore=False acts on the mean weights.
+    noisy: bool = False
+    noisy_sigma0: float = bounded(0.5, gt=0)  # initial sigma * sqrt(fan_in); the paper's 0.5
+    # "rbf": Gaussian RBF features of the (normalized) observation before the first layer.
+    features: str = choice("none", ("none", "rbf"))
+    rbf_centers: int = bounded(64, ge=1)  # number of centers, drawn from N(0, I)
+    rbf_width: float = bounded(0.0, ge=0)  # kernel width; 0 = sqrt(obs_dim)
+    rbf_seed: int = bounded(0, ge=0)  # seed of the centers (members with one seed share them)
 
 
 def double_q_target(
@@ -68,8 +89,18 @@ class DQN(Agent):
             raise ValueError("DQN needs a discrete action space")
         if params.loss not in ("huber", "mse"):
             raise ValueError(f"loss must be 'huber' or 'mse', got {params.loss!r}")
+        in_dim = feature_dim(params.features, space.obs_dim, params.rbf_centers)
         with seeded(seed):
-            self.q = DiscreteQ(space.obs_dim, space.act_dim, params.hidden).to(self.device)
+            self.q = DiscreteQ(in_dim, space.act_dim, params.hidden)
+            if params.noisy:
+                noisy_head_(self.q.net, params.noisy_sigma0)
+            self.q.to(self.device)
+        if params.features == "rbf":
+            rbf_features_(
+                self.q, space.obs_dim, params.rbf_centers, params.rbf_width, params.rbf_seed
+            )
+        # The Q-networks' parameter noise, drawn on the CPU from the agent's seed.
+        self.noise_gen = torch.Generator().manual_seed(seed + 3)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
         self.opt = torch.optim.Adam(self.q.parameters(), lr=params.lr)
         self.q_params = list(self.q.parameters())
@@ -91,15 +122,20 @@ class DQN(Agent):
     @property
     def epsilon(self) -> float:
         p = self.params
+        if p.noisy:
+            return 0.0  # the noisy head explores
         frac = min(1.0, self.env_steps / max(1, p.eps_decay_steps))
         return p.eps_start + frac * (p.eps_end - p.eps_start)
 
     def act(self, obs: np.ndarray, explore: bool) -> ActOut:
-        with torch.inference_mode():
-            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-            q = self.q(self.obs_norm.normalize(x))
+        if self.params.noisy and explore:
+            resample_noise(self.q, self.noise_gen)  # one draw per act batch
+        with noise_off(self.q) if self.params.noisy and not explore else contextlib.nullcontext():
+            with torch.inference_mode():
+                x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+                q = self.q(self.obs_norm.normalize(x))
         action = q.argmax(-1).cpu().numpy()
-        if explore:
+        if explore and not self.params.noisy:
             rand = self.rng.random(len(action)) < self.epsilon
             action[rand] = self.rng.integers(0, self.space.act_dim, int(rand.sum()))
         return ActOut(action=action.astype(np.int64, copy=False))
@@ -111,6 +147,9 @@ class DQN(Agent):
 
     def learn(self, batch: Batch) -> LearnOut:
         p = self.params
+        if p.noisy:  # one draw per learn step for the online net, another for the target
+            resample_noise(self.q, self.noise_gen)
+            resample_noise(self.q_target, self.noise_gen)
         action = batch.action.long().reshape(-1, 1)
         obs = self.obs_norm.normalize(batch.obs)
         next_obs = self.obs_norm.normalize(batch.next_obs)

@@ -388,3 +388,190 @@ def squashed_log_prob(u: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor
     """
     log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
     return gaussian_log_prob(u, mean, log_std) - log_det.sum(-1)
+
+
+# -- noisy networks (issue 15) ------------------------------------------------------------------
+
+
+def _scaled_noise(n: int, generator: torch.Generator | None) -> torch.Tensor:
+    """f(eps) = sign(eps) sqrt(|eps|), eps ~ N(0, 1): the factorized noise of Fortunato et al."""
+    eps = torch.randn(n, generator=generator)
+    return eps.sign() * eps.abs().sqrt()
+
+
+class NoisyLinear(nn.Module):
+    """A linear layer with factorized Gaussian parameter noise (NoisyNet, Fortunato et al. 2018):
+
+        y = (mu_w + sigma_w * (f(eps_out) f(eps_in)^T)) x + mu_b + sigma_b * f(eps_out)
+
+    with mu ~ U[-1/sqrt(p), 1/sqrt(p)] and sigma = sigma0 / sqrt(p) (p = in_features, the
+    paper's sigma0 = 0.5). The means are named ``weight`` and ``bias``, as in ``nn.Linear``, the
+    learned noise scales ``weight_sigma`` and ``bias_sigma``; the noise itself (``eps_in``,
+    ``eps_out``) is a non-persistent buffer, in no state dict and never synced.
+
+    In training mode the layer uses the noise drawn by the last :meth:`resample` (zero before
+    the first); in eval mode (``.eval()``, :func:`noise_off`) the mean weights alone. It is not an
+    ``nn.Linear`` on purpose: code that reads ``weight`` of every Linear (``NumpyForward``)
+    must not mistake it for one.
+    """
+
+    def __init__(self, in_features: int, out_features: int, sigma0: float = 0.5) -> None:
+        super().__init__()
+        self.in_features, self.out_features, self.sigma0 = in_features, out_features, sigma0
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(out_features))
+        self.weight_sigma = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias_sigma = nn.Parameter(torch.empty(out_features))
+        self.register_buffer("eps_in", torch.zeros(in_features), persistent=False)
+        self.register_buffer("eps_out", torch.zeros(out_features), persistent=False)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.in_features)
+        self.weight.uniform_(-bound, bound)
+        self.bias.uniform_(-bound, bound)
+        self.weight_sigma.fill_(self.sigma0 * bound)
+        self.bias_sigma.fill_(self.sigma0 * bound)
+
+    @torch.no_grad()
+    def resample(self, generator: torch.Generator | None = None) -> None:
+        """Draw new noise (on the CPU, from ``generator``: reproducible and device-independent)."""
+        self.eps_in.copy_(_scaled_noise(self.in_features, generator))
+        self.eps_out.copy_(_scaled_noise(self.out_features, generator))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = nn.functional.linear(x, self.weight, self.bias)
+        if not self.training:
+            return mean
+        # (sigma_w * eps_out eps_in^T) x = eps_out * (sigma_w (eps_in * x)): no [out, in] matrix
+        # of noise is built, one extra thin matmul instead.
+        noise = nn.functional.linear(x * self.eps_in, self.weight_sigma) + self.bias_sigma
+        return mean + noise * self.eps_out
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features} -> {self.out_features}, sigma0={self.sigma0}"
+
+
+def noisy_layers(module: nn.Module) -> list[NoisyLinear]:
+    return [m for m in module.modules() if isinstance(m, NoisyLinear)]
+
+
+def resample_noise(module: nn.Module, generator: torch.Generator | None = None) -> None:
+    """New noise for every :class:`NoisyLinear` of ``module`` (one draw per layer)."""
+    for m in noisy_layers(module):
+        m.resample(generator)
+
+
+@contextlib.contextmanager
+def noise_off(module: nn.Module) -> Iterator[None]:
+    """The mean weights of every NoisyLinear of ``module`` inside the block (eval mode for those
+    layers only), their previous mode after it."""
+    layers = noisy_layers(module)
+    modes = [m.training for m in layers]
+    for m in layers:
+        m.train(False)
+    try:
+        yield
+    finally:
+        for m, mode in zip(layers, modes):
+            m.train(mode)
+
+
+def noisy_head_(net: MLP, sigma0: float = 0.5) -> MLP:
+    """Replace ``net.head`` (a Linear) by a :class:`NoisyLinear` of the same shape, in place.
+
+    The head keeps its sync role and its tensor names ``head.weight`` / ``head.bias`` (the
+    means), plus ``head.weight_sigma`` / ``head.bias_sigma``: an explorer whose head is noisy
+    too takes means and scales together; one with a plain head must keep it
+    (``sync.keep = ["head"]``), which ``check_sync`` says by naming ``head.weight_sigma``.
+    """
+    head = net.head
+    if not isinstance(head, nn.Linear):
+        raise TypeError(f"noisy_head_: expected an nn.Linear head, got {type(head).__name__}")
+    net.head = NoisyLinear(head.in_features, head.out_features, sigma0).to(head.weight.device)
+    return net
+
+
+# -- RBF features (issue 15) --------------------------------------------------------------------
+
+
+class RBFEncoder(nn.Module):
+    """Gaussian radial basis features of the first ``in_dim`` input columns:
+
+        phi_j(x) = exp(-||x - c_j||^2 / (2 w^2)),   j = 1 .. num_centers
+
+    then the remaining ``passthrough`` columns unchanged (a critic's action). The centers are
+    drawn once from N(0, I) by a generator seeded with ``seed``, which suits inputs of unit scale
+    (``normalize_obs = true``); ``width = 0`` takes w = sqrt(in_dim), for which the expected
+    squared distance of a unit-normal input to a center (2 in_dim) gives phi = exp(-1).
+    Centers and width are persistent buffers: they are in the state dict (a checkpoint restores
+    the very features) and, under the ``trunk`` role, in weight sync (an explorer with the same
+    ``rbf_*`` keys takes them with the trunk; one without features is refused by shape).
+    """
+
+    def __init__(
+        self, in_dim: int, num_centers: int, width: float = 0.0, seed: int = 0, passthrough: int = 0
+    ) -> None:
+        super().__init__()
+        if num_centers < 1:
+            raise ValueError(f"RBFEncoder: num_centers must be >= 1, got {num_centers}")
+        if width < 0:
+            raise ValueError(f"RBFEncoder: width must be >= 0 (0: sqrt(in_dim)), got {width}")
+        gen = torch.Generator().manual_seed(int(seed))
+        self.in_dim, self.num_centers, self.passthrough = in_dim, num_centers, passthrough
+        self.out_dim = num_centers + passthrough
+        w = float(width) if width > 0 else math.sqrt(in_dim)
+        self.register_buffer("centers", torch.randn(num_centers, in_dim, generator=gen))
+        self.register_buffer("width", torch.tensor([w]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = x[..., : self.in_dim]
+        c = self.centers
+        # ||z - c||^2 = ||z||^2 - 2 z.c + ||c||^2: one matmul, no [B, C, D] temporary.
+        d2 = (z * z).sum(-1, keepdim=True) - 2.0 * (z @ c.T) + (c * c).sum(-1)
+        phi = torch.exp(-d2.clamp_min(0.0) / (2.0 * self.width * self.width))
+        if self.passthrough:
+            return torch.cat([phi, x[..., self.in_dim :]], dim=-1)
+        return phi
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_dim={self.in_dim}, num_centers={self.num_centers}, "
+            f"width={float(self.width):.4g}, passthrough={self.passthrough}"
+        )
+
+
+def with_features_(net: MLP, encoder: nn.Module) -> MLP:
+    """Put ``encoder`` before the first layer of ``net``, in place, as ``trunk.0`` (so it travels
+    with the trunk role). ``net`` must have been built with ``in_dim = encoder.out_dim``."""
+    first = next((m for m in [*net.trunk, net.head] if hasattr(m, "in_features")), None)
+    out_dim = getattr(encoder, "out_dim", None)
+    if first is not None and out_dim is not None and first.in_features != out_dim:
+        raise ValueError(
+            f"with_features_: the encoder gives {out_dim} features, the first layer takes "
+            f"{first.in_features}"
+        )
+    net.trunk = nn.Sequential(encoder, *net.trunk)
+    return net
+
+
+def feature_dim(features: str, obs_dim: int, num_centers: int) -> int:
+    """The width of the first layer's input for a ``features`` choice (``"none"`` / ``"rbf"``)."""
+    return num_centers if features == "rbf" else obs_dim
+
+
+def rbf_features_(
+    module: nn.Module, obs_dim: int, num_centers: int, width: float, seed: int
+) -> nn.Module:
+    """Give every :class:`MLP` inside ``module`` (an actor, a QCritic's nets, a DiscreteQ's net)
+    RBF features of its first ``obs_dim`` inputs, the rest (a critic's action) passed through;
+    each MLP must have been built with ``num_centers`` observation inputs. All get the same
+    centers (one ``seed``), so actor and critic see the same features."""
+    nets = [m for m in module.modules() if isinstance(m, MLP)]
+    for net in nets:
+        first = next(m for m in [*net.trunk, net.head] if hasattr(m, "in_features"))
+        passthrough = first.in_features - num_centers
+        encoder = RBFEncoder(obs_dim, num_centers, width, seed, passthrough)
+        with_features_(net, encoder.to(next(net.parameters()).device))
+    return module
