@@ -18,7 +18,8 @@ machine hits every arm alike. Three cases:
     one round per library (each needs its own processes);
 (c) HER future k=4 sample vs a plain prioritized sample on the same goal buffer (target:
     >= 0.8x). The relabel function is a vectorized distance threshold, as gymnasium-robotics'
-    compute_reward.
+    compute_reward; a third arm relabels with a function that returns zeros, to show the
+    buffer's own share of HER's cost.
 
 Prints a markdown table and writes it to experiments/results/bench_replay.md.
 """
@@ -343,6 +344,10 @@ def case_b(capacity: int, seconds: float, rate: float) -> list[tuple]:
     ]
 
 
+def free_relabel(obs, action, next_obs, achieved_goal, desired_goal):  # noqa: ANN001, ANN201
+    return np.zeros((obs.shape[0], 1), np.float32)
+
+
 def case_c(capacity: int, seconds: float, rounds: int) -> list[tuple]:
     layout = Layout(obs_dim=OBS, act_dim=ACT, goal_dim=GOAL)
 
@@ -363,18 +368,24 @@ def case_c(capacity: int, seconds: float, rounds: int) -> list[tuple]:
         plain = Replay.attach(
             dataclasses.replace(her.handle(), cfg=dataclasses.replace(cfg, her=None))
         )
+        # The same HER sampling with a reward function that costs nothing: what the buffer's
+        # own HER machinery costs, apart from the user's reward function.
+        free = Replay.attach(dataclasses.replace(her.handle(), relabel=free_relabel))
         try:
             rates = interleaved(
                 {
                     "plain": lambda s: loop_wheeler(plain, s, update=False),
                     "her": lambda s: loop_wheeler(her, s, update=False),
+                    "free": lambda s: loop_wheeler(free, s, update=False),
                 },
                 seconds,
                 rounds,
             )
         finally:
             plain.close()
+            free.close()
     speed, ratio, spread = summary(rates, "plain", "her")
+    fspeed, fratio, fspread = summary(rates, "plain", "free")
     return [
         (
             "(c) goal buffer: sample only",
@@ -385,6 +396,7 @@ def case_c(capacity: int, seconds: float, rounds: int) -> list[tuple]:
             "",
         ),
         ("", "wheeler2 HER future k=4", speed, ratio, spread, ">= 0.8x"),
+        ("", "wheeler2 HER future k=4, reward fn returning zeros", fspeed, fratio, fspread, ""),
     ]
 
 
