@@ -24,10 +24,12 @@ from torch import nn
 from agents.nets import (
     DeterministicActor,
     NumpyForward,
+    NumpyLayers,
     QCritic,
     feature_dim,
     noise_off,
     noisy_head_,
+    noisy_layers,
     polyak_,
     rbf_features_,
     resample_noise,
@@ -112,6 +114,9 @@ class DDPG(Agent):
             self.actor_target.eval()  # the target actor acts with the mean weights
         # The actor's parameter noise, drawn on the CPU from the agent's seed.
         self.noise_gen = torch.Generator().manual_seed(seed + 3)
+        self._noisy = nn.ModuleList(
+            noisy_layers(self.actor_net)
+        )  # the layers resample_noise draws for
         self.critic_target = _frozen_copy(self.critic)
         self.actor_opt = torch.optim.Adam(self.actor_net.parameters(), lr=p.lr_actor, fused=True)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=p.lr_critic, fused=True)
@@ -130,8 +135,10 @@ class DDPG(Agent):
 
         self.obs_norm = make_obs_norm(p.normalize_obs, space.obs_dim, p.obs_clip, dev)
         # Acting on the CPU without input normalization goes through numpy (see NumpyForward).
+        # (NumpyLayers: the same for an actor with a noisy head or RBF features.)
         self.fast_actor = (
             NumpyForward.of(self.actor_net, squash=True)
+            or NumpyLayers.of(self.actor_net, squash=True)
             if isinstance(self.obs_norm, IdentityNorm)
             else None
         )
@@ -160,23 +167,22 @@ class DDPG(Agent):
             # Uniform actions fill the buffer with diverse data before the policy means anything.
             a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
             return ActOut(action=a)
-        if self.fast_actor is not None:
-            a = self.fast_actor(obs)
-        elif self.params.noisy:
-            if explore:  # one draw of the parameter noise per act batch
-                resample_noise(self.actor_net, self.noise_gen)
-                a = self._act_torch(obs)
+        if self.params.noisy:
+            if explore:  # one draw of the parameter noise per act batch, no action noise
+                resample_noise(self._noisy, self.noise_gen)
+                a = self._act(obs)
             else:
                 with noise_off(self.actor_net):
-                    a = self._act_torch(obs)
+                    a = self._act(obs)
             return ActOut(action=a.astype(np.float32, copy=False))
-        else:
-            a = self._act_torch(obs)
+        a = self._act(obs)
         if explore and self.params.noise != "none":
             a = np.clip(a + self.noise(n), -1.0, 1.0)
         return ActOut(action=a.astype(np.float32, copy=False))
 
-    def _act_torch(self, obs: np.ndarray) -> np.ndarray:
+    def _act(self, obs: np.ndarray) -> np.ndarray:
+        if self.fast_actor is not None:
+            return self.fast_actor(obs)
         with torch.inference_mode():
             x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
             return self.actor_net(self.obs_norm.normalize(x)).cpu().numpy()
@@ -192,7 +198,7 @@ class DDPG(Agent):
     def learn(self, batch: Batch) -> LearnOut:
         p = self.params
         if p.noisy:  # one draw of the actor's noise per learn step (the target uses the means)
-            resample_noise(self.actor_net, self.noise_gen)
+            resample_noise(self._noisy, self.noise_gen)
         obs, action = self.obs_norm.normalize(batch.obs), batch.action
         next_obs = self.obs_norm.normalize(batch.next_obs)
         with torch.no_grad():

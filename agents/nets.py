@@ -575,3 +575,77 @@ def rbf_features_(
         encoder = RBFEncoder(obs_dim, num_centers, width, seed, passthrough)
         with_features_(net, encoder.to(next(net.parameters()).device))
     return module
+
+
+class NumpyLayers:
+    """:class:`NumpyForward` for the issue-15 layers too: an :class:`RBFEncoder` first in the
+    trunk and :class:`NoisyLinear` layers (their noise as drawn, or the means in eval mode),
+    besides Linear / ReLU / Tanh. Views of the module's own parameters and buffers, as there,
+    so optimizer steps, sync, ``load_state_dict`` and ``resample`` are seen at once."""
+
+    def __init__(self, net: MLP, squash: bool) -> None:
+        self.net = net
+        self.squash = squash
+        self._ptrs: list[int] = []
+        self._steps: list[Callable[[np.ndarray], np.ndarray]] = []
+
+    @classmethod
+    def of(cls, net: MLP, squash: bool) -> NumpyLayers | None:
+        tensors = [*net.parameters(), *net.buffers()]
+        if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
+            return None
+        mods = [*net.trunk, net.head]
+        for i, m in enumerate(mods):
+            ok = isinstance(m, nn.Linear | NoisyLinear) or type(m) in NumpyForward._ACTIVATIONS
+            if not ok and not (i == 0 and isinstance(m, RBFEncoder)):
+                return None
+        return cls(net, squash)
+
+    def _tensors(self) -> list[torch.Tensor]:
+        return [*self.net.parameters(), *self.net.buffers()]
+
+    def _build(self) -> None:
+        def view(t: torch.Tensor) -> np.ndarray:
+            return t.detach().numpy()
+
+        steps: list[Callable[[np.ndarray], np.ndarray]] = []
+        for m in [*self.net.trunk, self.net.head]:
+            if isinstance(m, nn.Linear):
+                w, b = view(m.weight).T, view(m.bias)
+                steps.append(lambda h, w=w, b=b: h @ w + b)
+            elif isinstance(m, NoisyLinear):
+                w, b = view(m.weight).T, view(m.bias)
+                ws, bs = view(m.weight_sigma).T, view(m.bias_sigma)
+                ein, eout = view(m.eps_in), view(m.eps_out)
+
+                def noisy(h, m=m, w=w, b=b, ws=ws, bs=bs, ein=ein, eout=eout):  # noqa: ANN001, ANN202
+                    out = h @ w + b
+                    if m.training:
+                        out += ((h * ein) @ ws + bs) * eout
+                    return out
+
+                steps.append(noisy)
+            elif isinstance(m, RBFEncoder):
+                c, width = view(m.centers), view(m.width)
+
+                def rbf(h, m=m, c=c, width=width):  # noqa: ANN001, ANN202
+                    z = h[:, : m.in_dim]
+                    d2 = (z * z).sum(-1, keepdims=True) - 2.0 * (z @ c.T) + (c * c).sum(-1)
+                    phi = np.exp(-np.maximum(d2, 0.0) / (2.0 * width[0] * width[0]))
+                    if m.passthrough:
+                        return np.concatenate([phi, h[:, m.in_dim :]], axis=-1)
+                    return phi
+
+                steps.append(rbf)
+            else:
+                steps.append(NumpyForward._ACTIVATIONS[type(m)])
+        self._steps = steps
+        self._ptrs = [t.data_ptr() for t in self._tensors()]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if [t.data_ptr() for t in self._tensors()] != self._ptrs:
+            self._build()
+        h = np.asarray(x, np.float32)
+        for step in self._steps:
+            h = step(h)
+        return np.tanh(h, out=h) if self.squash else h

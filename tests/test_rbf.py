@@ -111,3 +111,18 @@ def test_rbf_centers_sync_with_the_trunk_and_a_plain_explorer_is_refused():
     plain = make("ddpg", PENDULUM, seed=2, hidden=[16])
     with pytest.raises(SyncError, match="trunk"):
         check_sync(learner.actor, plain.actor, [], "explorer")
+
+
+def test_the_numpy_acting_path_computes_what_torch_does():
+    from agents.nets import NumpyLayers, resample_noise
+
+    for params in ({"features": "rbf"}, {"noisy": True}, {"features": "rbf", "noisy": True}):
+        agent = make("ddpg", PENDULUM, hidden=[32, 16], learning_starts=0, **params)
+        assert isinstance(agent.fast_actor, NumpyLayers)
+        resample_noise(agent.actor, torch.Generator().manual_seed(3))
+        obs = np.random.default_rng(0).normal(size=(6, 3)).astype(np.float32)
+        for mode in (True, False):
+            agent.actor.train(mode)
+            with torch.no_grad():
+                ref = agent.actor(torch.as_tensor(obs)).numpy()
+            np.testing.assert_allclose(agent.fast_actor(obs), ref, rtol=1e-5, atol=1e-6)
