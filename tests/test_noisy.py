@@ -189,3 +189,61 @@ def test_a_plain_explorer_keeps_its_head_or_is_refused_naming_the_noise_scales()
         assert torch.equal(v, plain.actor.trunk.state_dict()[k])
     for k, v in own_head.items():
         assert torch.equal(v, plain.actor.head.state_dict()[k])
+
+
+TEAM = """
+[experiment]
+name = "noisy-team"
+total_steps = 400
+eval_every = 400
+eval_episodes = 1
+backend = "serial"
+progress = false
+
+[env]
+id = "PendulumNoVel-v1"
+stack = 2
+
+[buffer]
+capacity = 1000
+batch_size = 32
+
+[[team]]
+name = "learner"
+algo = "ddpg"
+role = "learner"
+[team.params]
+hidden = [16, 16]
+learning_starts = 100
+noisy = true
+features = "rbf"
+rbf_centers = 16
+
+[[team]]
+name = "explorer"
+algo = "ddpg"
+role = "actor"
+sync = { every = 50 }
+[team.params]
+hidden = [16, 16]
+learning_starts = 0
+noisy = true
+features = "rbf"
+rbf_centers = 16
+"""
+
+
+def test_a_noisy_rbf_team_runs_and_syncs_through_the_real_run_path(tmp_path):
+    import json
+
+    import wheeler2
+
+    path = tmp_path / "team.toml"
+    path.write_text(TEAM)
+    run_dir = wheeler2.run(path, out=str(tmp_path / "runs"))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 400
+    team = json.loads((run_dir / "team.json").read_text())
+    synced = json.dumps(team)
+    for name in ("head.weight_sigma", "trunk.0.centers"):
+        assert name in synced, team
