@@ -114,9 +114,8 @@ class DDPG(Agent):
             self.actor_target.eval()  # the target actor acts with the mean weights
         # The actor's parameter noise, drawn on the CPU from the agent's seed.
         self.noise_gen = torch.Generator().manual_seed(seed + 3)
-        self._noisy = nn.ModuleList(
-            noisy_layers(self.actor_net)
-        )  # the layers resample_noise draws for
+        # The actor's noisy layers, listed once: act and learn redraw their noise.
+        self._noisy = nn.ModuleList(noisy_layers(self.actor_net))
         self.critic_target = _frozen_copy(self.critic)
         self.actor_opt = torch.optim.Adam(self.actor_net.parameters(), lr=p.lr_actor, fused=True)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=p.lr_critic, fused=True)
