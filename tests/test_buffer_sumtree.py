@@ -250,11 +250,17 @@ def test_without_the_jit_a_tree_fails_clearly(setup: str, message: str) -> None:
         "    SumMinTree(10)\n"
         "except ImportError as exc:\n"
         "    print('ERR', exc)\n"
+        "from wheeler2.buffer import her\n"  # the HER goal choice says the same
+        "try:\n"
+        "    her._kernels()\n"
+        "except ImportError as exc:\n"
+        "    print('HER', exc)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert "ERR" in out.stdout and message in out.stdout, out.stdout + out.stderr
+    assert "HER" in out.stdout and out.stdout.count(message) == 2, out.stdout + out.stderr
 
 
 def test_absolute_numbers_in_draw_and_update() -> None:

@@ -9,10 +9,10 @@ numpy calls of the vectorized version, each with its temporaries, become one.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from .treejit import _JIT
+# numba through treejit, whose ImportError says what is missing when numba (or its JIT) is not.
+from .treejit import _JIT, numba
 
 FUTURE, FINAL, EPISODE, RANDOM = 0, 1, 2, 3
 STRATEGIES = {"future": FUTURE, "final": FINAL, "episode": EPISODE, "random": RANDOM}

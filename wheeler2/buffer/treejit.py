@@ -25,14 +25,14 @@ try:
     import numba
 except ImportError as exc:  # pragma: no cover - numba is an install requirement
     raise ImportError(
-        "wheeler2's prioritized replay needs numba for its compiled priority tree "
-        "(pip install 'numba==0.68.1', or reinstall wheeler2 with `make setup`)"
+        "wheeler2's replay needs numba to sample: the priority tree and the HER goal choice "
+        "are compiled (pip install 'numba==0.68.1', or reinstall wheeler2 with `make setup`)"
     ) from exc
 
 if numba.config.DISABLE_JIT:  # pragma: no cover - a debugging switch of numba's
     raise ImportError(
-        "NUMBA_DISABLE_JIT is set: the priority tree would run as pure Python, thousands of "
-        "times slower; unset it to use a prioritized replay"
+        "NUMBA_DISABLE_JIT is set: the priority tree and the HER goal choice would run as "
+        "pure Python, thousands of times slower; unset it to sample a wheeler2 replay"
     )
 
 FANOUT = 32
