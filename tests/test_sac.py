@@ -455,7 +455,11 @@ def test_defaults_are_within_their_own_bounds_and_the_registry_finds_sac():
 def test_sac_learns_pendulum(tmp_path):
     from wheeler2.runtime import run_experiment
 
-    overrides = ["experiment.progress=false", "experiment.total_steps=15000"]
+    overrides = [
+        "experiment.progress=false",
+        "experiment.total_steps=15000",
+        "experiment.stop_at_threshold=true",  # at -200: past -400 by then
+    ]
     config = load(ROOT / "cfg" / "pendulum_sac.toml", overrides=overrides, out=str(tmp_path))
     summary = json.loads((run_experiment(config) / "summary.json").read_text())
     for e in summary["eval"]:

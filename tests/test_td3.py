@@ -399,6 +399,7 @@ def test_td3_learns_pendulum(tmp_path):
     overrides = [
         "experiment.progress=false",
         "experiment.total_steps=15000",
+        "experiment.stop_at_threshold=true",  # at -200: past -400 by then
         "team.target.params.learning_starts=1000",
     ]
     config = load(ROOT / "cfg" / "pendulum_td3.toml", overrides=overrides, out=str(tmp_path))
