@@ -456,7 +456,7 @@ def _check_actor(reader: Reader, label: str, values: dict[str, Any], agent_class
             label,
             "role",
             f"{values['algo']!r} learns from its own rollouts, and an actor never learns: use an "
-            f'off-policy algorithm (ddpg, dqn) or role = "explorer"',
+            f'off-policy algorithm (ddpg, td3, sac, dqn) or role = "explorer"',
         )
 
 
