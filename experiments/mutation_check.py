@@ -68,6 +68,9 @@ TESTS: dict[str, list[str]] = {
     ],
     "wheeler2/buffer/nstep.py": ["tests/test_buffer_nstep.py", "tests/test_buffer_her.py"],
     "wheeler2/buffer/her.py": ["tests/test_buffer_her.py"],
+    # The compiled kernels (numba recompiles a mutated file: each mutant pays the compile).
+    "wheeler2/buffer/treejit.py": ["tests/test_buffer_sumtree.py", "tests/test_buffer_sampling.py"],
+    "wheeler2/buffer/herjit.py": ["tests/test_buffer_her.py"],
     "wheeler2/buffer/writer.py": [
         "tests/test_buffer_nstep.py",
         "tests/test_buffer_her.py",
@@ -88,7 +91,11 @@ TESTS: dict[str, list[str]] = {
     "agents/ddpg.py": ["tests/test_ddpg.py"],
     "agents/dqn.py": ["tests/test_dqn.py"],
     "agents/ppo.py": ["tests/test_ppo.py"],
-    "agents/a2c.py": ["tests/test_a2c.py"],
+    "agents/a2c.py": ["tests/test_a2c.py", "tests/test_td_lambda.py"],
+    "agents/td3.py": ["tests/test_td3.py"],
+    "agents/sac.py": ["tests/test_sac.py"],
+    "agents/pg.py": ["tests/test_pg.py"],
+    "agents/returns.py": ["tests/test_td_lambda.py", "tests/test_ppo.py"],
     "agents/normalize.py": ["tests/test_normalize.py"],
 }
 
