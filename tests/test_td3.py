@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from offpolicy_runs import config, run_text
 
 from agents.noise import KINDS
 from agents.td3 import TD3, Params
@@ -238,37 +238,6 @@ def test_checkpoint_round_trip_restores_everything_and_the_next_step():
 # ------------------------------------------------------------------------------------------
 # runs through the CLI
 
-RUN = """
-[experiment]
-name = "td3-{name}"
-seed = 1
-total_steps = {total}
-eval_every = {total}
-eval_episodes = 1
-backend = "serial"
-progress = false
-
-[env]
-id = "{env}"
-
-{task}
-[buffer]
-capacity = 5_000
-batch_size = 32
-prioritized = true
-n_step = 3
-{her}
-
-[[team]]
-name = "target"
-algo = "td3"
-role = "learner"
-[team.params]
-learning_starts = 100
-hidden = [16, 16]
-normalize_obs = {norm}
-"""
-
 TEAM = """
 [[team]]
 name = "explorer"
@@ -295,18 +264,11 @@ noise_std = 0.3
 
 
 def _run(tmp_path: Path, capsys, text: str) -> tuple[Path, dict]:
-    path = tmp_path / "run.toml"
-    path.write_text(textwrap.dedent(text))
-    out = tmp_path / "runs"
-    code = cli.main(["run", str(path), "--out", str(out)])
-    assert code == 0, capsys.readouterr().err
-    (run,) = [p for p in out.iterdir() if p.is_dir()]
-    return run, json.loads((run / "summary.json").read_text())
+    return run_text(tmp_path, capsys, text)
 
 
 def _config(total: int = 400, team: str = "", **kw) -> str:
-    base = dict(name="solo", env="Pendulum-v1", task="", her="", norm="false", total=total)
-    return RUN.format(**(base | kw)) + team
+    return config("td3", total, team, **kw)
 
 
 def test_solo_run_through_the_cli_learns_and_writes_a_loadable_checkpoint(tmp_path, capsys):
