@@ -4,6 +4,8 @@
     python experiments/compare_sb3.py td3 --seeds 0 1 2 3 4   # Pendulum-v1, TD3, eval > -200
     python experiments/compare_sb3.py sac --seeds 0 1 2 3 4   # Pendulum-v1, SAC, eval > -200
     python experiments/compare_sb3.py ppo --seeds 0 1 2       # CartPole-v1, PPO, eval >= 475
+    python experiments/compare_sb3.py td3-hopper --seeds 0 1 2 --full   # Hopper-v5, 100k steps
+    python experiments/compare_sb3.py sac-hopper --seeds 0 1 2 --full   # Hopper-v5, 100k steps
 
 Both sides evaluate the same way (mean of 10 deterministic episodes every ``eval_every`` env
 steps, eval time included in the wall-clock) and run with the same number of torch threads, one
@@ -72,6 +74,35 @@ PROBLEMS = {
         "total_steps": 20_000,
         "eval_every": 1_000,
     },
+    # Hopper-v5 at 100k env steps: the rl-zoo MuJoCo values on 256-256 nets (cfg/hopper_*.toml).
+    # Judged on the final eval and on the wall-clock of the whole budget (run with --full).
+    "td3-hopper": {
+        "algo": "td3",
+        "env": "Hopper-v5",
+        "cfg": ROOT / "cfg" / "hopper_td3.toml",
+        "threshold": 1_000.0,
+        "above": lambda r, t: r >= t,
+        "total_steps": 100_000,
+        "eval_every": 10_000,
+        "sb3": dict(
+            learning_starts=10_000,
+            learning_rate=1e-3,
+            policy_delay=2,
+            target_policy_noise=0.2,
+            target_noise_clip=0.5,
+            noise_std=0.1,
+        ),
+    },
+    "sac-hopper": {
+        "algo": "sac",
+        "env": "Hopper-v5",
+        "cfg": ROOT / "cfg" / "hopper_sac.toml",
+        "threshold": 1_000.0,
+        "above": lambda r, t: r >= t,
+        "total_steps": 100_000,
+        "eval_every": 10_000,
+        "sb3": dict(learning_starts=10_000, learning_rate=3e-4),
+    },
     "ppo": {
         "env": "CartPole-v1",
         "cfg": ROOT / "cfg" / "cartpole_ppo.toml",
@@ -131,7 +162,28 @@ def run_sb3(algo: str, seed: int, stop_at_threshold: bool) -> Outcome:
         seed=seed,
         device="cpu",
     )
-    if algo == "ddpg":
+    if "sb3" in prob:
+        env = gym.make(prob["env"])
+        kw = dict(prob["sb3"])
+        act_dim = env.action_space.shape[0]
+        common = dict(
+            gamma=0.99,
+            buffer_size=1_000_000,
+            batch_size=256,
+            tau=0.005,
+            train_freq=1,
+            gradient_steps=1,
+            policy_kwargs=dict(net_arch=[256, 256]),
+            seed=seed,
+            device="cpu",
+        )
+        if prob["algo"] == "td3":
+            std = kw.pop("noise_std")
+            noise = NormalActionNoise(np.zeros(act_dim), std * np.ones(act_dim))
+            model = TD3("MlpPolicy", env, action_noise=noise, **common, **kw)
+        else:
+            model = SAC("MlpPolicy", env, ent_coef="auto", target_entropy="auto", **common, **kw)
+    elif algo == "ddpg":
         env = gym.make(prob["env"])
         model = DDPG("MlpPolicy", env, **zoo)
     elif algo == "td3":
@@ -197,7 +249,7 @@ def run_wheeler2(algo: str, seed: int, out: Path, stop_at_threshold: bool) -> Ou
 
     prob = PROBLEMS[algo]
     overrides = ["experiment.progress=false"]
-    if algo in ("td3", "sac"):
+    if prob.get("algo", algo) in ("td3", "sac"):
         # The same budget and eval schedule as the SB3 side, whatever the shipped file says.
         overrides += [
             f"experiment.total_steps={prob['total_steps']}",
@@ -255,7 +307,7 @@ def ratio_of_medians(
     return point, float(lo), float(hi)
 
 
-def table(algo: str, rows: list[tuple[Outcome, Outcome]]) -> str:
+def table(algo: str, rows: list[tuple[Outcome, Outcome]], full: bool = False) -> str:
     prob = PROBLEMS[algo]
     lines = [
         f"{algo.upper()} on {prob['env']}, threshold {prob['threshold']:g}, "
@@ -301,6 +353,25 @@ def table(algo: str, rows: list[tuple[Outcome, Outcome]]) -> str:
             f"| {_fmt(ms if math.isfinite(ms) else None, spec)} "
             f"| {_fmt(None if math.isnan(point) else point, '.2f')} "
             f"| {'—' if math.isnan(lo) else f'[{lo:.2f}, {hi:.2f}]'} |"
+        )
+    if full:
+        # Both sides ran the whole budget: their total wall-clock is the same quantity.
+        w = [o.wall_total for o, _ in rows]
+        s = [o.wall_total for _, o in rows]
+        point, lo, hi = ratio_of_medians(w, s)
+        lines.append(
+            f"| whole budget, wall-clock s | {_median(w):.1f} | {_median(s):.1f} | {point:.2f} "
+            f"| [{lo:.2f}, {hi:.2f}] |"
+        )
+    if full and all(o.final_return > 0 for pair in rows for o in pair):
+        # A ratio of returns means something only where returns are positive (Hopper, not
+        # Pendulum); above 1 means wheeler2's final eval is higher.
+        w = [o.final_return for o, _ in rows]
+        s = [o.final_return for _, o in rows]
+        point, lo, hi = ratio_of_medians(w, s)
+        lines.append(
+            f"| final eval return (higher is better) | {_median(w):.1f} | {_median(s):.1f} "
+            f"| {point:.2f} | [{lo:.2f}, {hi:.2f}] |"
         )
     solved_w = sum(o.steps_to_threshold is not None for o, _ in rows)
     solved_s = sum(o.steps_to_threshold is not None for _, o in rows)
@@ -348,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         w, s = got["wheeler2"], got["sb3"]
         print(f"seed {seed}: wheeler2 {w}\n        SB3      {s}", flush=True)
         rows.append((w, s))
-    text = table(args.algo, rows)
+    text = table(args.algo, rows, full=args.full)
     print()
     print(text)
     command = "python experiments/compare_sb3.py " + " ".join(
