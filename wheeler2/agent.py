@@ -11,6 +11,11 @@ Conventions every algorithm follows:
 * Continuous actions live in ``[-1, 1]^act_dim``; the env adapter rescales them to the Box bounds.
   Discrete actions are int64 ``[N]``.
 * Rewards come as one column per task reward head, ``[B, H]``.
+* Policy state (recurrent agents, ``state_dim > 0``): the engine keeps one row per env copy,
+  starts it at ``initial_state``, passes it to ``act`` and takes the next one from
+  ``ActOut.state``, and puts ``initial_state`` rows back where an episode ended (terminated or
+  truncated). ``Transitions.state`` is the state ``obs`` was seen in. Feedforward agents
+  (``state_dim = 0``) are called as ``act(obs, explore)`` and never see a state.
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ class ActOut:
     action: np.ndarray  # float32 [N, act_dim] in [-1, 1], or int64 [N] for discrete
     logp: np.ndarray | None = None  # behaviour log-probability [N], for stochastic policies
     extras: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. value estimates
+    # float32 [N, state_dim]: the policy state after this step (recurrent agents; else None).
+    # The engine never writes into it, so an agent may hand back its own buffer.
+    state: np.ndarray | None = None
 
 
 @dataclass
@@ -113,6 +121,9 @@ class Transitions:
     # absent this step (docs/envs.md, "Active mask"): its reward and flags are zeros and its
     # observations stale, so a learner must give it zero weight.
     active: np.ndarray | None = None
+    # float32 [N, state_dim]: the policy state ``obs`` was seen in (the one given to ``act``),
+    # None for feedforward agents.
+    state: np.ndarray | None = None
 
 
 class Agent:
@@ -126,6 +137,8 @@ class Agent:
 
     Params: ClassVar[type]  # a dataclass of hyperparameters, defaults = the algorithm's defaults
     uses_replay: ClassVar[bool] = True
+    # Width of the policy state; 0 = feedforward. A recurrent agent sets it in ``__init__``.
+    state_dim: int = 0
 
     def __init__(self, space: SpaceInfo, params: Any, device: str = "cpu", seed: int = 0) -> None:
         self.space = space
@@ -133,8 +146,14 @@ class Agent:
         self.device = torch.device(device)
         self.seed = seed
 
-    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+    def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
+        """Actions for ``obs [N, obs_dim]``. A recurrent agent reads ``state [N, state_dim]``
+        (None: every row starts an episode) and returns the next state in ``ActOut.state``."""
         raise NotImplementedError
+
+    def initial_state(self, n: int) -> np.ndarray:
+        """The state an episode starts in, ``[n, state_dim]`` float32 (zeros by default)."""
+        return np.zeros((n, self.state_dim), np.float32)
 
     def observe(self, step: Transitions) -> dict[str, float] | None:
         """Called after every vector step. Returns metrics when the agent updated itself."""

@@ -31,8 +31,15 @@ def evaluate(agent: Agent, env: VecEnv, seed: int) -> EvalResult:
     returns = np.zeros(n, np.float64)
     finished = np.zeros(n, bool)
     success = np.full(n, np.nan)
+    # Recurrent agents: one state row per copy, as in training. A copy's later episodes are
+    # ignored, so its state needs no reset at its episode end.
+    state = agent.initial_state(n) if getattr(agent, "state_dim", 0) > 0 else None
     while not finished.all():
-        out = agent.act(policy_obs(obs, dg), explore=False)
+        if state is None:
+            out = agent.act(policy_obs(obs, dg), explore=False)
+        else:
+            out = agent.act(policy_obs(obs, dg), explore=False, state=state)
+            state = out.state
         st = env.step(out.action)
         returns[~finished] += st.reward[~finished]
         done = (st.terminated | st.truncated) & ~finished

@@ -34,6 +34,7 @@ from wheeler2.runtime.messages import (
     Started,
     StateReply,
 )
+from wheeler2.sync import publish_view, pull_target, sink_pulls
 from wheeler2.task import RewardHeads
 
 if TYPE_CHECKING:
@@ -136,12 +137,28 @@ class Member:
         self.last_metrics: dict[str, float] = {}
         self._store_logp = writer is not None and bool(writer.layout.logp)
         self._no_logp = np.full(env.num_envs, np.nan, np.float32)
+        # Policy state, one row per env copy (recurrent agents only; docs/architecture.md,
+        # "Policy state"). Feedforward agents keep the plain act(obs, explore) call.
+        self._state: np.ndarray | None = None
+        if getattr(agent, "state_dim", 0) > 0:
+            self._initial = agent.initial_state(env.num_envs)
+            self._state = self._initial.copy()
+        # The buffer's state column (its width is the learner's): a member whose state is
+        # another width, or who has none, stores zeros there.
+        width = int(getattr(writer.layout, "state_dim", 0) or 0) if writer is not None else 0
+        self._store_state = width > 0
+        self._same_width = width == getattr(agent, "state_dim", 0)
+        self._no_state = np.zeros((env.num_envs, width), np.float32)
 
     def step(self) -> int:
         """One vector step of every copy. Returns the number of env steps taken."""
         obs, ag, dg = self._obs, self._ag, self._dg
         pin = policy_obs(obs, dg)
-        out = self.agent.act(pin, explore=True)
+        state = self._state
+        if state is None:
+            out = self.agent.act(pin, explore=True)
+        else:
+            out = self.agent.act(pin, explore=True, state=state)
         st: EnvStep = self.env.step(out.action)
         valid = _valid_mask(st)
         reward = self.heads.compute(
@@ -168,6 +185,7 @@ class Member:
                 reset_obs=policy_obs(st.obs, st.desired_goal),
                 act_out=out,
                 active=valid,
+                state=state,
             )
         )
         if metrics:
@@ -190,13 +208,41 @@ class Member:
                 desired_goal=dg,
                 next_achieved_goal=st.final_achieved_goal,
                 valid=valid,
+                **self._state_column(state),
             )
+        if state is not None:
+            self._state = self._next_state(out.state, st, valid, state)
         self._track_returns(st, reward)
         self._obs, self._ag, self._dg = st.obs, st.achieved_goal, st.desired_goal
         # Env steps count real agent-steps: an absent multi-agent row took none.
         n = self.env.num_envs if valid is None else int(valid.sum())
         self.stats.env_steps += n
         return n
+
+    def _state_column(self, state: np.ndarray | None) -> dict[str, np.ndarray]:
+        """``state=`` for the writer, only when the buffer has the column."""
+        if not self._store_state:
+            return {}
+        return {"state": state if self._same_width and state is not None else self._no_state}
+
+    def _next_state(
+        self, out: np.ndarray | None, st: EnvStep, valid: np.ndarray | None, before: np.ndarray
+    ) -> np.ndarray:
+        """The state each copy acts in next: the agent's, back to the initial one where the
+        episode ended; a multi-agent row that was absent keeps the state it had."""
+        if out is None or out.shape != before.shape:
+            raise RuntimeError(
+                f"{type(self.agent).__name__}.act must return ActOut.state of shape "
+                f"{before.shape} (its state_dim is {self.agent.state_dim})"
+            )
+        # A copy: ActOut.state may be the agent's own buffer, and the rows are edited below.
+        nxt = np.array(out, np.float32)
+        done = st.terminated | st.truncated
+        if valid is not None:
+            nxt[~valid] = before[~valid]
+        if done.any():
+            nxt[done] = self._initial[done]
+        return nxt
 
     def _track_returns(self, st: EnvStep, reward: np.ndarray) -> None:
         self._ep_return += st.reward
@@ -437,6 +483,8 @@ class MemberLoop:
         self.member.stats.resume_from(wiring.env_steps)
         self.trainer = Trainer(agent, replay, own) if self.learner and replay is not None else None
         self.sink = wiring.sink if self.learner else None
+        # The actor, or with it the modules the table's explorers pull by name (sync.ModuleSet).
+        self.published = None if self.sink is None else publish_view(agent, sink_pulls(self.sink))
         self.eval_env = None
         if self.learner:
             self.eval_env = build.make_env(
@@ -446,7 +494,7 @@ class MemberLoop:
         self.source = None
         sync = plan.spec.sync
         if not self.learner and sync is not None and wiring.source is not None:
-            self.source = wiring.source(agent.actor)
+            self.source = wiring.source(pull_target(agent))
             self._closing.append(self.source)
             self.source.pull()
         self.sync_every = int(sync.every) if sync is not None else 0
@@ -509,7 +557,7 @@ class MemberLoop:
         # inside step) every PUBLISH_EVERY of their env steps.
         progress = trainer.updates if trainer is not None else self.member.stats.env_steps
         if self.sink is not None and progress >= self.next_publish:
-            self.sink.publish(self.agent.actor)
+            self.sink.publish(self.published)
             self.next_publish = progress + PUBLISH_EVERY
         total = self.budget.run_steps(self.member.stats.env_steps)
         if total >= self.next_eval:
