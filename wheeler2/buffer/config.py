@@ -27,9 +27,13 @@ class Layout:
     num_heads: int = 1
     goal_dim: int = 0
     logp: bool = False
+    # Width of the policy-state column (a recurrent learner's state_dim; 0: no column). Rows
+    # written without a state, or by a member whose state has another width, hold zeros.
+    state_dim: int = 0
 
     def __post_init__(self) -> None:
-        if self.obs_dim <= 0 or self.act_dim <= 0 or self.num_heads <= 0 or self.goal_dim < 0:
+        bad = self.obs_dim <= 0 or self.act_dim <= 0 or self.num_heads <= 0
+        if bad or self.goal_dim < 0 or self.state_dim < 0:
             raise ReplayError(f"invalid layout {self}")
 
     @property

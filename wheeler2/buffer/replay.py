@@ -353,7 +353,9 @@ class Replay:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("format") != "wheeler2.replay/1":
             raise ReplayError("not a wheeler2 replay state")
-        if state["capacity"] != self.cfg.capacity or state["layout"] != repr(self.layout):
+        # Checkpoints from before the state column spell the layout without state_dim.
+        layouts = {repr(self.layout), repr(self.layout).replace(", state_dim=0)", ")")}
+        if state["capacity"] != self.cfg.capacity or state["layout"] not in layouts:
             raise ReplayError(
                 f"replay checkpoint is for capacity {state['capacity']} and {state['layout']}, "
                 f"this buffer has capacity {self.cfg.capacity} and {self.layout!r}"

@@ -82,6 +82,10 @@ def field_specs(layout: Layout, cfg: ReplayConfig) -> dict[str, tuple[tuple[int,
         specs["action"] = ((c,), np.int64)
     if layout.goal_dim:
         specs["ep_end"] = ((c,), np.int64)  # absolute number of the episode's last step
+    if layout.state_dim:
+        # A segment of its own, not a packed column: only a sequence's first step is read, and
+        # in the packed rows it would widen every gathered step by state_dim floats.
+        specs["state"] = ((c, layout.state_dim), np.float32)
     if cfg.prioritized:
         specs["priority"] = ((padded_size(c),), np.float64)  # priority ** alpha per slot
     specs["hdr"] = ((INT_HEADER,), np.int64)
@@ -101,6 +105,7 @@ DATA_FIELDS = (
     "achieved_goal",
     "desired_goal",
     "next_achieved_goal",
+    "state",
     "episode",
     "step",
 )

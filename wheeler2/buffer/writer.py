@@ -50,6 +50,9 @@ class Writer:
         if lay.goal_dim:
             for name in ("achieved_goal", "desired_goal", "next_achieved_goal"):
                 self._shapes[name] = ((lay.goal_dim,), np.float32)
+        if lay.state_dim:
+            self._shapes["state"] = ((lay.state_dim,), np.float32)
+            self._no_state = np.zeros((n, lay.state_dim), np.float32)
         self.fields = [f for f in DATA_FIELDS if f in self._shapes]
         self.stage = {f: np.zeros((n, self.cap, *s), dtype=d) for f, (s, d) in self._shapes.items()}
         self.count = np.zeros(n, dtype=np.int64)
@@ -74,8 +77,12 @@ class Writer:
         desired_goal: np.ndarray | None = None,
         next_achieved_goal: np.ndarray | None = None,
         valid: np.ndarray | None = None,
+        state: np.ndarray | None = None,
     ) -> None:
         """Stage one vector step (N rows); flushes by itself at episode ends and every chunk.
+
+        ``state`` ([N, state_dim] float32): the policy state each ``obs`` was seen in, stored
+        where the layout has a state column (zeros when omitted; ignored without the column).
 
         ``valid`` ([N] bool, default all True) leaves rows out entirely: an absent multi-agent row
         is not staged and does not advance its copy's step-in-episode or links, so the row's
@@ -125,6 +132,8 @@ class Writer:
             values["achieved_goal"] = achieved_goal
             values["desired_goal"] = desired_goal
             values["next_achieved_goal"] = next_achieved_goal
+        if self.layout.state_dim:
+            values["state"] = self._no_state if state is None else state
         for name, v in values.items():
             v = np.asarray(v)
             if v.shape[0] != n:
