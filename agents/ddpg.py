@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from agents.detached import HeadActorTrainer, head_problem
 from agents.nets import (
     DeterministicActor,
     NumpyForward,
@@ -82,6 +83,12 @@ class Params:
     rbf_centers: int = bounded(64, ge=1)  # number of centers, drawn from N(0, I)
     rbf_width: float = bounded(0.0, ge=0)  # kernel width; 0 = sqrt(obs_dim)
     rbf_seed: int = bounded(0, ge=0)  # seed of the centers (members with one seed share them)
+    # Detached per-head explorer (agents/detached.py): on an explorer, the reward head whose
+    # critic, pulled from the learner each sync, its own actor is trained against; "" = none.
+    head: str = ""
+    head_updates: float = bounded(0.5, gt=0)  # its actor's updates per env step it takes
+    head_batch: int = bounded(256, ge=1)  # states per actor update
+    head_states: int = bounded(10_000, ge=1)  # its last observations those states come from
 
 
 class DDPG(Agent):
@@ -155,6 +162,24 @@ class DDPG(Agent):
         self.env_steps = 0
         self.updates = 0
         self.last_actor_loss = 0.0
+        # A detached explorer's actor learns in observe, against the critic it pulls.
+        self.head_trainer: HeadActorTrainer | None = None
+        if p.head:
+            if p.head not in space.heads:
+                raise ValueError(f"head {p.head!r} is not one of the task's heads {space.heads}")
+            self.head_trainer = HeadActorTrainer(
+                self.actor_net,
+                self.critic,
+                space.heads.index(p.head),
+                self.actor_opt,
+                space.obs_dim,
+                window=p.head_states,
+                batch=p.head_batch,
+                per_step=p.head_updates,
+                max_grad_norm=p.max_grad_norm,
+                seed=seed + 4,
+                device=dev,
+            )
 
     @property
     def actor(self) -> nn.Module:
@@ -192,7 +217,28 @@ class DDPG(Agent):
         done = np.logical_or(step.terminated, step.truncated)
         if done.any():
             self.noise.reset(done)
+        trainer = self.head_trainer
+        if trainer is not None:
+            obs = step.obs if step.active is None else step.obs[step.active]
+            trainer.observe(obs)
+            if self.env_steps >= self.params.learning_starts:
+                return trainer.train(len(obs))
         return None
+
+    # Weight sync by name (wheeler2/sync.py): a learner offers its critic; a detached explorer
+    # takes it (every head's nets: it reads head h's) instead of the learner's actor.
+    def published_modules(self) -> dict[str, nn.Module]:
+        return {"critic": self.critic}
+
+    def pulled_modules(self) -> dict[str, nn.Module] | None:
+        return {"critic": self.critic} if self.head_trainer is not None else None
+
+    @staticmethod
+    def check_member(
+        params: Params, *, role: str, heads: tuple[str, ...], syncs: bool
+    ) -> tuple[str, str] | None:
+        """(key, problem) when these params cannot run in this role with these heads."""
+        return head_problem(params.head, role, heads, syncs, params.normalize_obs)
 
     def learn(self, batch: Batch) -> LearnOut:
         p = self.params

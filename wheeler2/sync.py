@@ -24,6 +24,16 @@ lets :func:`check_sync` refuse a learner and an explorer built for different act
 Weights are copied by shape only: what the layers compute around them (relu or tanh, a Q value
 or a logit in the head) is not compared, so a DQN trunk seeds a tanh PPO trunk of the same sizes.
 
+Other modules than the actor (issue 14, detached per-head explorers): a learner's agent may offer
+named modules through ``published_modules() -> {name: module}`` (DDPG offers ``"critic"``), and
+an explorer's agent may ask, through ``pulled_modules() -> {name: its own module}``, to take those
+instead of the learner's actor. Both are optional methods of an ``Agent``; the engine reads them
+with :func:`published_modules` and :func:`pulled_modules`, never by algorithm name. Only a table
+where some explorer pulls a module publishes it (:func:`publish_view`): one :class:`ModuleSet`
+holds the learner's actor, whose tensors keep their usual sync names, and each pulled module,
+whose tensors are named ``<module>/<path>`` (``critic/nets.1.head.weight``). A table where nobody
+pulls one publishes the actor alone, as before, at no extra cost.
+
 Segment layout: a 64-byte header (int64 version first) then the tensors, packed in
 ``state_dict()`` order under their role names. Consistency comes from ``flock`` on the segment's
 own file: the writer holds it exclusively while it copies, readers hold it shared while they
@@ -43,6 +53,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Any
 
 import numpy as np
 import torch
@@ -51,15 +62,21 @@ from torch import nn
 from wheeler2.buffer.shm import Segment
 
 __all__ = [
+    "ModuleSet",
     "SyncError",
     "SyncPlan",
     "WeightHandle",
     "WeightPublisher",
     "WeightClient",
     "blend",
+    "check_pulls",
     "check_sync",
     "float_state",
     "match_keep",
+    "publish_view",
+    "published_modules",
+    "pull_target",
+    "pulled_modules",
     "source_shapes",
 ]
 
@@ -107,6 +124,8 @@ def _float_entries(module: nn.Module) -> dict[str, tuple[str, tuple[int, ...]]]:
     A tensor under a role's sub-module is named by the role (a DiscreteQ's ``net.trunk.0.weight``
     is ``trunk.0.weight``); any other tensor (``log_std``, a buffer) keeps its own path.
     """
+    if isinstance(module, ModuleSet):
+        return module.entries()
     # Longest path first, so a role nested inside another role's sub-module wins.
     roles = sorted(_declared_roles(module).items(), key=lambda rp: -len(rp[1]))
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
@@ -132,6 +151,117 @@ def _float_entries(module: nn.Module) -> dict[str, tuple[str, tuple[int, ...]]]:
 
 def _float_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
     return {name: shape for name, (_, shape) in _float_entries(module).items()}
+
+
+# --------------------------------------------------------------------------------------------
+# modules other than the actor: what a learner publishes and an explorer pulls by name
+
+
+class ModuleSet(nn.Module):
+    """An actor (or none) and named modules, published or pulled as one block.
+
+    The actor's tensors keep the names they sync under alone, so an explorer that takes the
+    learner's actor is served by the same block; module ``name``'s tensors are ``name/<path>``.
+    The modules are registered, not copied: publishing reads their current weights and pulling
+    writes into them.
+    """
+
+    def __init__(self, actor: nn.Module | None, modules: dict[str, nn.Module]) -> None:
+        super().__init__()
+        bad = [name for name in modules if not name or "/" in name or "." in name]
+        if bad:
+            raise SyncError(f"module names for sync must be plain words, got {bad}")
+        self.actor = actor
+        self.pulled = nn.ModuleDict(modules)
+
+    def entries(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        out: dict[str, tuple[str, tuple[int, ...]]] = {}
+        if self.actor is not None:
+            for name, (path, shape) in _float_entries(self.actor).items():
+                out[name] = (f"actor.{path}", shape)
+        for key, module in self.pulled.items():
+            for path, tensor in module.state_dict().items():
+                if torch.is_floating_point(tensor):
+                    out[f"{key}/{path}"] = (f"pulled.{key}.{path}", tuple(tensor.shape))
+        return out
+
+
+def published_modules(agent: Any) -> dict[str, nn.Module]:
+    """The modules besides its actor that ``agent``, as a learner, offers to explorers by name
+    (its optional ``published_modules()``; none by default)."""
+    offer = getattr(agent, "published_modules", None)
+    return dict(offer()) if callable(offer) else {}
+
+
+def pulled_modules(agent: Any) -> dict[str, nn.Module] | None:
+    """What ``agent``, as a syncing explorer, takes from its learner instead of the actor:
+    name -> its own module (its optional ``pulled_modules()``). None: the actor, as usual."""
+    ask = getattr(agent, "pulled_modules", None)
+    wanted = ask() if callable(ask) else None
+    return None if not wanted else dict(wanted)
+
+
+def publish_view(agent: Any, pulls: Sequence[str]) -> nn.Module:
+    """What ``agent``, a table's learner, publishes when its explorers pull ``pulls``: its actor
+    alone where they pull nothing else (the usual block), else a :class:`ModuleSet`."""
+    if not pulls:
+        return agent.actor
+    offered = published_modules(agent)
+    missing = [name for name in pulls if name not in offered]
+    if missing:
+        raise SyncError(f"{type(agent).__name__} publishes no {missing}")
+    return ModuleSet(agent.actor, {name: offered[name] for name in pulls})
+
+
+def sink_pulls(sink: Any) -> tuple[str, ...]:
+    """The modules a weight sink's block holds besides the actor (a WeightPublisher knows them
+    from its layout; other sinks publish the actor alone)."""
+    return tuple(getattr(sink, "pulls", ()))
+
+
+def pull_target(agent: Any) -> nn.Module:
+    """The module an explorer's weight source writes into: its actor, or a :class:`ModuleSet`
+    of the modules it pulls by name."""
+    wanted = pulled_modules(agent)
+    return agent.actor if wanted is None else ModuleSet(None, wanted)
+
+
+def check_pulls(learner: Any, explorer: Any, keep: list[str], member: str) -> tuple[str, ...]:
+    """Fail early, naming ``member``, if the explorer agent cannot sync from the learner agent.
+
+    Returns the module names the explorer pulls by name (empty: it takes the actor, checked by
+    :func:`check_sync`). Raises :class:`SyncError` when the learner's algorithm does not publish
+    a module the explorer pulls, or the two modules' tensors differ in name or shape.
+    """
+    wanted = pulled_modules(explorer)
+    if wanted is None:
+        check_sync(learner.actor, explorer.actor, keep, member)
+        return ()
+    offered = published_modules(learner)
+    for name, module in wanted.items():
+        if name not in offered:
+            has = ", ".join(repr(n) for n in offered) or "nothing besides its actor"
+            raise SyncError(
+                f"[[team]] {member}: it pulls the learner's {name!r}, which the learner "
+                f"({type(learner).__name__}) does not publish (it publishes {has}); give the "
+                f"table a learner that does"
+            )
+        source, target = _float_shapes(offered[name]), _float_shapes(module)
+        if source != target:
+            first = next(n for n in [*source, *target] if source.get(n) != target.get(n))
+            a, b = (str(list(s[first])) if first in s else "absent" for s in (source, target))
+            raise SyncError(
+                f"[[team]] {member}: it copies the learner's {name} whole, and the two differ "
+                f"({first}: learner {a} vs {member} {b}); set the same "
+                f"hidden sizes and {name} options in both members' [team.params]"
+            )
+    _plan(
+        _float_shapes(ModuleSet(None, {n: offered[n] for n in wanted})),
+        ModuleSet(None, wanted),
+        keep,
+        member,
+    )
+    return tuple(wanted)
 
 
 # --------------------------------------------------------------------------------------------
@@ -439,6 +569,12 @@ class WeightPublisher:
 
     def handle(self) -> WeightHandle:
         return self._handle
+
+    @property
+    def pulls(self) -> tuple[str, ...]:
+        """The modules the block holds besides the actor (see :class:`ModuleSet`)."""
+        names = (name.split("/", 1)[0] for name, _, _ in self._handle.layout if "/" in name)
+        return tuple(dict.fromkeys(names))
 
     @property
     def version(self) -> int:

@@ -154,9 +154,9 @@ class LocalTransport:
                     saved = build.saved_replay(payload, table)
                     if saved is not None:
                         replay.load_state_dict(saved)
-                publisher = WeightPublisher.create(table.learner.actor)
+                publisher = WeightPublisher.create(table.published)
                 self.publishers[table.name] = publisher
-                publisher.publish(table.learner.actor)
+                publisher.publish(table.published)
         except BaseException:
             self.close()
             raise

@@ -34,6 +34,7 @@ from wheeler2.runtime.messages import (
     Started,
     StateReply,
 )
+from wheeler2.sync import publish_view, pull_target, sink_pulls
 from wheeler2.task import RewardHeads
 
 if TYPE_CHECKING:
@@ -482,6 +483,8 @@ class MemberLoop:
         self.member.stats.resume_from(wiring.env_steps)
         self.trainer = Trainer(agent, replay, own) if self.learner and replay is not None else None
         self.sink = wiring.sink if self.learner else None
+        # The actor, or with it the modules the table's explorers pull by name (sync.ModuleSet).
+        self.published = None if self.sink is None else publish_view(agent, sink_pulls(self.sink))
         self.eval_env = None
         if self.learner:
             self.eval_env = build.make_env(
@@ -491,7 +494,7 @@ class MemberLoop:
         self.source = None
         sync = plan.spec.sync
         if not self.learner and sync is not None and wiring.source is not None:
-            self.source = wiring.source(agent.actor)
+            self.source = wiring.source(pull_target(agent))
             self._closing.append(self.source)
             self.source.pull()
         self.sync_every = int(sync.every) if sync is not None else 0
@@ -554,7 +557,7 @@ class MemberLoop:
         # inside step) every PUBLISH_EVERY of their env steps.
         progress = trainer.updates if trainer is not None else self.member.stats.env_steps
         if self.sink is not None and progress >= self.next_publish:
-            self.sink.publish(self.agent.actor)
+            self.sink.publish(self.published)
             self.next_publish = progress + PUBLISH_EVERY
         total = self.budget.run_steps(self.member.stats.env_steps)
         if total >= self.next_eval:

@@ -70,8 +70,8 @@ class SerialTransport:
                     if saved is not None:
                         replay.load_state_dict(saved)
                 if table.syncs:
-                    publisher = WeightPublisher.create(table.learner.actor)
-                    publisher.publish(table.learner.actor)
+                    publisher = WeightPublisher.create(table.published)
+                    publisher.publish(table.published)
                     self.publishers[table.name] = publisher
             for p in plans:
                 state, env_steps = build.member_payload(payload, p.name)
