@@ -91,11 +91,15 @@ def make_task(config: Config) -> Task | None:
 
 def make_heads(config: Config, env: VecEnv, task: Task | None) -> RewardHeads:
     """The run's reward heads: the ``[[task.heads]]`` the file wrote, else those the task class
-    declares (:func:`wheeler2.task.reward_head`), else the env reward alone."""
+    declares (:func:`wheeler2.task.reward_head`), else those the env adapter declares
+    (``reward_heads``), else the env reward alone."""
     head_specs = list(config.task.heads)
     goal_reward = getattr(env, "compute_reward", None) if env.info.goal_dim else None
     if task is not None and not _heads_written(config) and task.declared_heads():
         head_specs = [HeadConfig(n, m, w) for n, m, w in task.declared_heads()]
+    elif not _heads_written(config) and getattr(env, "reward_heads", None):
+        # An adapter with a vector reward (envs/mo.py) names its heads as "module:attr" specs.
+        head_specs = [HeadConfig(h.name, head_reward_spec(h), h.weight) for h in env.reward_heads]
     if not head_specs:
         return RewardHeads([Head("env", 1.0, None)], goal_reward)
     heads = []
@@ -278,6 +282,8 @@ class TableSetup:
     info: EnvInfo
     learner: Agent  # the driver's copy: sync checks, the replay's gamma, the publish layout
     uses_logp: bool  # some explorer stores a behaviour log-prob
+    # Modules besides the actor that its explorers pull by name (detached explorers: "critic").
+    pulls: tuple[str, ...] = ()
 
     @property
     def uses_replay(self) -> bool:
@@ -291,6 +297,13 @@ class TableSetup:
     def layout(self) -> Any:
         state_dim = int(getattr(self.learner, "state_dim", 0))
         return replay_layout(self.info, self.heads, logp=self.uses_logp, state_dim=state_dim)
+
+    @property
+    def published(self) -> Any:
+        """What the learner publishes: its actor, plus the modules its explorers pull."""
+        from wheeler2.sync import publish_view
+
+        return publish_view(self.learner, self.pulls)
 
 
 @dataclass
@@ -328,17 +341,20 @@ def prepare_team(config: Config, payload: dict[str, Any]) -> TeamSetup:
 def _prepare_table(
     config: Config, name: str, index: int, plans: list[MemberPlan], payload: dict[str, Any]
 ) -> TableSetup:
-    from wheeler2.sync import SyncError, check_sync
+    from wheeler2.sync import SyncError, check_pulls
 
     lead = learner_plan(plans)
     info, heads = _probe(config, lead, with_heads=True)
     space = space_info(info, heads)
+    for p in plans:
+        _check_member(config, p, heads.names)
     learner = _agent(config, lead, space, member_seed(config, lead))
     # A checkpoint written before the learner's first report has no state for it: start fresh.
     state = (payload.get("members") or {}).get(lead.name) if payload else None
     if state is not None:
         learner.load_state_dict(state)
     uses_logp = False
+    pulls: list[str] = []
     checked: set[str] = set()
     for p in plans:
         if p.role == "learner" or p.team in checked:
@@ -350,15 +366,29 @@ def _prepare_table(
         uses_logp = uses_logp or not explorer.uses_replay
         if p.spec.sync is not None:
             try:
-                check_sync(learner.actor, explorer.actor, list(p.spec.sync.keep), p.team)
+                pulled = check_pulls(learner, explorer, list(p.spec.sync.keep), p.team)
             except SyncError as exc:  # its text names the member already: said once here
                 text = str(exc).removeprefix(f"[[team]] {p.team}: ")
                 raise _error(config, p, "sync", text) from None
-    return TableSetup(name, index, plans, lead, heads, info, learner, uses_logp)
+            pulls += [m for m in pulled if m not in pulls]
+    return TableSetup(name, index, plans, lead, heads, info, learner, uses_logp, tuple(pulls))
 
 
 def _error(config: Config, plan: MemberPlan, key: str, message: str) -> ConfigError:
     return ConfigError(str(config.path), f"[[team]] {plan.team}", key, message)
+
+
+def _check_member(config: Config, plan: MemberPlan, heads: tuple[str, ...]) -> None:
+    """An algorithm's own rule on a member's params, role and the run's heads (its optional
+    ``check_member``), raised as a ConfigError naming the member and the key."""
+    check = getattr(registry.resolve_algo(plan.algo), "check_member", None)
+    if check is None:
+        return
+    params = params_of(plan.spec, plan.copy)
+    problem = check(params, role=plan.role, heads=tuple(heads), syncs=plan.spec.sync is not None)
+    if problem is not None:
+        key, message = problem
+        raise _error(config, plan, key, message)
 
 
 def _probe(
