@@ -3,10 +3,18 @@
 Modules: ``storage`` (shared ring + header), ``sumtree`` (sum/min tree), ``sampler``
 (prioritized / uniform draws and weights), ``nstep`` (windows and returns), ``her`` (goal
 relabelling), ``gate`` (updates-per-insert ratio), ``writer`` (producer staging), ``replay``
-(the facade the engine uses), ``locks`` and ``shm`` (process-safe primitives).
+(the facade the engine uses), ``sequence`` (sequence replay for recurrent learners), ``locks``
+and ``shm`` (process-safe primitives).
 """
 
-from .config import HerConfig, Layout, ReplayConfig, ReplayError, ReplayTimeout
+from .config import (
+    HerConfig,
+    Layout,
+    ReplayConfig,
+    ReplayError,
+    ReplayTimeout,
+    SequenceConfig,
+)
 from .replay import Replay, ReplayHandle
 from .writer import Writer
 
@@ -18,5 +26,6 @@ __all__ = [
     "ReplayError",
     "ReplayHandle",
     "ReplayTimeout",
+    "SequenceConfig",
     "Writer",
 ]

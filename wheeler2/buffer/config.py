@@ -61,6 +61,35 @@ class HerConfig:
 
 
 @dataclass(frozen=True)
+class SequenceConfig:
+    """Sequence replay (R2D2, Kapturowski et al. 2019) for a recurrent learner.
+
+    A sequence starts at every ``stride``-th step of an episode (step 0, stride, 2 stride, ...)
+    and spans ``burn_in + length`` steps; the first ``burn_in`` only rebuild the policy state
+    from the one stored at the start, except in a sequence that starts an episode, whose stored
+    state (the initial one) is exact and whose every step is trained.
+    """
+
+    length: int = bounded(40, gt=0)  # trained steps per sequence
+    burn_in: int = bounded(20, ge=0)  # steps before them that only refresh the stored state
+    stride: int = bounded(0, ge=0)  # steps between sequence starts; 0: length // 2 (R2D2)
+    eta: float = bounded(0.9, ge=0, le=1)  # priority: eta max|delta| + (1 - eta) mean|delta|
+
+    def __post_init__(self) -> None:
+        _refuse(self, "sequence")
+
+    @property
+    def every(self) -> int:
+        """Steps between sequence starts (``stride``, or half the length by default)."""
+        return int(self.stride) or max(1, int(self.length) // 2)
+
+    @property
+    def span(self) -> int:
+        """Steps one sequence covers: burn-in and trained."""
+        return int(self.burn_in) + int(self.length)
+
+
+@dataclass(frozen=True)
 class BufferConfig:
     """``[buffer]``, the user-facing replay settings; every default here is the file's default.
 
@@ -100,6 +129,9 @@ class ReplayConfig(BufferConfig):
     # How many inserts producers may run ahead of the learner before a flush blocks.
     gate_tolerance: int = bounded(2048, ge=0)
     timeout_s: float = bounded(60.0, gt=0)
+    # A recurrent learner's sequences; None samples transitions. With it, ``sample`` returns
+    # sequences and the priority tree ranks sequence starts (``buffer.sequence``).
+    sequence: SequenceConfig | None = None
 
     def __post_init__(self) -> None:
         # updates_per_insert <= 0 disables the gate (the learner samples as fast as it can,

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import sequence as sequences
 from .config import Layout, ReplayConfig, ReplayError
 from .gate import RatioGate
 from .her import Relabel, call_relabel, choose_goals, relabel_rewards
@@ -97,6 +98,8 @@ class Replay:
                 raise ReplayError("HER terminate_on_goal needs a reached function and n_step = 1")
         if not 0.0 <= gamma <= 1.0:
             raise ReplayError(f"gamma must lie in [0, 1], got {gamma}")
+        if cfg.sequence is not None:
+            sequences.check(layout, cfg)
         handle = ReplayHandle(new_prefix(), layout, cfg, float(gamma), relabel, seed, reached)
         return cls(handle, True)
 
@@ -147,6 +150,8 @@ class Replay:
     def sampler(self) -> PrioritizedSampler | UniformSampler:
         if self._sampler is None:
             kind = PrioritizedSampler if self.cfg.prioritized else UniformSampler
+            if self.cfg.sequence is not None:
+                kind = sequences.SequenceSampler
             self._sampler = kind(self.storage, self.cfg, self._rng)
         return self._sampler
 
@@ -157,29 +162,20 @@ class Replay:
     def sample(
         self, batch_size: int | None = None, timeout: float | None = None
     ) -> dict[str, np.ndarray]:
-        """One batch; blocks while the learner is ahead of the inserts (ratio gate)."""
+        """One batch; blocks while the learner is ahead of the inserts (ratio gate).
+
+        With ``cfg.sequence`` the batch is one of sequences (:meth:`sample_sequences`)."""
         self._check_open()
+        if self.cfg.sequence is not None:
+            return self.sample_sequences(batch_size, timeout)
         b = int(batch_size or self.cfg.batch_size)
         st = self.storage
         sampler = self.sampler
-        hdr = st.hdr
-        st.acquire()
-        try:
-            # Announce the learner before waiting: producers start honouring the gate now.
-            hdr[LEARNER_PID] = os.getpid()
-            self.gate.wait_learner(timeout)
-            hdr[UPDATES] += 1
-            st.fhdr[LAST_UPDATE] = time.time()
-            if hdr[SLEEP_PRODUCER]:
-                st.updated.notify_all()
-            updates = int(hdr[UPDATES])
-            sampler.sync(int(hdr[TOTAL]))
-        finally:
-            st.release()
+        updates = self._take_turn(timeout)
         j, weight = sampler.draw(b, updates)
         st.acquire()
         try:
-            total = int(hdr[TOTAL])
+            total = int(st.hdr[TOTAL])
             ok = st.valid(j, total)
             redraws = 0
             while not ok.all():
@@ -198,6 +194,80 @@ class Replay:
         finally:
             st.release()
         return self._finish(raw, j, weight)
+
+    def _take_turn(self, timeout: float | None) -> int:
+        """Pass the ratio gate as the learner and count the update; returns the update count
+        (beta's schedule). Syncs the sampler with the inserts so far."""
+        st = self.storage
+        hdr = st.hdr
+        sampler = self.sampler
+        st.acquire()
+        try:
+            # Announce the learner before waiting: producers start honouring the gate now.
+            hdr[LEARNER_PID] = os.getpid()
+            self.gate.wait_learner(timeout)
+            hdr[UPDATES] += 1
+            st.fhdr[LAST_UPDATE] = time.time()
+            if hdr[SLEEP_PRODUCER]:
+                st.updated.notify_all()
+            updates = int(hdr[UPDATES])
+            sampler.sync(int(hdr[TOTAL]))
+        finally:
+            st.release()
+        return updates
+
+    def sample_sequences(
+        self, batch_size: int | None = None, timeout: float | None = None
+    ) -> dict[str, np.ndarray]:
+        """``batch_size`` sequences of ``cfg.sequence`` (``buffer.sequence`` says how they are
+        cut), batch first: ``obs``, ``action``, ``alive``, ``mask`` [B, T, ...] with
+        T = burn_in + length; ``reward`` (n-step), ``discount``, ``boot`` [B, T]; ``next_obs``
+        [B, T + n - 1, ...]; ``state`` [B, state_dim] stored at each first step (layouts with
+        a state column); ``weight``, ``index`` [B]. Priorities go back through
+        ``update_priorities(index, sequence_priority(td, mask, eta))``."""
+        self._check_open()
+        seq = self.cfg.sequence
+        if seq is None:
+            raise ReplayError("this buffer was built without [sequence] settings")
+        b = int(batch_size or self.cfg.batch_size)
+        st = self.storage
+        sampler = self.sampler
+        updates = self._take_turn(timeout)
+        steps = seq.span + self.cfg.n_step - 1
+        j, weight = sampler.draw(b, updates)
+        st.acquire()
+        try:
+            total = int(st.hdr[TOTAL])
+            bad = np.ones(b, dtype=bool)
+            slots = np.empty((b, steps), dtype=np.int64)
+            alive = np.empty((b, steps), dtype=bool)
+            burn = np.empty(b, dtype=np.int64)
+            for redraw in range(_MAX_REDRAWS + 1):
+                idx = np.flatnonzero(bad)
+                ok = st.valid(j[idx], total)
+                drop = idx[~ok]
+                drop = drop[(j[drop] >= total - self.cfg.capacity) & (j[drop] < total)]
+                good = idx[ok]
+                if good.shape[0]:
+                    slots[good], alive[good] = sequences.walk(st, j[good], total, steps)
+                    burn[good] = sequences.burn_of(st, slots[good, 0], seq)
+                    empty = ~sequences.trained(alive[good], burn[good], seq).any(axis=1)
+                    # A start whose episode ends inside its burn-in never trains anything:
+                    # drop it for good. One cut short by the write head waits for more steps.
+                    drop = np.concatenate([drop, good[empty & sequences.ended(st, slots[good])]])
+                    ok[ok] = ~empty
+                bad[idx[ok]] = False
+                if not bad.any():
+                    break
+                if redraw == _MAX_REDRAWS:
+                    raise ReplayError("could not draw valid sequences; is the buffer empty?")
+                sampler.sync(total)
+                sampler.discard(j[drop])
+                j[bad], weight[bad] = sampler.draw(int(bad.sum()), updates)
+            raw = sequences.gather(st, self.cfg, j, slots, alive, burn, total, self._rng)
+        finally:
+            st.release()
+        return sequences.finish(raw, st, self.cfg, self.gamma, self.relabel, weight)
 
     def _gather(self, j: np.ndarray, total: int) -> dict[str, Any]:
         """Copy out everything the batch needs; lock held, ``j`` valid."""
