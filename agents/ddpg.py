@@ -211,6 +211,14 @@ class DDPG(Agent):
             x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
             return self.actor_net(self.obs_norm.normalize(x)).cpu().numpy()
 
+    def head_values(self, obs: np.ndarray) -> np.ndarray:
+        """Q_h(s, mu(s)) of each head, ``[N, H]``: evaluation holds it against each head's
+        discounted return (the optional per-head value query of wheeler2/runtime/evaluation.py)."""
+        with torch.inference_mode(), noise_off(self.actor_net):
+            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            x = self.obs_norm.normalize(x)
+            return self.critic(x, self.actor_net(x)).cpu().numpy()
+
     def observe(self, step: Transitions) -> dict[str, float] | None:
         self.env_steps += len(step.obs)
         self.obs_norm.update(step.obs)  # acting data only: evaluation never calls observe

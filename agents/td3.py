@@ -155,6 +155,20 @@ class TD3(Agent):
             a = np.clip(a + self.noise(n), -1.0, 1.0)
         return ActOut(action=a.astype(np.float32, copy=False))
 
+    def head_values(self, obs: np.ndarray) -> np.ndarray:
+        """Q_h(s, mu(s)) of each head, ``[N, H]``, from the critic the actor maximizes
+        (``actor_q``): evaluation holds it against each head's discounted return."""
+        with torch.inference_mode():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            x = self.obs_norm.normalize(x)
+            a = self.actor_net(x)
+            q = (
+                self.critic.q1(x, a)
+                if self.params.actor_q == "q1"
+                else self.critic(x, a).min(0).values
+            )
+            return q.cpu().numpy()
+
     def observe(self, step: Transitions) -> dict[str, float] | None:
         self.env_steps += len(step.obs)
         self.obs_norm.update(step.obs)  # acting data only: evaluation never calls observe

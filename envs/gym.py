@@ -62,7 +62,7 @@ class GymVecEnv:
         self.env_id = env_id
         self.num_envs = num_envs
         self._seed = seed
-        self.envs = [gym.make(env_id, **kwargs) for _ in range(num_envs)]
+        self.envs = [self._make_one(env_id, kwargs) for _ in range(num_envs)]
         obs_space = self.envs[0].observation_space
         act_space = self.envs[0].action_space
         self.goal = _is_goal_space(obs_space)
@@ -105,6 +105,10 @@ class GymVecEnv:
         self.action_space = act_space
 
     # -- helpers ---------------------------------------------------------------------------------
+    def _make_one(self, env_id: str, kwargs: dict[str, Any]) -> gym.Env:
+        """One copy; adapters built on this one (envs/mo.py) wrap it here."""
+        return gym.make(env_id, **kwargs)
+
     def _store(
         self, i: int, raw: Any, obs: np.ndarray, ag: np.ndarray | None, dg: np.ndarray | None
     ) -> None:

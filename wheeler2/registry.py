@@ -30,7 +30,9 @@ TASK_PACKAGE = "tasks"
 
 # Env ids with one of these prefixes go to an adapter module of the `envs` package, which exposes
 # `make(spec, kwargs, num_envs, seed) -> VecEnv`; everything else is a gymnasium id.
-ENV_ADAPTERS = {"pettingzoo": "envs.pettingzoo", "unity": "envs.unity"}
+# "mo:" is MO-Gymnasium: its ids are gymnasium ids too, but a vector reward needs the adapter
+# that turns it into reward heads (envs/mo.py), so the prefix says which one is meant.
+ENV_ADAPTERS = {"pettingzoo": "envs.pettingzoo", "unity": "envs.unity", "mo": "envs.mo"}
 
 
 class RegistryError(LookupError):
@@ -224,6 +226,10 @@ def check_env_id(env_id: str) -> None:
                 f"expected 'pettingzoo:<family>.<env>', e.g. 'pettingzoo:sisl.multiwalker_v9', "
                 f"got '{env_id}'"
             )
+        if prefix == "mo":  # a light package: a missing one or a typo is named at load time
+            problem = importlib.import_module(ENV_ADAPTERS[prefix]).id_problem(rest)
+            if problem:
+                raise RegistryError(problem)
         return
     import gymnasium
 

@@ -409,6 +409,8 @@ def _probe(
         env = make_env(config, 1, 0, plan)
     except FrameStackError as exc:  # [env] stack on an env it cannot stack
         raise ConfigError(file, "[env]", "stack", str(exc)) from None
+    except ConfigError as exc:  # an adapter's own key (envs/mo.py): the file is known here
+        raise ConfigError(file, exc.table, exc.key, exc.message) from None
     except Exception as exc:  # noqa: BLE001 - any failure to build is the env's to report
         msg = f"cannot build it: {type(exc).__name__}: {exc}"
         raise ConfigError(file, "[env]", "id", msg) from None

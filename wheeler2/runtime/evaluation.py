@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from wheeler2.agent import Agent
-from wheeler2.env import VecEnv, policy_obs
+from wheeler2.env import EnvStep, VecEnv, policy_obs
+from wheeler2.task import RewardHeads
 
 
 @dataclass
@@ -16,10 +18,17 @@ class EvalResult:
     std_return: float
     success: float | None  # fraction of episodes that ended in success, when the env reports it
     returns: list[float]
+    # Per reward head, when the agent answers head_values: {"q": mean Q_h(s0, pi(s0)),
+    # "return": mean discounted return of head h from s0, "error": q - return}.
+    heads: dict[str, dict[str, float]] | None = None
 
 
-def evaluate(agent: Agent, env: VecEnv, seed: int) -> EvalResult:
+def evaluate(agent: Agent, env: VecEnv, seed: int, heads: RewardHeads | None = None) -> EvalResult:
     """Run exactly one episode per copy of ``env`` with ``explore=False``.
+
+    With ``heads`` and an agent that has the optional ``head_values(obs) -> [N, H]`` method
+    (Q_h(s, pi(s)) per head; DDPG and TD3 have it), each head's value at the first state is
+    also held against that head's discounted return over the episode (``EvalResult.heads``).
 
     Copies run side by side so the actor sees one batch per step; a copy that finished keeps
     being stepped (autoreset) but its later episodes are ignored, which keeps the batch shape
@@ -34,6 +43,7 @@ def evaluate(agent: Agent, env: VecEnv, seed: int) -> EvalResult:
     # Recurrent agents: one state row per copy, as in training. A copy's later episodes are
     # ignored, so its state needs no reset at its episode end.
     state = agent.initial_state(n) if getattr(agent, "state_dim", 0) > 0 else None
+    check = _HeadValueCheck.start(agent, heads, policy_obs(obs, dg))
     while not finished.all():
         if state is None:
             out = agent.act(policy_obs(obs, dg), explore=False)
@@ -42,6 +52,8 @@ def evaluate(agent: Agent, env: VecEnv, seed: int) -> EvalResult:
             state = out.state
         st = env.step(out.action)
         returns[~finished] += st.reward[~finished]
+        if check is not None:
+            check.add(obs, out.action, st, ~finished)
         done = (st.terminated | st.truncated) & ~finished
         for i in np.flatnonzero(done):
             flag = st.infos[i].get("is_success") if isinstance(st.infos[i], dict) else None
@@ -55,4 +67,48 @@ def evaluate(agent: Agent, env: VecEnv, seed: int) -> EvalResult:
         std_return=float(returns.std()),
         success=float(known.mean()) if known.size else None,
         returns=[float(r) for r in returns],
+        heads=None if check is None else check.result(),
     )
+
+
+class _HeadValueCheck:
+    """Per head: Q_h(s0, pi(s0)) against sum_t gamma^t r_h,t of the same eval episode.
+
+    gamma is the agent's own ``params.gamma``; an episode cut by a time limit leaves out its
+    tail (gamma^T of it), which is small next to the return for the horizons we run.
+    """
+
+    def __init__(self, heads: RewardHeads, q0: np.ndarray, gamma: float) -> None:
+        self.heads, self.q0, self.gamma = heads, q0, gamma
+        self.ret = np.zeros_like(q0, dtype=np.float64)
+        self.disc = np.ones(len(q0), np.float64)
+
+    @classmethod
+    def start(
+        cls, agent: Agent, heads: RewardHeads | None, obs: np.ndarray
+    ) -> _HeadValueCheck | None:
+        query = getattr(agent, "head_values", None)
+        gamma = getattr(getattr(agent, "params", None), "gamma", None)
+        if heads is None or query is None or gamma is None:
+            return None
+        return cls(heads, np.asarray(query(obs), np.float64), float(gamma))
+
+    def add(self, obs: np.ndarray, action: Any, st: EnvStep, live: np.ndarray) -> None:
+        r = self.heads.compute(
+            obs,
+            action,
+            st.final_obs,
+            st.final_achieved_goal,
+            st.final_desired_goal,
+            st.infos,
+            st.reward,
+        )
+        self.ret[live] += self.disc[live, None] * r[live]
+        self.disc[live] *= self.gamma
+
+    def result(self) -> dict[str, dict[str, float]]:
+        q, ret = self.q0.mean(0), self.ret.mean(0)
+        return {
+            name: {"q": float(q[j]), "return": float(ret[j]), "error": float(q[j] - ret[j])}
+            for j, name in enumerate(self.heads.names)
+        }

@@ -173,13 +173,18 @@ class Recorder:
         return time.perf_counter() >= self.schedule.next_log
 
     def _eval_entry(self, env_steps: int, result: EvalResult) -> dict[str, Any]:
-        return {
+        entry = {
             "env_steps": env_steps,
             "wall_s": round(self.wall_s, 3),
             "return": result.mean_return,
             "return_std": result.std_return,
             "success": result.success,
         }
+        if result.heads is not None:  # each head's Q(s0, pi(s0)) against its discounted return
+            entry["heads"] = result.heads
+            errors = {f"value_error/{h}": v["error"] for h, v in result.heads.items()}
+            self.log.scalars("eval", env_steps, errors)
+        return entry
 
     def record_table_eval(
         self, table: str, learner: str, env_steps: int, result: EvalResult

@@ -566,7 +566,8 @@ class MemberLoop:
 
     def _evaluate(self, env_steps: int) -> None:
         self.last_eval = env_steps
-        result = evaluate(self.agent, self.eval_env, build.eval_reset_seed(self.config))
+        seed = build.eval_reset_seed(self.config)
+        result = evaluate(self.agent, self.eval_env, seed, heads=self.member.heads)
         self.link.send(Evaluated(self.plan.name, env_steps, result, self.agent.state_dict()))
 
     def finish(self) -> None:
