@@ -9,12 +9,20 @@ GRU's state is its ``h`` (``state_dim = size``), an LSTM's is ``h`` and ``c`` co
 multi-step kernel over every stretch of time steps in which no row starts an episode and only
 breaks the stretch where some row does, so a chunk with few episode ends costs a handful of
 kernel calls instead of one per step, and gives the same numbers as a loop of ``step``.
+
+:class:`RecurrentActor` and :class:`RecurrentCritic` put a core between a feedforward trunk and
+the last layer, for the on-policy agents (``core = "gru" | "lstm"`` in PPO's params).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import torch
 from torch import nn
+
+from agents.nets import activation, gaussian_entropy, gaussian_log_prob, ortho_init_
 
 CORE_KINDS = ("gru", "lstm")
 
@@ -83,3 +91,128 @@ class RecurrentCore(nn.Module):
             outs.append(y)
             state = self._pack(hidden)
         return torch.cat(outs, dim=0), state
+
+
+class RecurrentActor(nn.Module):
+    """A stochastic policy with memory: ``head(core(trunk(obs), state))``.
+
+    The trunk sees the observation alone, so it has the shape of a feedforward actor's trunk
+    and syncs from one by role (``sync_roles``); the core is outside every role, so an
+    explorer keeps its own core when its learner has none, and two recurrent actors sync it by
+    name. ``forward`` is not defined: a recurrent policy needs its state (:meth:`step`,
+    :meth:`sequence`). Outputs are logits (discrete) or the Gaussian mean (continuous, with a
+    state-independent ``log_std``).
+    """
+
+    sync_roles = {"trunk": "trunk", "head": "head"}
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        discrete: bool,
+        hidden: Sequence[int],
+        act: str,
+        kind: str,
+        size: int,
+        log_std_init: float = 0.0,
+        ortho: bool = True,
+    ) -> None:
+        super().__init__()
+        self.discrete = discrete
+        self.sync_actions = "discrete" if discrete else "continuous"
+        self.trunk = _trunk(obs_dim, hidden, act, ortho)
+        self.core = RecurrentCore(kind, hidden[-1] if hidden else obs_dim, size)
+        self.head = nn.Linear(size, act_dim)
+        if ortho:
+            # A small last layer starts the policy near uniform / near zero mean.
+            ortho_init_(self.head, 0.01)
+        if not discrete:
+            self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
+
+    @property
+    def state_dim(self) -> int:
+        return self.core.state_dim
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``obs [N, obs_dim]`` -> (logits or mean ``[N, act_dim]``, next state)."""
+        y, state = self.core.step(self.trunk(obs), state)
+        return self.head(y), state
+
+    def sequence(
+        self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``obs [T, N, obs_dim]`` replayed from ``state0`` -> (outputs ``[T, N, act_dim]``,
+        state after the last step); ``starts`` as in :meth:`RecurrentCore.sequence`."""
+        y, state = self.core.sequence(self.trunk(obs), state0, starts)
+        return self.head(y), state
+
+    def sample(
+        self, out: torch.Tensor, explore: bool, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(env action, raw sample, log-prob of the raw sample) from the outputs ``out``, the
+        way ``agents.nets.sample_action`` draws from a feedforward actor."""
+        if self.discrete:
+            logp_all = torch.log_softmax(out, dim=-1)
+            if explore:
+                raw = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)
+            else:
+                raw = out.argmax(-1)
+            return raw, raw, logp_all.gather(-1, raw.unsqueeze(-1)).squeeze(-1)
+        log_std = self.log_std.expand_as(out)
+        raw = out
+        if explore:
+            noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
+            raw = out + log_std.exp() * noise
+        return raw.clamp(-1.0, 1.0), raw, gaussian_log_prob(raw, out, log_std)
+
+    def evaluate(self, out: torch.Tensor, raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """log pi(raw) and the entropy under the outputs ``out`` (any leading shape)."""
+        if self.discrete:
+            logp_all = torch.log_softmax(out, dim=-1)
+            logp = logp_all.gather(-1, raw.long().unsqueeze(-1)).squeeze(-1)
+            return logp, -(logp_all.exp() * logp_all).sum(-1)
+        log_std = self.log_std.expand_as(out)
+        return gaussian_log_prob(raw, out, log_std), gaussian_entropy(log_std).expand(
+            out.shape[:-1]
+        )
+
+
+class RecurrentCritic(nn.Module):
+    """V with memory: ``head(core(trunk(obs), state))`` -> ``[...]``."""
+
+    def __init__(
+        self, obs_dim: int, hidden: Sequence[int], act: str, kind: str, size: int, ortho: bool
+    ) -> None:
+        super().__init__()
+        self.trunk = _trunk(obs_dim, hidden, act, ortho)
+        self.core = RecurrentCore(kind, hidden[-1] if hidden else obs_dim, size)
+        self.head = nn.Linear(size, 1)
+        if ortho:
+            ortho_init_(self.head, 1.0)
+
+    @property
+    def state_dim(self) -> int:
+        return self.core.state_dim
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y, state = self.core.step(self.trunk(obs), state)
+        return self.head(y).squeeze(-1), state
+
+    def sequence(
+        self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        y, state = self.core.sequence(self.trunk(obs), state0, starts)
+        return self.head(y).squeeze(-1), state
+
+
+def _trunk(in_dim: int, hidden: Sequence[int], act: str, ortho: bool) -> nn.Sequential:
+    # The same layers as agents.nets.MLP's trunk, so role sync matches them by name and shape.
+    layers: list[nn.Module] = []
+    for h in hidden:
+        layers += [nn.Linear(in_dim, h), activation(act)()]
+        in_dim = h
+    trunk = nn.Sequential(*layers)
+    if ortho:
+        ortho_init_(trunk, math.sqrt(2))
+    return trunk

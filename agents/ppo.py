@@ -10,6 +10,17 @@ with r = pi(a|s) / pi_old(a|s). Defaults are Stable-Baselines3's PPO defaults.
 Rewards with several task heads are summed with the task's head weights into one reward.
 Episode ends: a terminated step does not bootstrap; a truncated (time-limit) step bootstraps from
 V of its true final observation, ``Transitions.next_obs``.
+
+Recurrent PPO (``core = "gru" | "lstm"``): the actor and (``critic_core``) the critic put a
+recurrent core between their trunk and their last layer (``agents/cores.py``), and the agent
+carries the engine's policy state (``state_dim > 0``; the actor's state, then the critic's). A
+rollout keeps the state every copy had at its first step and the episode-start flags; the
+update replays each copy's whole ``n_steps`` sequence through the cores from that state,
+resetting where an episode began, so the first epoch's log-probs are the behaviour ones.
+Minibatches are whole env-copy sequences: ``max(1, batch_size // n_steps)`` copies each
+(shuffled per epoch), as sb3-contrib's RecurrentPPO keeps sequences whole. V of each step and of
+the bootstrap observations are those computed while acting (the critic does not change during a
+rollout), which is what a replay from the stored states gives.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from agents.cores import RecurrentActor, RecurrentCritic
 from agents.nets import (
     ACTIVATIONS,
     VCritic,
@@ -62,6 +74,10 @@ class Params:
     activation: str = choice("tanh", tuple(ACTIVATIONS))
     log_std_init: float = 0.0  # initial log std of the Gaussian policy
     ortho_init: bool = True  # orthogonal init, small policy head
+    # Recurrent core between trunk and last layer: "none" (feedforward), "gru" or "lstm".
+    core: str = choice("none", ("none", "gru", "lstm"))
+    core_size: int = bounded(64, ge=1)  # width of the core's hidden state
+    critic_core: bool = True  # the critic has a core of its own too (else V(obs) alone)
     device: str = "cpu"  # "cpu" | "cuda"
 
 
@@ -92,18 +108,41 @@ class PPO(Agent):
                 raise ValueError(f"{name} must be 'constant' or 'linear'")
             if getattr(p, name) == "linear" and p.total_steps <= 0:
                 raise ValueError(f"{name} = 'linear' needs total_steps > 0")
+        self.recurrent = p.core != "none"
         with seeded(seed):
-            self.policy = build_actor(
-                space.obs_dim,
-                space.act_dim,
-                space.discrete,
-                p.hidden,
-                p.activation,
-                p.log_std_init,
-                p.ortho_init,
-            ).to(self.device)
-            self.critic = VCritic(space.obs_dim, p.hidden, p.activation, p.ortho_init)
+            if self.recurrent:
+                self.policy = RecurrentActor(
+                    space.obs_dim,
+                    space.act_dim,
+                    space.discrete,
+                    p.hidden,
+                    p.activation,
+                    p.core,
+                    p.core_size,
+                    p.log_std_init,
+                    p.ortho_init,
+                ).to(self.device)
+            else:
+                self.policy = build_actor(
+                    space.obs_dim,
+                    space.act_dim,
+                    space.discrete,
+                    p.hidden,
+                    p.activation,
+                    p.log_std_init,
+                    p.ortho_init,
+                ).to(self.device)
+            if self.recurrent and p.critic_core:
+                self.critic = RecurrentCritic(
+                    space.obs_dim, p.hidden, p.activation, p.core, p.core_size, p.ortho_init
+                )
+            else:
+                self.critic = VCritic(space.obs_dim, p.hidden, p.activation, p.ortho_init)
         self.critic.to(self.device)
+        # The policy state: the actor core's, then the critic core's (when it has one).
+        self.actor_state_dim = self.policy.state_dim if self.recurrent else 0
+        critic_state = self.critic.state_dim if isinstance(self.critic, RecurrentCritic) else 0
+        self.state_dim = self.actor_state_dim + critic_state
         self.params_list = list(self.policy.parameters()) + list(self.critic.parameters())
         self.opt = torch.optim.Adam(self.params_list, lr=p.lr, eps=1e-5)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
@@ -117,7 +156,9 @@ class PPO(Agent):
     def actor(self) -> nn.Module:
         return self.policy
 
-    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+    def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
+        if self.recurrent:
+            return self._act_recurrent(obs, explore, state)
         with torch.inference_mode():
             x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
             action, raw, logp = sample_action(self.policy, x, explore, self.gen)
@@ -126,6 +167,39 @@ class PPO(Agent):
         if not self.space.discrete:
             extras["raw_action"] = raw.cpu().numpy()  # for the update's log-prob
         return ActOut(action=action.cpu().numpy(), logp=logp.cpu().numpy(), extras=extras)
+
+    def _state(self, state: np.ndarray | None, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The engine's state rows as (actor part, critic part); None: every row starts."""
+        if state is None:
+            s = torch.zeros(n, self.state_dim, device=self.device)
+        else:
+            s = torch.as_tensor(state, dtype=torch.float32, device=self.device)
+        return s[:, : self.actor_state_dim], s[:, self.actor_state_dim :]
+
+    def _value_step(
+        self, x: torch.Tensor, critic_state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(self.critic, RecurrentCritic):
+            return self.critic.step(x, critic_state)
+        return self.critic(x), critic_state
+
+    def _act_recurrent(self, obs: np.ndarray, explore: bool, state: np.ndarray | None) -> ActOut:
+        with torch.inference_mode():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            sa, sc = self._state(state, len(obs))
+            out, sa = self.policy.step(x, sa)
+            action, raw, logp = self.policy.sample(out, explore, self.gen)
+            value, sc = self._value_step(x, sc)
+            nxt = torch.cat([sa, sc], dim=1)
+        extras = {"value": value.cpu().numpy()}
+        if not self.space.discrete:
+            extras["raw_action"] = raw.cpu().numpy()
+        return ActOut(
+            action=action.cpu().numpy(),
+            logp=logp.cpu().numpy(),
+            extras=extras,
+            state=nxt.cpu().numpy(),
+        )
 
     def observe(self, step: Transitions) -> dict[str, float] | None:
         n, dev = len(step.obs), self.device
@@ -137,7 +211,9 @@ class PPO(Agent):
         buf["next_obs"][t] = torch.as_tensor(step.next_obs, device=dev)
         raw = step.act_out.extras.get("raw_action", step.action)
         buf["action"][t] = torch.as_tensor(raw, device=dev)
-        if step.act_out.logp is not None:
+        if self.recurrent:
+            self._store_recurrent(step, buf, t)
+        elif step.act_out.logp is not None:
             buf["logp"][t] = torch.as_tensor(step.act_out.logp, device=dev)
         else:  # actions not drawn by act(explore=True): score them under the current policy
             with torch.no_grad():
@@ -157,10 +233,50 @@ class PPO(Agent):
         self.t = 0
         return self._update()
 
+    def _store_recurrent(self, step: Transitions, buf: dict[str, torch.Tensor], t: int) -> None:
+        """The recurrent rollout's extra columns: the chunk's initial state, episode starts,
+        the behaviour log-prob and the values seen while acting."""
+        dev, n = self.device, len(step.obs)
+        if step.state is None or step.act_out.state is None:
+            raise ValueError(
+                "recurrent PPO needs the policy state: Transitions.state (the state obs was "
+                "seen in) and ActOut.state; the engine passes both to agents with state_dim > 0"
+            )
+        if t == 0:
+            buf["state0"].copy_(torch.as_tensor(step.state, device=dev))
+        # An episode starts at t where the previous step (of this chunk or the last) ended one.
+        buf["starts"][t] = self._prev_done
+        self._prev_done = torch.as_tensor(step.terminated | step.truncated, device=dev)
+        sa, sc = self._state(step.state, n)
+        after_c = self._state(step.act_out.state, n)[1]
+        with torch.no_grad():
+            if step.act_out.logp is not None:
+                buf["logp"][t] = torch.as_tensor(step.act_out.logp, device=dev)
+            else:  # actions not drawn by act(explore=True): score them in the state they had
+                out, _ = self.policy.step(buf["obs"][t], sa)
+                buf["logp"][t] = self.policy.evaluate(out, buf["action"][t])[0]
+            value = step.act_out.extras.get("value")
+            if value is None:
+                value = self._value_step(buf["obs"][t], sc)[0]
+            buf["value"][t] = torch.as_tensor(value, device=dev)
+            # V(s'_t) in the state after step t: needed where the episode was cut by the time
+            # limit and at the chunk's last step; elsewhere it is the next step's value.
+            trunc = torch.as_tensor(step.truncated, device=dev)
+            if t == self.params.n_steps - 1 or bool(trunc.any()):
+                buf["next_value"][t] = self._value_step(buf["next_obs"][t], after_c)[0]
+
     def _empty_rollout(self, n: int) -> dict[str, torch.Tensor]:
         T, dev, s = self.params.n_steps, self.device, self.space
         act_shape = (T, n) if s.discrete else (T, n, s.act_dim)
-        return {
+        if self.recurrent:
+            self._prev_done = torch.zeros(n, dtype=torch.bool, device=dev)
+        recurrent = {
+            "state0": torch.zeros(n, self.state_dim, device=dev),
+            "starts": torch.zeros(T, n, dtype=torch.bool, device=dev),
+            "value": torch.zeros(T, n, device=dev),
+            "next_value": torch.zeros(T, n, device=dev),
+        }
+        return (recurrent if self.recurrent else {}) | {
             "obs": torch.zeros(T, n, s.obs_dim, device=dev),
             "next_obs": torch.zeros(T, n, s.obs_dim, device=dev),
             "action": torch.zeros(act_shape, device=dev, dtype=torch.long if s.discrete else None),
@@ -186,9 +302,12 @@ class PPO(Agent):
 
         T, n = buf["reward"].shape
         with torch.no_grad():
-            # Values under the current critic, both ends of every step, in two batched passes.
-            values = self.critic(buf["obs"].flatten(0, 1)).view(T, n)
-            next_values = self.critic(buf["next_obs"].flatten(0, 1)).view(T, n)
+            if self.recurrent:
+                values, next_values = self._recurrent_values(buf)
+            else:
+                # Values under the current critic, both ends of every step, in two batched passes.
+                values = self.critic(buf["obs"].flatten(0, 1)).view(T, n)
+                next_values = self.critic(buf["next_obs"].flatten(0, 1)).view(T, n)
             adv = gae(
                 buf["reward"],
                 values,
@@ -205,14 +324,17 @@ class PPO(Agent):
         valid = buf["valid"].flatten()
         masked = bool((valid < 1.0).any())
 
-        size = T * n
         stats = torch.zeros(5, device=self.device)
         num_minibatches = 0
         for _ in range(p.n_epochs):
-            perm = torch.randperm(size, generator=self.gen, device=self.device)
-            for start in range(0, size, p.batch_size):
-                mb = perm[start : start + p.batch_size]
-                logp, entropy = evaluate_actions(self.policy, obs[mb], action[mb])
+            for mb in self._minibatches(T, n):
+                if self.recurrent:
+                    logp, entropy, v = self._replay(buf, mb, T)
+                    mb = mb.unsqueeze(0) + n * torch.arange(T, device=self.device)[:, None]
+                    mb = mb.flatten()  # the flat rows [t * n + copy] of those copies
+                else:
+                    logp, entropy = evaluate_actions(self.policy, obs[mb], action[mb])
+                    v = self.critic(obs[mb])
                 log_ratio = logp - old_logp[mb]
                 ratio = log_ratio.exp()
                 a = adv[mb]
@@ -227,7 +349,6 @@ class PPO(Agent):
                         a = (a - mu) / (sd + 1e-8)
                 policy_loss = -clipped_surrogate(ratio, a, clip, w)
 
-                v = self.critic(obs[mb])
                 v_err = (v - returns[mb]).pow(2)
                 if p.clip_range_vf > 0:
                     # Pessimistic value clipping as in the reference PPO2 implementation.
@@ -266,6 +387,41 @@ class PPO(Agent):
             "lr": lr,
             "clip_range": clip,
         }
+
+    def _minibatches(self, T: int, n: int) -> list[torch.Tensor]:
+        """One epoch's minibatches: flat step indices (feedforward), or env-copy indices
+        (recurrent: each copy's whole sequence, ``batch_size // T`` copies a minibatch)."""
+        bs = self.params.batch_size
+        if self.recurrent:
+            perm = torch.randperm(n, generator=self.gen, device=self.device)
+            per = max(1, bs // T)
+            return [perm[i : i + per] for i in range(0, n, per)]
+        perm = torch.randperm(T * n, generator=self.gen, device=self.device)
+        return [perm[i : i + bs] for i in range(0, T * n, bs)]
+
+    def _replay(
+        self, buf: dict[str, torch.Tensor], copies: torch.Tensor, T: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Log-probs of the stored actions, entropies and values of ``copies``' sequences,
+        replayed from the chunk's initial state, as flat ``[T * len(copies)]`` (time-major)."""
+        state0, starts = buf["state0"][copies], buf["starts"][:, copies]
+        obs = buf["obs"][:, copies]
+        out, _ = self.policy.sequence(obs, state0[:, : self.actor_state_dim], starts)
+        logp, entropy = self.policy.evaluate(out, buf["action"][:, copies])
+        if isinstance(self.critic, RecurrentCritic):
+            v, _ = self.critic.sequence(obs, state0[:, self.actor_state_dim :], starts)
+        else:
+            v = self.critic(obs)
+        return logp.flatten(), entropy.flatten(), v.flatten()
+
+    def _recurrent_values(self, buf: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """V(s_t) and V(s'_t) from the values computed while acting: inside an episode
+        V(s'_t) is the next step's value; at a truncation and at the last step it was computed
+        from the state after the step (``_store_recurrent``)."""
+        values = buf["value"]
+        following = torch.cat([values[1:], buf["next_value"][-1:]], dim=0)
+        truncated = buf["done"].bool() & ~buf["terminated"].bool()
+        return values, torch.where(truncated, buf["next_value"], following)
 
     def state_dict(self) -> dict[str, Any]:
         # The rollout in progress is not saved: a resumed agent starts a fresh one.

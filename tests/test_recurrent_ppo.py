@@ -1,0 +1,255 @@
+"""Recurrent PPO (``core = "gru" | "lstm"``, issue 15): the update replays what the policy did."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import envs.novel  # noqa: F401 - registers the NoVel ids
+from agents.cores import RecurrentActor, RecurrentCritic
+from agents.ppo import PPO, Params
+from envs.gym import GymVecEnv
+from wheeler2 import registry
+from wheeler2.agent import SpaceInfo, Transitions
+from wheeler2.runtime.member import Member
+from wheeler2.sync import WeightClient, WeightPublisher, check_sync
+from wheeler2.task import Head, RewardHeads
+
+ENV_HEAD = RewardHeads([Head("env", 1.0, None)], None)
+
+
+def synthetic_run(discrete: bool, **params: object) -> tuple[dict[str, float], float, PPO]:
+    """12 steps of 4 copies with random transitions and episode ends: one or two updates."""
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=discrete)
+    agent = PPO(
+        space, Params(n_steps=6, batch_size=8, n_epochs=3, hidden=[16, 16], **params), seed=3
+    )
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(4, 3)).astype(np.float32)
+    state = agent.initial_state(4) if agent.state_dim else None
+    metrics: dict[str, float] = {}
+    for _ in range(12):
+        out = agent.act(obs, explore=True, state=state)
+        nxt = rng.normal(size=(4, 3)).astype(np.float32)
+        term, trunc = rng.random(4) < 0.1, rng.random(4) < 0.1
+        reward = rng.normal(size=(4, 1)).astype(np.float32)
+        step = Transitions(obs, out.action, reward, nxt, term, trunc, nxt, out, state=state)
+        metrics = agent.observe(step) or metrics
+        obs = nxt
+        if state is not None:
+            state = out.state.copy()
+            state[term | trunc] = 0.0
+    total = sum(float(v.double().sum()) for v in agent.policy.state_dict().values())
+    total += sum(float(v.double().sum()) for v in agent.critic.state_dict().values())
+    return metrics, total, agent
+
+
+@pytest.mark.parametrize(
+    "discrete,weights,policy_loss,value_loss",
+    [
+        # Measured with agents/ppo.py as it was before recurrent cores were added (f7168d2).
+        (True, -2.4796975096178357, -0.00010943371307803318, 3.72623872756958),
+        (False, -2.481597146135755, -0.0011330501874908805, 3.7259368896484375),
+    ],
+)
+def test_core_none_gives_the_same_numbers_as_before(
+    discrete: bool, weights: float, policy_loss: float, value_loss: float
+) -> None:
+    metrics, total, agent = synthetic_run(discrete)
+    assert agent.state_dim == 0
+    assert total == weights
+    assert metrics["policy_loss"] == policy_loss and metrics["value_loss"] == value_loss
+
+
+@pytest.mark.parametrize("kind,width", [("gru", 8 + 8), ("lstm", 16 + 16)])
+def test_state_is_the_actor_core_then_the_critic_core(kind: str, width: int) -> None:
+    agent = PPO(SpaceInfo(3, 2, True), Params(core=kind, core_size=8, hidden=[16]))
+    assert agent.state_dim == width and agent.actor_state_dim == width // 2
+    assert isinstance(agent.policy, RecurrentActor) and isinstance(agent.critic, RecurrentCritic)
+    out = agent.act(np.zeros((5, 3), np.float32), explore=True, state=agent.initial_state(5))
+    assert out.state.shape == (5, width) and out.state.dtype == np.float32
+    alone = PPO(SpaceInfo(3, 2, True), Params(core=kind, core_size=8, critic_core=False))
+    assert alone.state_dim == width // 2
+
+
+def spy_on_update(agent: PPO) -> list[dict[str, Any]]:
+    """Before each update, replay every copy's sequence and keep it beside what was stored,
+    with the critic as it was (the update changes it)."""
+    seen: list[dict[str, Any]] = []
+    update = agent._update
+
+    def spy() -> dict[str, float]:
+        buf = agent.rollout
+        T, n = buf["reward"].shape
+        with torch.no_grad():
+            logp, _, v = agent._replay(buf, torch.arange(n), T)
+        replayed = {"replay_logp": logp, "replay_v": v, "critic": copy.deepcopy(agent.critic)}
+        seen.append({k: t.clone() for k, t in buf.items()} | replayed)
+        return update()
+
+    agent._update = spy  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.mark.parametrize("env_id,kind", [("CartPoleNoVel-v1", "lstm"), ("PendulumNoVel-v1", "gru")])
+def test_the_replayed_log_probs_are_the_behaviour_ones(env_id: str, kind: str) -> None:
+    # Through the engine's member loop: it carries and resets the state; the agent stores the
+    # chunk's initial state and episode starts; replaying them must give back, step by step,
+    # the log-probs and values the actor and critic had while acting. CartPole episodes end
+    # early (terminations inside every chunk); Pendulum's are cut at 200 steps (truncations).
+    env = GymVecEnv(env_id, {}, 3, 0)
+    space = SpaceInfo(env.info.obs_dim, env.info.act_dim, env.info.discrete)
+    T = 50
+    agent = PPO(space, Params(core=kind, core_size=16, hidden=[16], n_steps=T, n_epochs=1), seed=1)
+    seen = spy_on_update(agent)
+    member = Member(
+        "m", "explorer", agent, env, RewardHeads([Head("env", 1.0, None)], None), None, 0
+    )
+    try:
+        for _ in range(5 * T):
+            member.step()
+    finally:
+        member.close()
+    assert len(seen) == 5
+    starts = torch.stack([b["starts"] for b in seen])
+    assert starts.any(), "no episode began inside a chunk: the test would not test resets"
+    for buf in seen:
+        n = buf["reward"].shape[1]
+        # Episode-start flags: step t starts an episode where step t-1 ended one.
+        torch.testing.assert_close(buf["starts"][1:], buf["done"][:-1].bool())
+        torch.testing.assert_close(buf["replay_logp"].view(T, n), buf["logp"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(buf["replay_v"].view(T, n), buf["value"], atol=1e-5, rtol=0)
+    if env_id == "PendulumNoVel-v1":
+        truncated = torch.stack([b["done"].bool() & ~b["terminated"].bool() for b in seen])
+        assert truncated.any()
+
+
+def test_a_truncated_step_bootstraps_from_the_state_after_it() -> None:
+    # V(s'_t) at a truncation is the critic in the state *after* step t: replay the critic up
+    # to t, one more step on the final observation, and compare with what the update uses.
+    env = GymVecEnv("PendulumNoVel-v1", {}, 2, 0)
+    T = 250
+    agent = PPO(SpaceInfo(2, 1, False), Params(core="gru", core_size=8, hidden=[8], n_steps=T))
+    seen = spy_on_update(agent)
+    member = Member(
+        "m", "explorer", agent, env, RewardHeads([Head("env", 1.0, None)], None), None, 0
+    )
+    for _ in range(T):
+        member.step()
+    member.close()
+    buf = seen[0]
+    t = 199  # both copies' first episode is cut at 200 steps
+    assert buf["done"][t].all() and not buf["terminated"][t].any()
+    critic = buf["critic"]
+    with torch.no_grad():
+        sc0 = buf["state0"][:, agent.actor_state_dim :]
+        _, s_after = critic.sequence(buf["obs"][: t + 1], sc0, buf["starts"][: t + 1])
+        expected, _ = critic.step(buf["next_obs"][t], s_after)
+    _, next_values = agent._recurrent_values(buf)
+    torch.testing.assert_close(next_values[t], expected, atol=1e-5, rtol=0)
+    # Elsewhere inside an episode it is simply the next step's value.
+    torch.testing.assert_close(next_values[:t], buf["value"][1 : t + 1])
+
+
+def test_minibatches_are_whole_env_copy_sequences() -> None:
+    agent = PPO(SpaceInfo(3, 2, True), Params(core="gru", n_steps=32, batch_size=64))
+    mbs = agent._minibatches(32, 8)
+    assert [len(m) for m in mbs] == [2, 2, 2, 2]
+    assert sorted(torch.cat(mbs).tolist()) == list(range(8))
+    # A batch smaller than one sequence still takes one whole copy.
+    agent.params.batch_size = 8
+    assert [len(m) for m in agent._minibatches(32, 3)] == [1, 1, 1]
+
+
+def test_recurrent_ppo_learns_on_synthetic_rollouts_without_error() -> None:
+    metrics, _, agent = synthetic_run(False, core="lstm", core_size=8)
+    assert agent.updates == 2 and np.isfinite(metrics["policy_loss"])
+
+
+def test_a_recurrent_explorer_keeps_its_core_when_syncing_from_ddpg() -> None:
+    # Sync takes the trunk (same shapes as DDPG's) and the head where core_size equals DDPG's
+    # last hidden width; the core is outside every role and DDPG has none: the explorer keeps it.
+    space = SpaceInfo(obs_dim=2, act_dim=1, discrete=False)
+    ddpg_cls = registry.resolve_algo("ddpg")
+    ddpg = ddpg_cls(space, ddpg_cls.Params(hidden=[32, 32]), seed=1)
+    ppo = PPO(space, Params(core="gru", core_size=32, hidden=[32, 32]), seed=2)
+    check_sync(ddpg.actor, ppo.actor, [], "explorer")
+    core_before = {k: v.clone() for k, v in ppo.actor.core.state_dict().items()}
+    with WeightPublisher.create(ddpg.actor) as pub:
+        client = WeightClient.attach(pub.handle(), ppo.actor, keep=[], alpha=1.0)
+        pub.publish(ddpg.actor)
+        assert client.pull() == 1
+        synced = set(client.synced)
+        client.close()
+    for name, value in ddpg.actor.trunk.state_dict().items():
+        assert torch.equal(ppo.actor.trunk.state_dict()[name], value)
+    assert torch.equal(ppo.actor.head.weight, ddpg.actor.head.weight)
+    for name, value in ppo.actor.core.state_dict().items():
+        assert torch.equal(value, core_before[name]), name
+    assert not any(name.startswith("core") for name in synced)
+    assert {"trunk.0.weight", "head.weight"} <= synced
+
+
+def team_cfg(tmp_path: Path, backend: str) -> Path:
+    text = f"""
+[experiment]
+name = "recurrent-team"
+seed = 0
+total_steps = 1200
+eval_every = 600
+eval_episodes = 2
+backend = "{backend}"
+progress = false
+
+[env]
+id = "PendulumNoVel-v1"
+num_envs = 2
+
+[buffer]
+capacity = 5000
+batch_size = 32
+prioritized = false
+
+[[team]]
+name = "target"
+algo = "ddpg"
+role = "learner"
+[team.params]
+learning_starts = 200
+hidden = [32, 32]
+
+[[team]]
+name = "explorer"
+algo = "ppo"
+role = "explorer"
+sync = {{ every = 100, keep = ["head"], alpha = 1.0 }}
+[team.params]
+core = "gru"
+core_size = 16
+hidden = [32, 32]
+n_steps = 32
+batch_size = 64
+"""
+    path = tmp_path / "team.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("backend", ["serial", "local"])
+@pytest.mark.timeout(180)
+def test_a_team_with_a_recurrent_explorer_runs_and_syncs(tmp_path: Path, backend: str) -> None:
+    from wheeler2.api import run
+
+    run_dir = run(team_cfg(tmp_path, backend), experiment__out=str(tmp_path / "runs"))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] >= 1200
+    explorer = summary["members"]["explorer"]
+    assert explorer["sync_version"] >= 1
+    # The explorer updated its recurrent policy (PPO reports its losses) and kept acting.
+    assert np.isfinite(explorer["policy_loss"]) and explorer["env_steps"] > 0
