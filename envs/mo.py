@@ -35,12 +35,14 @@ HEAD_MODES = ("vector", "sum")
 KNOWN_NAMES: dict[tuple[str, int], tuple[str, ...]] = {
     ("mo-hopper", 3): ("forward", "height", "energy"),
     ("mo-hopper-2obj", 2): ("forward", "height"),
+    ("mo-hopper", 2): ("forward", "height"),  # cost_objective = false
     ("mo-halfcheetah", 2): ("forward", "energy"),
     ("mo-walker2d", 2): ("forward", "energy"),
     ("mo-swimmer", 2): ("forward", "energy"),
     ("mo-humanoid", 2): ("forward", "energy"),
     ("mo-ant", 3): ("x_velocity", "y_velocity", "energy"),
     ("mo-ant-2obj", 2): ("x_velocity", "y_velocity"),
+    ("mo-ant", 2): ("x_velocity", "y_velocity"),  # cost_objective = false
     ("mo-lunar-lander-continuous", 4): ("landing", "shaping", "main_fuel", "side_fuel"),
     ("mo-lunar-lander", 4): ("landing", "shaping", "main_fuel", "side_fuel"),
     ("mo-mountaincarcontinuous", 2): ("time", "fuel"),
