@@ -199,6 +199,18 @@ def test_nothing_but_the_actor_is_published_when_nobody_pulls():
         names = [n for n, _, _ in pub.handle().layout]
         # The actor keeps the names it syncs under alone, so actor-syncing explorers still match.
         assert names[: len(learner.actor.state_dict())] == list(learner.actor.state_dict())
+        # An ordinary explorer of the same table takes the actor from that block, not the critic.
+        other = _agent()
+        client = WeightClient(pub.handle(), other.actor, [], 1.0, "plain")
+        try:
+            _train_learner(learner)
+            pub.publish(both)
+            assert client.pull() == 1
+            assert set(client.synced) == set(learner.actor.state_dict())
+            for k, v in other.actor.state_dict().items():
+                assert torch.equal(v, learner.actor.state_dict()[k]), k
+        finally:
+            client.close()
     finally:
         pub.close()
 
