@@ -6,6 +6,7 @@
     python experiments/compare_sb3.py ppo --seeds 0 1 2       # CartPole-v1, PPO, eval >= 475
     python experiments/compare_sb3.py td3-hopper --seeds 0 1 2 --full   # Hopper-v5, 100k steps
     python experiments/compare_sb3.py sac-hopper --seeds 0 1 2 --full   # Hopper-v5, 100k steps
+    (--hidden 64 64: smaller nets on both sides, for a machine where 256-256 takes too long)
 
 Both sides evaluate the same way (mean of 10 deterministic episodes every ``eval_every`` env
 steps, eval time included in the wall-clock) and run with the same number of torch threads, one
@@ -173,7 +174,7 @@ def run_sb3(algo: str, seed: int, stop_at_threshold: bool) -> Outcome:
             tau=0.005,
             train_freq=1,
             gradient_steps=1,
-            policy_kwargs=dict(net_arch=[256, 256]),
+            policy_kwargs=dict(net_arch=list(prob.get("hidden", [256, 256]))),
             seed=seed,
             device="cpu",
         )
@@ -255,6 +256,8 @@ def run_wheeler2(algo: str, seed: int, out: Path, stop_at_threshold: bool) -> Ou
             f"experiment.total_steps={prob['total_steps']}",
             f"experiment.eval_every={prob['eval_every']}",
         ]
+    if "hidden" in prob:  # --hidden: both sides' actor and critic sizes
+        overrides.append(f"team.target.params.hidden={list(prob['hidden'])}")
     if stop_at_threshold:
         overrides.append("experiment.stop_at_threshold=true")
     config = load(prob["cfg"], overrides=overrides, seed=seed, out=str(out))
@@ -312,7 +315,8 @@ def table(algo: str, rows: list[tuple[Outcome, Outcome]], full: bool = False) ->
     lines = [
         f"{algo.upper()} on {prob['env']}, threshold {prob['threshold']:g}, "
         f"budget {prob['total_steps']:,} env steps, eval every {prob['eval_every']:,} "
-        f"(10 deterministic episodes), torch threads {torch.get_num_threads()}",
+        f"(10 deterministic episodes), torch threads {torch.get_num_threads()}"
+        + (f", hidden {prob['hidden']} on both sides" if "hidden" in prob else ""),
         "",
         "| seed | wheeler2 steps | SB3 steps | steps ratio | wheeler2 s | SB3 s | wall ratio "
         "| wheeler2 final | SB3 final |",
@@ -398,7 +402,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run SB3 to the step budget instead of stopping at the threshold",
     )
+    ap.add_argument(
+        "--hidden",
+        type=int,
+        nargs="+",
+        help="Hopper problems: actor and critic hidden sizes on both sides (default 256 256)",
+    )
     args = ap.parse_args(argv)
+    if args.hidden:
+        if "sb3" not in PROBLEMS[args.algo]:
+            ap.error("--hidden applies to the Hopper problems only")
+        PROBLEMS[args.algo]["hidden"] = args.hidden
     torch.set_num_threads(args.threads)
     RESULTS.mkdir(parents=True, exist_ok=True)
     log = RESULTS / f"compare_sb3_{args.algo}_runs.jsonl"
