@@ -139,8 +139,9 @@ def _train_learner(learner: DDPG, steps: int = 3) -> None:
         )
 
 
-def test_pulled_critic_is_the_learners_and_the_learners_actor_is_left_alone():
-    learner, explorer = _agent(), _agent("b")
+@pytest.mark.parametrize("critic", ["separate", "shared"])
+def test_pulled_critic_is_the_learners_and_the_learners_actor_is_left_alone(critic):
+    learner, explorer = _agent(critic=critic), _agent("b", critic=critic)
     view = publish_view(learner, ("critic",))
     pub = WeightPublisher.create(view)
     client = WeightClient(pub.handle(), pull_target(explorer), [], 1.0, "reach")
