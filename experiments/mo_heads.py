@@ -31,9 +31,10 @@ CONFIG = ROOT / "cfg" / "mo_hopper_heads.toml"
 ARMS = {"heads": "vector", "sum": "sum"}  # arm -> [env] kwargs.heads
 PILOT_SEED = 100  # not one of the compared seeds
 # Fixed from the pilot before the comparison ran (--pilot prints the rule's value): the lower of
-# the two arms' best eval returns at seed 100, rounded down to 10. Both arms reached it there,
-# so it is reachable in the budget, and it is not the trivial stand-still return (~40-170).
-THRESHOLD = 190.0
+# the two arms' best eval returns at seed 100, rounded down to 10. Both arms reached it there
+# (best: 3 heads 258, 1 head 335, at 25k steps), so it is reachable in the budget, and it is
+# above the plateau near 150-200 where Hopper leans and falls.
+THRESHOLD = 250.0
 BOOTSTRAP = 5_000
 
 
