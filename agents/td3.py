@@ -21,6 +21,13 @@ both critics, averaged over the pair and over the heads with the head weights.
 In a team, explorers sync from :attr:`TD3.actor`, a :class:`DeterministicActor` like DDPG's; as
 an Ape-X actor (``role = "actor"``) TD3 acts with the synced actor plus its exploration noise.
 Defaults are the rl-zoo Pendulum-v1 hyperparameters (those of DDPG, plus TD3's own three).
+
+Recurrent TD3 (``core = "gru"`` or ``"lstm"``, issue 15): actor and critic each read the
+observation history through a core of their own (``agents/recurrent.py``), and learn from
+replayed sequences with the stored policy state and a burn-in (R2D2; the buffer cuts them,
+``wheeler2/buffer/sequence.py``). The losses above hold per trained position of each sequence,
+averaged over the positions of ``mask``, the feature inputs of s and s' being the cores' outputs
+along the sequence; a sequence's priority is ``seq_eta max|delta| + (1 - seq_eta) mean|delta|``.
 """
 
 from __future__ import annotations
@@ -43,7 +50,10 @@ from agents.nets import (
 )
 from agents.noise import KINDS, make_noise
 from agents.normalize import IdentityNorm, make_obs_norm
-from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SpaceInfo, Transitions
+from agents.recurrent import RecurrentActor, RecurrentTwinCritic, unroll
+from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SequenceBatch, SpaceInfo, Transitions
+from wheeler2.buffer import SequenceConfig
+from wheeler2.buffer.sequence import sequence_priority
 from wheeler2.schema import bounded, choice, sizes
 
 
@@ -78,6 +88,26 @@ class Params:
     normalize_obs: bool = False  # running mean/std of observed inputs (agents/normalize.py)
     obs_clip: float = bounded(5.0, gt=0)  # normalized inputs are clipped to [-obs_clip, obs_clip]
     device: str = "cpu"  # "cpu" | "cuda"
+    # Recurrent TD3 (issue 15): "gru" | "lstm" put a core of core_size before the actor's and
+    # the critic's MLPs and train on replayed sequences; "none" is the feedforward TD3 above.
+    core: str = choice("none", ("none", "gru", "lstm"))
+    core_size: int = bounded(64, gt=0)
+    seq_length: int = bounded(40, gt=0)  # trained steps per replayed sequence
+    seq_burn_in: int = bounded(20, ge=0)  # steps before them that only rebuild the state
+    seq_stride: int = bounded(0, ge=0)  # steps between sequence starts; 0: seq_length // 2
+    seq_eta: float = bounded(0.9, ge=0, le=1)  # sequence priority: eta max + (1 - eta) mean
+
+    @property
+    def replay_sequence(self) -> SequenceConfig | None:
+        """The sequences the engine's replay cuts for this learner (None: transitions)."""
+        if self.core == "none":
+            return None
+        return SequenceConfig(
+            length=self.seq_length,
+            burn_in=self.seq_burn_in,
+            stride=self.seq_stride,
+            eta=self.seq_eta,
+        )
 
 
 class TD3(Agent):
@@ -90,11 +120,29 @@ class TD3(Agent):
             raise ValueError("TD3 needs a continuous (Box) action space")
         p, dev = params, self.device
         self.head_names = space.heads
+        self.recurrent = p.core != "none"
         with seeded(seed):
-            self.actor_net = DeterministicActor(space.obs_dim, p.hidden, space.act_dim, "relu")
-            self.critic = TwinQCritic(
-                space.obs_dim, space.act_dim, p.hidden, space.num_heads, p.critic, "relu"
-            )
+            if self.recurrent:
+                self.actor_net = RecurrentActor(
+                    p.core, space.obs_dim, p.core_size, p.hidden, space.act_dim
+                )
+                self.critic = RecurrentTwinCritic(
+                    p.core,
+                    space.obs_dim,
+                    p.core_size,
+                    space.act_dim,
+                    p.hidden,
+                    space.num_heads,
+                    p.critic,
+                )
+                # The policy state: the actor's core state, then the critic's.
+                self.core_state = self.actor_net.core.state_dim
+                self.state_dim = 2 * self.core_state
+            else:
+                self.actor_net = DeterministicActor(space.obs_dim, p.hidden, space.act_dim, "relu")
+                self.critic = TwinQCritic(
+                    space.obs_dim, space.act_dim, p.hidden, space.num_heads, p.critic, "relu"
+                )
         self.actor_net.to(dev)
         self.critic.to(dev)
         self.actor_target = _frozen_copy(self.actor_net)
@@ -114,7 +162,7 @@ class TD3(Agent):
         # Acting on the CPU without input normalization goes through numpy (see NumpyForward).
         self.fast_actor = (
             NumpyForward.of(self.actor_net, squash=True)
-            if isinstance(self.obs_norm, IdentityNorm)
+            if isinstance(self.obs_norm, IdentityNorm) and not self.recurrent
             else None
         )
         self.noise = make_noise(
@@ -139,8 +187,10 @@ class TD3(Agent):
     def actor(self) -> nn.Module:
         return self.actor_net
 
-    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+    def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
         n = len(obs)
+        if self.recurrent:
+            return self._act_recurrent(obs, explore, state)
         if explore and self.env_steps < self.params.learning_starts:
             # Uniform actions fill the buffer with diverse data before the policy means anything.
             a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
@@ -169,6 +219,29 @@ class TD3(Agent):
             )
             return q.cpu().numpy()
 
+    def _act_recurrent(self, obs: np.ndarray, explore: bool, state: np.ndarray | None) -> ActOut:
+        """Both cores step on every action, random ones included: the state stored with each
+        transition must be the one the networks reach along the episode."""
+        n = len(obs)
+        with torch.inference_mode():
+            x = self.obs_norm.normalize(
+                torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            )
+            if state is None:
+                h = torch.zeros(n, self.state_dim, device=self.device)
+            else:
+                h = torch.as_tensor(state, dtype=torch.float32, device=self.device)
+            ha, hc = h.split(self.core_state, dim=1)
+            a, ha = self.actor_net.step(x, ha)
+            _, hc = self.critic.core.step(x, hc)
+            a = a.cpu().numpy()
+            nxt = torch.cat([ha, hc], dim=1).cpu().numpy()
+        if explore and self.env_steps < self.params.learning_starts:
+            a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
+        elif explore and self.params.noise != "none":
+            a = np.clip(a + self.noise(n), -1.0, 1.0)
+        return ActOut(action=a.astype(np.float32, copy=False), state=nxt)
+
     def observe(self, step: Transitions) -> dict[str, float] | None:
         self.env_steps += len(step.obs)
         self.obs_norm.update(step.obs)  # acting data only: evaluation never calls observe
@@ -187,6 +260,12 @@ class TD3(Agent):
 
     def learn(self, batch: Batch) -> LearnOut:
         p = self.params
+        if self.recurrent:
+            if not isinstance(batch, SequenceBatch):
+                raise TypeError(
+                    "a recurrent TD3 learns from sequences (the buffer's sequence mode)"
+                )
+            return self.learn_sequences(batch)
         obs, action = self.obs_norm.normalize(batch.obs), batch.action
         next_obs = self.obs_norm.normalize(batch.next_obs)
         with torch.no_grad():
@@ -236,6 +315,89 @@ class TD3(Agent):
             for name, loss in zip(self.head_names, head_losses.detach().tolist()):
                 metrics[f"critic_loss/{name}"] = loss
         return LearnOut(metrics=metrics, td_error=td_error.cpu().numpy())
+
+    def learn_sequences(self, batch: SequenceBatch) -> LearnOut:
+        """The TD3 step on B sequences, time-major inside: positions t of ``mask`` are the
+        samples, each row weighted by its sequence's importance weight."""
+        p = self.params
+        assert batch.mask is not None and batch.boot is not None and batch.burn is not None
+        x = self.obs_norm.normalize(batch.obs).transpose(0, 1)  # [T, B, D]
+        nxt = self.obs_norm.normalize(batch.next_obs).transpose(0, 1)  # [T + n - 1, B, D]
+        action = batch.action.transpose(0, 1)
+        mask = batch.mask.transpose(0, 1).to(x.dtype)  # [T, B]
+        w = batch.weight.unsqueeze(0) * mask  # importance weight of each trained position
+        count = mask.sum().clamp(min=1.0)
+        b = x.shape[1]
+        state = batch.state
+        if state is None:  # a buffer without the column: every sequence from the initial state
+            state = torch.zeros(b, self.state_dim, device=x.device)
+        ha, hc = state.split(self.core_state, dim=1)
+        has_burn = batch.burn > 0
+        with torch.no_grad():
+            # s' of position t is o_{t+1} along the episode: the target cores read o_0 and then
+            # the next observations, so their output k + 1 is the features of next_obs[k].
+            seq = torch.cat([x[:1], nxt])
+            none = torch.zeros(seq.shape[:2], dtype=torch.bool, device=x.device)
+            ya = self.actor_target.core.sequence(seq, ha, none)[0][1:]
+            yc = self.critic_target.core.sequence(seq, hc, none)[0][1:]
+            a_next = self._smooth(self.actor_target.on(ya, nxt))
+            q_next = self.critic_target.on(yc, nxt, a_next).min(0).values  # [T + n - 1, B, H]
+            boot = batch.boot.transpose(0, 1)  # [T, B]
+            q_boot = q_next.gather(0, boot.unsqueeze(-1).expand(-1, -1, q_next.shape[-1]))
+            reward, discount = batch.reward.transpose(0, 1), batch.discount.transpose(0, 1)
+            y = reward + discount.unsqueeze(-1) * q_boot  # [T, B, H]
+        feats = unroll(self.critic.core, x, hc, p.seq_burn_in, has_burn)
+        q = self.critic.on(feats, x, action)  # [2, T, B, H]
+        td = y - q
+        head_losses = (w.unsqueeze(-1) * td.pow(2)).sum((1, 2)).sum(0) / count  # [H]
+        critic_loss = head_losses.sum()
+
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        if p.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(self.critic_params, p.max_grad_norm)
+        self.critic_opt.step()
+        self.updates += 1
+
+        if self.updates % p.policy_delay == 0:
+            ya = unroll(self.actor_net.core, x, ha, p.seq_burn_in, has_burn)
+            a_pi = self.actor_net.on(ya, x)
+            feats = feats.detach()  # the actor climbs Q; the critic's core is the critic's
+            if p.actor_q == "q1":
+                q_pi = self.critic.q1_on(feats, x, a_pi)  # [T, B, H]
+            else:
+                q_pi = self.critic.on(feats, x, a_pi).min(0).values
+            actor_loss = -((q_pi * self.head_w).sum(-1) * mask).sum() / count
+            grads = torch.autograd.grad(actor_loss, self.actor_params)
+            for param, g in zip(self.actor_params, grads):
+                param.grad = g
+            if p.max_grad_norm > 0:
+                nn.utils.clip_grad_norm_(self.actor_params, p.max_grad_norm)
+            self.actor_opt.step()
+            polyak_(self.target_params, self.online_params, p.tau)
+            self.last_actor_loss = actor_loss.detach()
+
+        with torch.no_grad():
+            abs_td = (td.detach().abs().mean(0) * self.head_w).sum(-1) / self.head_w.sum()
+            q_mean = (q.detach().mean((0, 3)) * mask).sum() / count
+            stats = torch.stack([critic_loss.detach(), q_mean]).tolist()
+        td_np = abs_td.transpose(0, 1).cpu().numpy()  # [B, T]
+        priority = sequence_priority(td_np, batch.mask.cpu().numpy(), p.seq_eta)
+        metrics = {
+            "critic_loss": stats[0],
+            "actor_loss": float(self.last_actor_loss),
+            "q_mean": stats[1],
+        }
+        if len(self.head_names) > 1:
+            for name, loss in zip(self.head_names, head_losses.detach().tolist()):
+                metrics[f"critic_loss/{name}"] = loss
+        return LearnOut(metrics=metrics, td_error=priority)
+
+    def _smooth(self, a_next: torch.Tensor) -> torch.Tensor:
+        p = self.params
+        eps = torch.randn(a_next.shape, generator=self.gen, device=a_next.device)
+        eps = (eps * p.target_noise).clamp(-p.target_noise_clip, p.target_noise_clip)
+        return (a_next + eps).clamp(-1.0, 1.0)
 
     def state_dict(self) -> dict[str, Any]:
         # Tensors and plain values only: checkpoints load with weights_only=True.

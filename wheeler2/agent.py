@@ -83,7 +83,10 @@ class Batch:
 
     @classmethod
     def from_numpy(cls, arrays: dict[str, np.ndarray], device: torch.device | str) -> Batch:
-        """Move a buffer sample (dict of numpy arrays) to ``device``."""
+        """Move a buffer sample (dict of numpy arrays) to ``device``; a sample of sequences
+        (it has a ``mask``) becomes a :class:`SequenceBatch`."""
+        if cls is Batch and "mask" in arrays:
+            return SequenceBatch.from_numpy(arrays, device)
 
         def t(name: str) -> torch.Tensor:
             return torch.as_tensor(arrays[name], device=device)
@@ -98,6 +101,49 @@ class Batch:
             weight=t("weight"),
             index=arrays["index"],
             logp=None if logp is None else t("logp"),
+        )
+
+
+@dataclass
+class SequenceBatch(Batch):
+    """A sample of B replayed sequences of T = burn_in + length steps (``wheeler2/buffer/
+    sequence.py``), batch first, for a recurrent learner.
+
+    Per position t: ``reward [B, T, H]`` and ``discount [B, T]`` as in :class:`Batch`, with the
+    bootstrap from ``next_obs[b, boot[b, t]]`` (``next_obs`` is ``[B, T + n - 1, obs_dim]``:
+    with n-step returns the bootstrap lies up to n - 1 positions further on). ``obs`` and
+    ``action`` are ``[B, T, ...]``; ``weight`` and ``index`` are per sequence. ``state`` is the
+    policy state stored with each sequence's first step; the first ``burn[b]`` positions only
+    rebuild it from there. ``alive`` marks the positions that hold a step of the sequence's
+    episode, ``mask`` those that enter the loss (alive and past the burn-in).
+    """
+
+    boot: torch.Tensor | None = None  # [B, T] long
+    alive: torch.Tensor | None = None  # [B, T] bool
+    mask: torch.Tensor | None = None  # [B, T] bool
+    burn: torch.Tensor | None = None  # [B] long
+    state: torch.Tensor | None = None  # [B, state_dim]
+
+    @classmethod
+    def from_numpy(cls, arrays: dict[str, np.ndarray], device: torch.device | str) -> SequenceBatch:
+        def t(name: str) -> torch.Tensor | None:
+            value = arrays.get(name)
+            return None if value is None else torch.as_tensor(value, device=device)
+
+        return cls(
+            obs=t("obs"),
+            action=t("action"),
+            reward=t("reward"),
+            next_obs=t("next_obs"),
+            discount=t("discount"),
+            weight=t("weight"),
+            index=arrays["index"],
+            logp=t("logp"),
+            boot=t("boot"),
+            alive=t("alive"),
+            mask=t("mask"),
+            burn=t("burn"),
+            state=t("state"),
         )
 
 

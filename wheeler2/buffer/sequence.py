@@ -282,6 +282,7 @@ def finish(
         "boot": boot,
         "alive": contiguous(alive[:, :t_len]),
         "mask": mask,
+        "burn": raw.burn,
         "weight": weight,
         "index": raw.j,
     }

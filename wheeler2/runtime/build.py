@@ -243,6 +243,8 @@ def replay_config(config: Config, learner_params: Any, chunk: int | None = None)
         # How far producers may run ahead of the learner: enough to absorb a slow update or an
         # eval, small against the run so the measured ratio tracks the target throughout.
         gate_tolerance=max(int(b.batch_size), min(2048, int(config.experiment.total_steps) // 50)),
+        # A recurrent learner's Params name its replayed sequences (batch_size counts them).
+        sequence=getattr(learner_params, "replay_sequence", None),
     )
 
 
