@@ -42,6 +42,7 @@ from agents.nets import (
     sample_action,
     seeded,
 )
+from agents.normalize import make_obs_norm
 from agents.returns import gae  # A + V, the value target, is the lambda-return
 from wheeler2.agent import ActOut, Agent, SpaceInfo, Transitions
 from wheeler2.schema import bounded, choice, sizes
@@ -78,6 +79,9 @@ class Params:
     core: str = choice("none", ("none", "gru", "lstm"))
     core_size: int = bounded(64, ge=1)  # width of the core's hidden state
     critic_core: bool = True  # the critic has a core of its own too (else V(obs) alone)
+    # Running mean/std of the observations (SB3's VecNormalize(norm_obs=True), in the agent).
+    normalize_obs: bool = False
+    obs_clip: float = bounded(10.0, gt=0)  # normalized observations are clipped to +-obs_clip
     device: str = "cpu"  # "cpu" | "cuda"
 
 
@@ -139,6 +143,9 @@ class PPO(Agent):
             else:
                 self.critic = VCritic(space.obs_dim, p.hidden, p.activation, p.ortho_init)
         self.critic.to(self.device)
+        # Statistics come from the observations this agent acts on (observe), never from evals;
+        # rollouts store normalized observations, the ones the policy saw.
+        self.obs_norm = make_obs_norm(p.normalize_obs, space.obs_dim, p.obs_clip, self.device)
         # The policy state: the actor core's, then the critic core's (when it has one).
         self.actor_state_dim = self.policy.state_dim if self.recurrent else 0
         critic_state = self.critic.state_dim if isinstance(self.critic, RecurrentCritic) else 0
@@ -160,7 +167,9 @@ class PPO(Agent):
         if self.recurrent:
             return self._act_recurrent(obs, explore, state)
         with torch.inference_mode():
-            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            x = self.obs_norm.normalize(
+                torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            )
             action, raw, logp = sample_action(self.policy, x, explore, self.gen)
             value = self.critic(x)
         extras = {"value": value.cpu().numpy()}
@@ -185,7 +194,9 @@ class PPO(Agent):
 
     def _act_recurrent(self, obs: np.ndarray, explore: bool, state: np.ndarray | None) -> ActOut:
         with torch.inference_mode():
-            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            x = self.obs_norm.normalize(
+                torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            )
             sa, sc = self._state(state, len(obs))
             out, sa = self.policy.step(x, sa)
             action, raw, logp = self.policy.sample(out, explore, self.gen)
@@ -207,8 +218,9 @@ class PPO(Agent):
             self.rollout = self._empty_rollout(n)
             self.t = 0
         buf, t = self.rollout, self.t
-        buf["obs"][t] = torch.as_tensor(step.obs, device=dev)
-        buf["next_obs"][t] = torch.as_tensor(step.next_obs, device=dev)
+        norm = self.obs_norm.normalize
+        buf["obs"][t] = norm(torch.as_tensor(step.obs, dtype=torch.float32, device=dev))
+        buf["next_obs"][t] = norm(torch.as_tensor(step.next_obs, dtype=torch.float32, device=dev))
         raw = step.act_out.extras.get("raw_action", step.action)
         buf["action"][t] = torch.as_tensor(raw, device=dev)
         if self.recurrent:
@@ -227,6 +239,8 @@ class PPO(Agent):
         active = np.ones(n, bool) if step.active is None else step.active
         buf["valid"][t] = torch.as_tensor(active, device=dev)
         self.env_steps += n if step.active is None else int(active.sum())
+        # After storing: the stored rows are normalized as the policy saw them.
+        self.obs_norm.update(step.obs if step.active is None else step.obs[active])
         self.t += 1
         if self.t < self.params.n_steps:
             return None
@@ -432,6 +446,7 @@ class PPO(Agent):
             "opt": self.opt.state_dict(),
             "env_steps": self.env_steps,
             "updates": self.updates,
+            "obs_norm": self.obs_norm.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -440,4 +455,5 @@ class PPO(Agent):
         self.opt.load_state_dict(state["opt"])
         self.env_steps = int(state["env_steps"])
         self.updates = int(state["updates"])
+        self.obs_norm.load_state_dict(state.get("obs_norm", {}))
         self.t = 0

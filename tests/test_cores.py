@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agents import cores
 from agents.cores import RecurrentCore
 
 
@@ -69,7 +70,11 @@ def loop_of_steps(
 
 
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
-def test_sequence_equals_a_loop_of_steps(kind: str) -> None:
+@pytest.mark.parametrize("stretches", [0, 100])  # the packed path, the stretch-by-stretch path
+def test_sequence_equals_a_loop_of_steps(
+    kind: str, stretches: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cores, "MAX_STRETCHES", stretches)
     core = make(kind)
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(11, 4, 3, generator=gen)
@@ -88,7 +93,11 @@ def test_sequence_equals_a_loop_of_steps(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
-def test_starts_reset_exactly_where_flagged(kind: str) -> None:
+@pytest.mark.parametrize("stretches", [0, 100])
+def test_starts_reset_exactly_where_flagged(
+    kind: str, stretches: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cores, "MAX_STRETCHES", stretches)
     # Row 0 starts an episode at t=4, row 1 at t=2 and t=6, row 2 never: each row must equal its
     # segments run separately, the first from s0 and every later one from zeros.
     core = make(kind)

@@ -97,8 +97,11 @@ def spy_on_update(agent: PPO) -> list[dict[str, Any]]:
     return seen
 
 
-@pytest.mark.parametrize("env_id,kind", [("CartPoleNoVel-v1", "lstm"), ("PendulumNoVel-v1", "gru")])
-def test_the_replayed_log_probs_are_the_behaviour_ones(env_id: str, kind: str) -> None:
+@pytest.mark.parametrize(
+    "env_id,kind,norm",
+    [("CartPoleNoVel-v1", "lstm", True), ("PendulumNoVel-v1", "gru", False)],
+)
+def test_the_replayed_log_probs_are_the_behaviour_ones(env_id: str, kind: str, norm: bool) -> None:
     # Through the engine's member loop: it carries and resets the state; the agent stores the
     # chunk's initial state and episode starts; replaying them must give back, step by step,
     # the log-probs and values the actor and critic had while acting. CartPole episodes end
@@ -106,11 +109,10 @@ def test_the_replayed_log_probs_are_the_behaviour_ones(env_id: str, kind: str) -
     env = GymVecEnv(env_id, {}, 3, 0)
     space = SpaceInfo(env.info.obs_dim, env.info.act_dim, env.info.discrete)
     T = 50
-    agent = PPO(space, Params(core=kind, core_size=16, hidden=[16], n_steps=T, n_epochs=1), seed=1)
+    p = Params(core=kind, core_size=16, hidden=[16], n_steps=T, n_epochs=1, normalize_obs=norm)
+    agent = PPO(space, p, seed=1)
     seen = spy_on_update(agent)
-    member = Member(
-        "m", "explorer", agent, env, RewardHeads([Head("env", 1.0, None)], None), None, 0
-    )
+    member = Member("m", "explorer", agent, env, ENV_HEAD, None, 0)
     try:
         for _ in range(5 * T):
             member.step()
@@ -137,9 +139,7 @@ def test_a_truncated_step_bootstraps_from_the_state_after_it() -> None:
     T = 250
     agent = PPO(SpaceInfo(2, 1, False), Params(core="gru", core_size=8, hidden=[8], n_steps=T))
     seen = spy_on_update(agent)
-    member = Member(
-        "m", "explorer", agent, env, RewardHeads([Head("env", 1.0, None)], None), None, 0
-    )
+    member = Member("m", "explorer", agent, env, ENV_HEAD, None, 0)
     for _ in range(T):
         member.step()
     member.close()
@@ -253,3 +253,23 @@ def test_a_team_with_a_recurrent_explorer_runs_and_syncs(tmp_path: Path, backend
     assert explorer["sync_version"] >= 1
     # The explorer updated its recurrent policy (PPO reports its losses) and kept acting.
     assert np.isfinite(explorer["policy_loss"]) and explorer["env_steps"] > 0
+
+
+def test_normalize_obs_feeds_the_policy_normalized_observations() -> None:
+    # The running statistics come from the observed rows (after acting), and the rollout
+    # stores the observations as the policy saw them.
+    agent = PPO(SpaceInfo(2, 2, True), Params(normalize_obs=True, n_steps=4, hidden=[8]))
+    rng = np.random.default_rng(0)
+    rows = [rng.normal(5.0, 2.0, size=(3, 2)).astype(np.float32) for _ in range(3)]
+    zeros, no = np.zeros((3, 1), np.float32), np.zeros(3, bool)
+    for obs in rows:
+        out = agent.act(obs, explore=True)
+        agent.observe(Transitions(obs, out.action, zeros, obs, no, no, obs, out))
+    seen = np.concatenate(rows).astype(np.float64)
+    np.testing.assert_allclose(agent.obs_norm.mean, seen.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(agent.obs_norm.std, seen.std(0), rtol=1e-6)
+    # The third batch was stored normalized by the statistics of the first two.
+    first_two = np.concatenate(rows[:2]).astype(np.float64)
+    expected = (rows[2] - first_two.mean(0)) / first_two.std(0)
+    np.testing.assert_allclose(agent.rollout["obs"][2].numpy(), expected, rtol=1e-4, atol=1e-5)
+    assert "obs_norm" in agent.state_dict()

@@ -1,0 +1,302 @@
+"""Recurrent PPO on CartPoleNoVel-v1: wheeler2 (``core = "lstm"``) vs sb3-contrib RecurrentPPO.
+
+    python experiments/recurrent_ppo_vs_sb3.py --seeds 0 1 2 3 4
+    python experiments/recurrent_ppo_vs_sb3.py --seeds 0 --sides wheeler2 ff   # one side only
+
+Both sides use rl-zoo's ``ppo_lstm.yml`` values for CartPoleNoVel-v1 (8 envs, n_steps 32,
+batch 256, 20 epochs, gamma 0.98, GAE 0.8, lr 1e-3 and clip 0.2 both decaying linearly, no
+entropy bonus, LSTM of 64 for actor and critic, ReLU layers of 64, no orthogonal init,
+observations normalized by running mean/std): wheeler2 from ``cfg/cartpole_novel_rppo.toml``,
+sb3-contrib as ``RecurrentPPO("MlpLstmPolicy", VecNormalize(norm_obs=True, norm_reward=False))``.
+The networks differ in one place: sb3's LSTM reads the observation and its [64] layer comes
+after it; wheeler2's [64] trunk comes first and its LSTM feeds the last layer (so the trunk can
+sync from a feedforward learner).
+
+The eval protocol is the same on both sides: every 2,048 env steps, 10 deterministic episodes,
+one per copy of a 10-copy eval env run side by side, with the recurrent state carried per copy
+and the training statistics of the observation normalizer; the wall-clock counts from the
+start of training, evals included, to the first eval with mean >= 475; each run stops there
+(else at 100k env steps). Seeds are interleaved (seed 0 of each side, then seed 1, ...) so a
+busy spell of the shared machine hits both sides alike; torch runs one thread on both.
+
+``ff`` is wheeler2's PPO with the same values and no core (``core = "none"``), the
+memoryless baseline, expected to fail. Writes experiments/results/recurrent_ppo_cartpole_novel.md
+and ``..._runs.jsonl`` (one line per run, appended as runs finish).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ENV_ID = "CartPoleNoVel-v1"
+CFG = ROOT / "cfg" / "cartpole_novel_rppo.toml"
+THRESHOLD = 475.0
+BUDGET = 100_000
+EVAL_EVERY = 2_048
+EVAL_EPISODES = 10
+RESULTS = ROOT / "experiments" / "results"
+NAME = "recurrent_ppo_cartpole_novel"
+
+
+@dataclass
+class Outcome:
+    side: str
+    seed: int
+    steps: int | None  # env steps at the first eval >= THRESHOLD (None: never)
+    wall_s: float | None  # seconds from the start to that eval
+    last_eval: float
+    total_wall_s: float
+
+
+def run_sb3(seed: int) -> Outcome:
+    import gymnasium as gym
+    import torch
+    from sb3_contrib import RecurrentPPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    import envs.novel  # noqa: F401 - registers CartPoleNoVel-v1
+
+    train = VecNormalize(
+        make_vec_env(ENV_ID, n_envs=8, seed=seed), norm_obs=True, norm_reward=False
+    )
+    copies = [lambda: gym.make(ENV_ID) for _ in range(EVAL_EPISODES)]
+    evals = VecNormalize(DummyVecEnv(copies), norm_obs=True, norm_reward=False, training=False)
+    evals.seed(seed + 99_991)
+
+    class Evaluator(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.t0 = time.perf_counter()
+            self.next_eval = EVAL_EVERY
+            self.hit: tuple[int, float] | None = None
+            self.last = math.nan
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps < self.next_eval:
+                return True
+            self.next_eval += EVAL_EVERY
+            evals.obs_rms = train.obs_rms.copy()  # the training statistics, frozen for the eval
+            mean, _ = evaluate_policy(
+                self.model, evals, n_eval_episodes=EVAL_EPISODES, deterministic=True
+            )
+            self.last = float(mean)
+            if mean >= THRESHOLD:
+                self.hit = (self.num_timesteps, time.perf_counter() - self.t0)
+                return False
+            return True
+
+    def linear(start: float):
+        return lambda progress: progress * start
+
+    model = RecurrentPPO(
+        "MlpLstmPolicy",
+        train,
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        ent_coef=0.0,
+        learning_rate=linear(1e-3),
+        clip_range=linear(0.2),
+        policy_kwargs=dict(
+            ortho_init=False,
+            activation_fn=torch.nn.ReLU,
+            lstm_hidden_size=64,
+            enable_critic_lstm=True,
+            net_arch=dict(pi=[64], vf=[64]),
+        ),
+        seed=seed,
+        device="cpu",
+    )
+    cb = Evaluator()
+    model.learn(total_timesteps=BUDGET, callback=cb)
+    hit = cb.hit
+    wall = time.perf_counter() - cb.t0
+    return Outcome("sb3", seed, hit and hit[0], hit and hit[1], cb.last, wall)
+
+
+def run_wheeler2(seed: int, side: str, out: Path) -> Outcome:
+    from wheeler2.config import load
+    from wheeler2.runtime import run_experiment
+
+    overrides = [
+        "experiment.progress=false",
+        "experiment.stop_at_threshold=true",
+        f"experiment.total_steps={BUDGET}",
+        f"experiment.eval_every={EVAL_EVERY}",
+        f"experiment.eval_episodes={EVAL_EPISODES}",
+    ]
+    if side == "ff":
+        overrides.append('team.0.params.core="none"')
+    config = load(CFG, overrides=overrides, seed=seed, out=str(out))
+    t0 = time.perf_counter()
+    run_dir = run_experiment(config)
+    wall = time.perf_counter() - t0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    hit = next((e for e in summary["eval"] if e["return"] >= THRESHOLD), None)
+    last = summary["eval"][-1]["return"] if summary["eval"] else math.nan
+    return Outcome(
+        side,
+        seed,
+        hit["env_steps"] if hit else None,
+        hit["wall_s"] if hit else None,
+        last,
+        wall,
+    )
+
+
+def _never(x: float | None) -> float:
+    """A run that never reached the threshold ranks after every run that did."""
+    return math.inf if x is None else float(x)
+
+
+def ratio_of_medians(
+    ours: list[float], theirs: list[float], resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float, float]:
+    """median(ours) / median(theirs) with a 95% percentile bootstrap interval, resampling seeds
+    in pairs (each drawn seed brings both sides' runs); resamples with a non-finite median are
+    dropped, so an interval over many unsolved runs is wide or nan, as it should be."""
+    a, b = np.array(ours, float), np.array(theirs, float)
+    ma, mb = float(np.median(a)), float(np.median(b))
+    point = ma / mb if math.isfinite(ma) and math.isfinite(mb) and mb > 0 else math.nan
+    rng = np.random.default_rng(seed)
+    stats = []
+    for _ in range(resamples):
+        idx = rng.integers(0, len(a), len(a))
+        ra, rb = float(np.median(a[idx])), float(np.median(b[idx]))
+        if math.isfinite(ra) and math.isfinite(rb) and rb > 0:
+            stats.append(ra / rb)
+    if not stats:
+        return point, math.nan, math.nan
+    lo, hi = np.percentile(stats, [2.5, 97.5])
+    return point, float(lo), float(hi)
+
+
+def _cell(x: float | None, spec: str) -> str:
+    return "never" if x is None else format(x, spec)
+
+
+def table(runs: list[Outcome], command: str) -> str:
+    by = {(r.side, r.seed): r for r in runs}
+    seeds = sorted(
+        {r.seed for r in runs if r.side == "wheeler2"} & {r.seed for r in runs if r.side == "sb3"}
+    )
+    lines = [
+        f"# Recurrent PPO on {ENV_ID}: wheeler2 vs sb3-contrib RecurrentPPO",
+        "",
+        f"Eval mean of {EVAL_EPISODES} deterministic episodes every {EVAL_EVERY:,} env steps; "
+        f"threshold {THRESHOLD:g}; budget {BUDGET:,} env steps; a run stops at its first eval "
+        f">= {THRESHOLD:g}. Wall-clock from the start of training to that eval, evals included. "
+        "rl-zoo ppo_lstm.yml values on both sides (see the script's docstring). Torch threads 1. "
+        "Machine: 2 shared CPU cores, other jobs running beside (both sides alike, interleaved).",
+        "",
+        f"Command: `{command}`",
+        "",
+        "| seed | wheeler2 steps | sb3 steps | wheeler2 s | sb3 s | wheeler2 last eval "
+        "| sb3 last eval | ff (no core) steps | ff last eval |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in sorted({r.seed for r in runs}):
+        w, b, f = by.get(("wheeler2", s)), by.get(("sb3", s)), by.get(("ff", s))
+
+        def g(r: Outcome | None, attr: str, spec: str) -> str:
+            if r is None:
+                return "—"
+            return _cell(getattr(r, attr), spec)
+
+        lines.append(
+            f"| {s} | {g(w, 'steps', ',')} | {g(b, 'steps', ',')} | {g(w, 'wall_s', '.1f')} "
+            f"| {g(b, 'wall_s', '.1f')} | {g(w, 'last_eval', '.1f')} | {g(b, 'last_eval', '.1f')} "
+            f"| {g(f, 'steps', ',')} | {g(f, 'last_eval', '.1f')} |"
+        )
+    if seeds:
+        pairs = [(by[("wheeler2", s)], by[("sb3", s)]) for s in seeds]
+        lines += [
+            "",
+            "| figure (paired seeds: " + ", ".join(map(str, seeds)) + ") | wheeler2 | sb3 "
+            "| ratio of medians [95% bootstrap CI] |",
+            "| --- | --- | --- | --- |",
+        ]
+        for attr, label, spec in (
+            ("steps", "env steps to 475", ",.0f"),
+            ("wall_s", "seconds to 475", ".1f"),
+        ):
+            ours = [_never(getattr(w, attr)) for w, _ in pairs]
+            theirs = [_never(getattr(b, attr)) for _, b in pairs]
+            point, lo, hi = ratio_of_medians(ours, theirs)
+            mo, mt = statistics.median(ours), statistics.median(theirs)
+            lines.append(
+                f"| median {label} | {mo:{spec}} | {mt:{spec}} | {point:.2f} [{lo:.2f}, {hi:.2f}] |"
+            )
+        solved_w = sum(w.steps is not None for w, _ in pairs)
+        solved_b = sum(b.steps is not None for _, b in pairs)
+        lines += [
+            "",
+            f"Seeds solved within {BUDGET:,} env steps: wheeler2 {solved_w}/{len(pairs)}, "
+            f"sb3-contrib {solved_b}/{len(pairs)}. A run that never reached {THRESHOLD:g} counts "
+            "as infinitely slow in the medians.",
+        ]
+    ff = [r for r in runs if r.side == "ff"]
+    if ff:
+        solved = sum(r.steps is not None for r in ff)
+        lines += [
+            "",
+            f'Feedforward PPO (same values, `core = "none"`): solved {solved}/{len(ff)}, last '
+            f"evals {', '.join(f'{r.last_eval:.1f}' for r in ff)}.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument(
+        "--sides", nargs="+", default=["wheeler2", "sb3", "ff"], choices=["wheeler2", "sb3", "ff"]
+    )
+    ap.add_argument("--name", default=NAME)
+    ap.add_argument("--table", action="store_true", help="only rewrite the table from the jsonl")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(1)
+    jsonl = RESULTS / f"{args.name}_runs.jsonl"
+    command = "python experiments/recurrent_ppo_vs_sb3.py " + " ".join(sys.argv[1:])
+    if not args.table:
+        with tempfile.TemporaryDirectory() as tmp:
+            for seed in args.seeds:
+                for side in args.sides:
+                    if side == "sb3":
+                        outcome = run_sb3(seed)
+                    else:
+                        outcome = run_wheeler2(seed, side, Path(tmp))
+                    print(json.dumps(asdict(outcome)), flush=True)
+                    with jsonl.open("a") as f:
+                        f.write(json.dumps(asdict(outcome)) + "\n")
+    runs = [Outcome(**json.loads(line)) for line in jsonl.read_text().splitlines() if line.strip()]
+    (RESULTS / f"{args.name}.md").write_text(table(runs, command))
+    print((RESULTS / f"{args.name}.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
