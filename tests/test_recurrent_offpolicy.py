@@ -152,3 +152,64 @@ def test_learning_from_transitions_is_refused() -> None:
     arrays["obs"], arrays["next_obs"] = arrays["obs"][:, :2], arrays["next_obs"][:, :2]
     with pytest.raises(TypeError, match="sequences"):
         _agent().learn(Batch.from_numpy(arrays, "cpu"))
+
+
+RUN = """
+[experiment]
+name = "td3-gru"
+seed = 1
+total_steps = 600
+eval_every = 600
+eval_episodes = 1
+backend = "serial"
+progress = false
+
+[env]
+id = "PendulumNoVel-v1"
+
+[buffer]
+capacity = 5_000
+batch_size = 8
+prioritized = true
+n_step = 2
+updates_per_insert = 0.05
+
+[[team]]
+name = "target"
+algo = "td3"
+role = "learner"
+[team.params]
+learning_starts = 200
+hidden = [16]
+core = "gru"
+core_size = 8
+seq_length = 8
+seq_burn_in = 4
+"""
+
+
+def test_a_short_run_trains_on_sequences_with_stored_states(tmp_path, capsys) -> None:  # noqa: ANN001
+    from tests.offpolicy_runs import run_text
+
+    seen: list[SequenceBatch] = []
+    learn = TD3.learn_sequences
+
+    def spy(self: TD3, batch: SequenceBatch):  # noqa: ANN202
+        seen.append(batch)
+        return learn(self, batch)
+
+    TD3.learn_sequences = spy  # type: ignore[method-assign]
+    try:
+        _, summary = run_text(tmp_path, capsys, RUN)
+    finally:
+        TD3.learn_sequences = learn  # type: ignore[method-assign]
+    assert summary["env_steps"] >= 600 and summary["eval"]
+    assert len(seen) >= 15  # (600 - 200) * 0.05 updates
+    batch = seen[-1]
+    assert batch.obs.shape == (8, 12, 2) and batch.next_obs.shape == (8, 13, 2)
+    # The engine stored the states the agent acted in: by step 200 they are far from zero,
+    # except at the sequences that start an episode (the initial state).
+    starts = batch.burn == 0
+    norms = batch.state.abs().sum(1)
+    assert (norms[~starts] > 0).all()
+    assert (norms[starts] == 0).all()
