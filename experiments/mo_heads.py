@@ -184,7 +184,7 @@ def report(runs: list[dict[str, Any]], threshold: float, steps: int) -> str:
     lines += ["", "Eval curves (env steps: weighted-sum return):", ""]
     for arm, rs in by.items():
         for r in rs:
-            pts = ", ".join(f"{s // 1000}k {v:.0f}" for s, v in r["curve"])
+            pts = ", ".join(f"{s / 1000:g}k {v:.0f}" for s, v in r["curve"])
             lines.append(f"- {arm} seed {r['seed']}: {pts}")
     return "\n".join(lines)
 
