@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -256,3 +258,142 @@ def _trunk(in_dim: int, hidden: Sequence[int], act: str, ortho: bool) -> nn.Sequ
     if ortho:
         ortho_init_(trunk, math.sqrt(2))
     return trunk
+
+
+def on_policy_nets(space: Any, p: Any) -> tuple[nn.Module, nn.Module]:
+    """PPO's and A2C's (policy, critic) from their params: feedforward for ``core = "none"``,
+    else a :class:`RecurrentActor` and, with ``critic_core``, a :class:`RecurrentCritic`.
+    Built in that order, so a seeded feedforward pair is what it was before cores existed."""
+    from agents.nets import VCritic, build_actor
+
+    if p.core == "none":
+        policy: nn.Module = build_actor(
+            space.obs_dim,
+            space.act_dim,
+            space.discrete,
+            p.hidden,
+            p.activation,
+            p.log_std_init,
+            p.ortho_init,
+        )
+    else:
+        policy = RecurrentActor(
+            space.obs_dim,
+            space.act_dim,
+            space.discrete,
+            p.hidden,
+            p.activation,
+            p.core,
+            p.core_size,
+            p.log_std_init,
+            p.ortho_init,
+        )
+    if p.core != "none" and p.critic_core:
+        critic: nn.Module = RecurrentCritic(
+            space.obs_dim, p.hidden, p.activation, p.core, p.core_size, p.ortho_init
+        )
+    else:
+        critic = VCritic(space.obs_dim, p.hidden, p.activation, p.ortho_init)
+    return policy, critic
+
+
+class RecurrentOnPolicy:
+    """Acting and rollout bookkeeping shared by the recurrent on-policy agents (PPO, A2C).
+
+    The agent sets ``policy`` (a :class:`RecurrentActor`), ``critic`` (a
+    :class:`RecurrentCritic` or a feedforward V), ``device``, ``gen`` and ``space``; then
+    :meth:`set_state_dims` gives it its policy state: the actor core's, then the critic core's.
+    """
+
+    policy: Any
+    critic: Any
+    device: torch.device
+    gen: torch.Generator
+    space: Any
+
+    def set_state_dims(self) -> None:
+        recurrent = isinstance(self.policy, RecurrentActor)
+        self.actor_state_dim = self.policy.state_dim if recurrent else 0
+        critic = self.critic.state_dim if isinstance(self.critic, RecurrentCritic) else 0
+        self.state_dim = self.actor_state_dim + critic
+
+    def split_state(self, state: Any, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The engine's state rows as (actor part, critic part); None: every row starts."""
+        if state is None:
+            s = torch.zeros(n, self.state_dim, device=self.device)
+        else:
+            s = torch.as_tensor(state, dtype=torch.float32, device=self.device)
+        return s[:, : self.actor_state_dim], s[:, self.actor_state_dim :]
+
+    def value_step(
+        self, x: torch.Tensor, critic_state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(self.critic, RecurrentCritic):
+            return self.critic.step(x, critic_state)
+        return self.critic(x), critic_state
+
+    def act_recurrent(self, x: torch.Tensor, explore: bool, state: Any) -> Any:
+        """``ActOut`` for the (already normalized) observations ``x`` in ``state``."""
+        from wheeler2.agent import ActOut
+
+        with torch.inference_mode():
+            sa, sc = self.split_state(state, len(x))
+            out, sa = self.policy.step(x, sa)
+            action, raw, logp = self.policy.sample(out, explore, self.gen)
+            value, sc = self.value_step(x, sc)
+            nxt = torch.cat([sa, sc], dim=1)
+        extras = {"value": value.cpu().numpy()}
+        if not self.space.discrete:
+            extras["raw_action"] = raw.cpu().numpy()
+        return ActOut(
+            action=action.cpu().numpy(),
+            logp=logp.cpu().numpy(),
+            extras=extras,
+            state=nxt.cpu().numpy(),
+        )
+
+    def step_columns(
+        self,
+        step: Any,
+        obs: torch.Tensor,
+        next_obs: torch.Tensor,
+        action: torch.Tensor,
+        last: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """For one stored step: the behaviour log-prob, V(s_t) as seen while acting, and
+        V(s'_t) in the state after the step where it is needed (a truncation, or ``last``,
+        the rollout's last step), else None. ``obs`` / ``next_obs`` as the policy sees them."""
+        if step.state is None or step.act_out.state is None:
+            raise ValueError(
+                "a recurrent policy needs the policy state: Transitions.state (the state obs "
+                "was seen in) and ActOut.state; the engine passes both to agents with "
+                "state_dim > 0"
+            )
+        n, dev = len(obs), self.device
+        sa, sc = self.split_state(step.state, n)
+        after_c = self.split_state(step.act_out.state, n)[1]
+        with torch.no_grad():
+            if step.act_out.logp is not None:
+                logp = torch.as_tensor(step.act_out.logp, device=dev)
+            else:  # actions not drawn by act(explore=True): score them in the state they had
+                logp = self.policy.evaluate(self.policy.step(obs, sa)[0], action)[0]
+            value = step.act_out.extras.get("value")
+            if value is None:
+                value_t = self.value_step(obs, sc)[0]
+            else:
+                value_t = torch.as_tensor(value, dtype=torch.float32, device=dev)
+            next_value = None
+            if last or bool(np.any(step.truncated)):
+                next_value = self.value_step(next_obs, after_c)[0]
+        return logp, value_t, next_value
+
+
+def next_values_seen(
+    values: torch.Tensor, next_value: torch.Tensor, done: torch.Tensor, terminated: torch.Tensor
+) -> torch.Tensor:
+    """V(s'_t) over a [T, N] rollout from the values computed while acting: inside an episode
+    the next step's value; at a truncation and at the last step ``next_value`` (V of the final
+    observation in the state after the step). Terminated steps are cut by the return."""
+    following = torch.cat([values[1:], next_value[-1:]], dim=0)
+    truncated = done.bool() & ~terminated.bool()
+    return torch.where(truncated, next_value, following)

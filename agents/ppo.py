@@ -32,11 +32,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.cores import RecurrentActor, RecurrentCritic
+from agents.cores import RecurrentCritic, RecurrentOnPolicy, next_values_seen, on_policy_nets
 from agents.nets import (
     ACTIVATIONS,
-    VCritic,
-    build_actor,
     evaluate_actions,
     resolve_device,
     sample_action,
@@ -100,7 +98,7 @@ def clipped_surrogate(
     return masked_mean(torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv), w)
 
 
-class PPO(Agent):
+class PPO(RecurrentOnPolicy, Agent):
     Params = Params
     uses_replay = False
 
@@ -114,42 +112,13 @@ class PPO(Agent):
                 raise ValueError(f"{name} = 'linear' needs total_steps > 0")
         self.recurrent = p.core != "none"
         with seeded(seed):
-            if self.recurrent:
-                self.policy = RecurrentActor(
-                    space.obs_dim,
-                    space.act_dim,
-                    space.discrete,
-                    p.hidden,
-                    p.activation,
-                    p.core,
-                    p.core_size,
-                    p.log_std_init,
-                    p.ortho_init,
-                ).to(self.device)
-            else:
-                self.policy = build_actor(
-                    space.obs_dim,
-                    space.act_dim,
-                    space.discrete,
-                    p.hidden,
-                    p.activation,
-                    p.log_std_init,
-                    p.ortho_init,
-                ).to(self.device)
-            if self.recurrent and p.critic_core:
-                self.critic = RecurrentCritic(
-                    space.obs_dim, p.hidden, p.activation, p.core, p.core_size, p.ortho_init
-                )
-            else:
-                self.critic = VCritic(space.obs_dim, p.hidden, p.activation, p.ortho_init)
+            self.policy, self.critic = on_policy_nets(space, p)
+        self.policy.to(self.device)
         self.critic.to(self.device)
         # Statistics come from the observations this agent acts on (observe), never from evals;
         # rollouts store normalized observations, the ones the policy saw.
         self.obs_norm = make_obs_norm(p.normalize_obs, space.obs_dim, p.obs_clip, self.device)
-        # The policy state: the actor core's, then the critic core's (when it has one).
-        self.actor_state_dim = self.policy.state_dim if self.recurrent else 0
-        critic_state = self.critic.state_dim if isinstance(self.critic, RecurrentCritic) else 0
-        self.state_dim = self.actor_state_dim + critic_state
+        self.set_state_dims()  # the actor core's state, then the critic core's (if any)
         self.params_list = list(self.policy.parameters()) + list(self.critic.parameters())
         self.opt = torch.optim.Adam(self.params_list, lr=p.lr, eps=1e-5)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
@@ -164,53 +133,16 @@ class PPO(Agent):
         return self.policy
 
     def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
+        x = self.obs_norm.normalize(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
         if self.recurrent:
-            return self._act_recurrent(obs, explore, state)
+            return self.act_recurrent(x, explore, state)
         with torch.inference_mode():
-            x = self.obs_norm.normalize(
-                torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-            )
             action, raw, logp = sample_action(self.policy, x, explore, self.gen)
             value = self.critic(x)
         extras = {"value": value.cpu().numpy()}
         if not self.space.discrete:
             extras["raw_action"] = raw.cpu().numpy()  # for the update's log-prob
         return ActOut(action=action.cpu().numpy(), logp=logp.cpu().numpy(), extras=extras)
-
-    def _state(self, state: np.ndarray | None, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The engine's state rows as (actor part, critic part); None: every row starts."""
-        if state is None:
-            s = torch.zeros(n, self.state_dim, device=self.device)
-        else:
-            s = torch.as_tensor(state, dtype=torch.float32, device=self.device)
-        return s[:, : self.actor_state_dim], s[:, self.actor_state_dim :]
-
-    def _value_step(
-        self, x: torch.Tensor, critic_state: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if isinstance(self.critic, RecurrentCritic):
-            return self.critic.step(x, critic_state)
-        return self.critic(x), critic_state
-
-    def _act_recurrent(self, obs: np.ndarray, explore: bool, state: np.ndarray | None) -> ActOut:
-        with torch.inference_mode():
-            x = self.obs_norm.normalize(
-                torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-            )
-            sa, sc = self._state(state, len(obs))
-            out, sa = self.policy.step(x, sa)
-            action, raw, logp = self.policy.sample(out, explore, self.gen)
-            value, sc = self._value_step(x, sc)
-            nxt = torch.cat([sa, sc], dim=1)
-        extras = {"value": value.cpu().numpy()}
-        if not self.space.discrete:
-            extras["raw_action"] = raw.cpu().numpy()
-        return ActOut(
-            action=action.cpu().numpy(),
-            logp=logp.cpu().numpy(),
-            extras=extras,
-            state=nxt.cpu().numpy(),
-        )
 
     def observe(self, step: Transitions) -> dict[str, float] | None:
         n, dev = len(step.obs), self.device
@@ -250,34 +182,19 @@ class PPO(Agent):
     def _store_recurrent(self, step: Transitions, buf: dict[str, torch.Tensor], t: int) -> None:
         """The recurrent rollout's extra columns: the chunk's initial state, episode starts,
         the behaviour log-prob and the values seen while acting."""
-        dev, n = self.device, len(step.obs)
-        if step.state is None or step.act_out.state is None:
-            raise ValueError(
-                "recurrent PPO needs the policy state: Transitions.state (the state obs was "
-                "seen in) and ActOut.state; the engine passes both to agents with state_dim > 0"
-            )
+        dev = self.device
+        last = t == self.params.n_steps - 1
+        logp, value, next_value = self.step_columns(
+            step, buf["obs"][t], buf["next_obs"][t], buf["action"][t], last
+        )
         if t == 0:
             buf["state0"].copy_(torch.as_tensor(step.state, device=dev))
         # An episode starts at t where the previous step (of this chunk or the last) ended one.
         buf["starts"][t] = self._prev_done
         self._prev_done = torch.as_tensor(step.terminated | step.truncated, device=dev)
-        sa, sc = self._state(step.state, n)
-        after_c = self._state(step.act_out.state, n)[1]
-        with torch.no_grad():
-            if step.act_out.logp is not None:
-                buf["logp"][t] = torch.as_tensor(step.act_out.logp, device=dev)
-            else:  # actions not drawn by act(explore=True): score them in the state they had
-                out, _ = self.policy.step(buf["obs"][t], sa)
-                buf["logp"][t] = self.policy.evaluate(out, buf["action"][t])[0]
-            value = step.act_out.extras.get("value")
-            if value is None:
-                value = self._value_step(buf["obs"][t], sc)[0]
-            buf["value"][t] = torch.as_tensor(value, device=dev)
-            # V(s'_t) in the state after step t: needed where the episode was cut by the time
-            # limit and at the chunk's last step; elsewhere it is the next step's value.
-            trunc = torch.as_tensor(step.truncated, device=dev)
-            if t == self.params.n_steps - 1 or bool(trunc.any()):
-                buf["next_value"][t] = self._value_step(buf["next_obs"][t], after_c)[0]
+        buf["logp"][t], buf["value"][t] = logp, value
+        if next_value is not None:
+            buf["next_value"][t] = next_value
 
     def _empty_rollout(self, n: int) -> dict[str, torch.Tensor]:
         T, dev, s = self.params.n_steps, self.device, self.space
@@ -429,13 +346,11 @@ class PPO(Agent):
         return logp.flatten(), entropy.flatten(), v.flatten()
 
     def _recurrent_values(self, buf: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """V(s_t) and V(s'_t) from the values computed while acting: inside an episode
-        V(s'_t) is the next step's value; at a truncation and at the last step it was computed
-        from the state after the step (``_store_recurrent``)."""
-        values = buf["value"]
-        following = torch.cat([values[1:], buf["next_value"][-1:]], dim=0)
-        truncated = buf["done"].bool() & ~buf["terminated"].bool()
-        return values, torch.where(truncated, buf["next_value"], following)
+        """V(s_t) and V(s'_t) from the values computed while acting (``_store_recurrent``)."""
+        next_values = next_values_seen(
+            buf["value"], buf["next_value"], buf["done"], buf["terminated"]
+        )
+        return buf["value"], next_values
 
     def state_dict(self) -> dict[str, Any]:
         # The rollout in progress is not saved: a resumed agent starts a fresh one.
