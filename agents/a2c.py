@@ -12,6 +12,10 @@ bootstraps from V of the observation after it. A terminated step does not bootst
 one bootstraps from V of its true final observation. Rewards of several task heads are summed
 with the task's head weights. Defaults are Stable-Baselines3's A2C defaults.
 
+Recurrent A2C (``core = "gru" | "lstm"``): as recurrent PPO (``agents/ppo.py``), the actor and
+(``critic_core``) the critic carry a core; a rollout keeps each copy's state at its first step
+and the episode starts, and the update replays the whole rollout through the cores from there.
+
 This file is also the proof of the plugin interface: it needs nothing from the engine beyond
 ``wheeler2.agent``.
 """
@@ -25,10 +29,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from agents.cores import RecurrentCritic, RecurrentOnPolicy, next_values_seen, on_policy_nets
 from agents.nets import (
     ACTIVATIONS,
-    VCritic,
-    build_actor,
     evaluate_actions,
     resolve_device,
     sample_action,
@@ -56,6 +59,10 @@ class Params:
     activation: str = choice("tanh", tuple(ACTIVATIONS))
     log_std_init: float = 0.0
     ortho_init: bool = True
+    # Recurrent core between trunk and last layer: "none" (feedforward), "gru" or "lstm".
+    core: str = choice("none", ("none", "gru", "lstm"))
+    core_size: int = bounded(64, ge=1)  # width of the core's hidden state
+    critic_core: bool = True  # the critic has a core of its own too (else V(obs) alone)
     device: str = "cpu"  # "cpu" | "cuda"
 
 
@@ -84,25 +91,20 @@ def nstep_returns(
     return returns
 
 
-class A2C(Agent):
+class A2C(RecurrentOnPolicy, Agent):
     Params = Params
     uses_replay = False
 
     def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
         super().__init__(space, params, resolve_device(device, params.device), seed)
         p = params
+        self.recurrent = p.core != "none"
         with seeded(seed):
-            self.policy = build_actor(
-                space.obs_dim,
-                space.act_dim,
-                space.discrete,
-                p.hidden,
-                p.activation,
-                p.log_std_init,
-                p.ortho_init,
-            ).to(self.device)
-            self.critic = VCritic(space.obs_dim, p.hidden, p.activation, p.ortho_init)
+            self.policy, self.critic = on_policy_nets(space, p)
+        self.policy.to(self.device)
         self.critic.to(self.device)
+        self.set_state_dims()  # the actor core's state, then the critic core's (if any)
+        self._prev_done: np.ndarray | None = None  # recurrent: episode ends of the last step
         self.params_list = list(self.policy.parameters()) + list(self.critic.parameters())
         self.opt = torch.optim.RMSprop(self.params_list, lr=p.lr, alpha=0.99, eps=p.rms_prop_eps)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
@@ -115,7 +117,10 @@ class A2C(Agent):
     def actor(self) -> nn.Module:
         return self.policy
 
-    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+    def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
+        if self.recurrent:
+            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            return self.act_recurrent(x, explore, state)
         with torch.inference_mode():
             x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
             action, raw, logp = sample_action(self.policy, x, explore, self.gen)
@@ -142,11 +147,31 @@ class A2C(Agent):
                 "valid": np.array(active, np.float32),
             }
         )
+        if self.recurrent:
+            self._store_recurrent(step)
         if len(self.steps) < self.params.n_steps:
             return None
         metrics = self._update(self.steps)
         self.steps = []
         return metrics
+
+    def _store_recurrent(self, step: Transitions) -> None:
+        """The recurrent rollout's extra columns (see ``RecurrentOnPolicy.step_columns``)."""
+        row, n, dev = self.steps[-1], len(step.obs), self.device
+        last = len(self.steps) == self.params.n_steps
+        obs = torch.as_tensor(row["obs"], device=dev)
+        next_obs = torch.as_tensor(row["next_obs"], device=dev)
+        action = torch.as_tensor(row["action"], device=dev)
+        _, value, next_value = self.step_columns(step, obs, next_obs, action, last)
+        if len(self.steps) == 1:
+            self._state0 = np.array(step.state, np.float32)
+        prev = self._prev_done
+        row["starts"] = np.zeros(n, bool) if prev is None or len(prev) != n else prev
+        self._prev_done = np.array(step.terminated | step.truncated, bool)
+        row["value"] = value.cpu().numpy()
+        row["next_value"] = (
+            np.zeros(n, np.float32) if next_value is None else next_value.cpu().numpy()
+        )
 
     def _update(self, steps: list[dict[str, np.ndarray]]) -> dict[str, float]:
         p, dev = self.params, self.device
@@ -162,7 +187,12 @@ class A2C(Agent):
         dones = stack("done")
 
         with torch.no_grad():
-            next_values = self.critic(next_obs)
+            if self.recurrent:
+                next_values = next_values_seen(
+                    stack("value"), stack("next_value"), dones, terminated
+                )
+            else:
+                next_values = self.critic(next_obs)
             returns = nstep_returns(rewards, next_values, terminated, dones, p.gamma)
             targets = returns  # lambda = 1: the lambda-return is the n-step return
             if p.td_lambda < 1.0:
@@ -171,8 +201,21 @@ class A2C(Agent):
                 )
             returns, targets = returns.flatten(), targets.flatten()
 
-        logp, entropy = evaluate_actions(self.policy, obs.flatten(0, 1), action.flatten(0, 1))
-        values = self.critic(obs.flatten(0, 1))
+        if self.recurrent:
+            # The whole rollout replayed from each copy's state at its first step.
+            state0 = torch.as_tensor(self._state0, device=dev)
+            starts = stack("starts", torch.bool)
+            out, _ = self.policy.sequence(obs, state0[:, : self.actor_state_dim], starts)
+            logp, entropy = self.policy.evaluate(out, action)
+            logp, entropy = logp.flatten(), entropy.flatten()
+            if isinstance(self.critic, RecurrentCritic):
+                sc = state0[:, self.actor_state_dim :]
+                values = self.critic.sequence(obs, sc, starts)[0].flatten()
+            else:
+                values = self.critic(obs.flatten(0, 1))
+        else:
+            logp, entropy = evaluate_actions(self.policy, obs.flatten(0, 1), action.flatten(0, 1))
+            values = self.critic(obs.flatten(0, 1))
         w = stack("valid").flatten()
         denom = w.sum().clamp(min=1.0)
         adv = returns - values.detach()

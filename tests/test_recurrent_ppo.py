@@ -273,3 +273,80 @@ def test_normalize_obs_feeds_the_policy_normalized_observations() -> None:
     expected = (rows[2] - first_two.mean(0)) / first_two.std(0)
     np.testing.assert_allclose(agent.rollout["obs"][2].numpy(), expected, rtol=1e-4, atol=1e-5)
     assert "obs_norm" in agent.state_dict()
+
+
+# -- recurrent A2C: the same cores, one update per rollout --------------------------------------
+
+
+def test_a2c_core_none_gives_the_same_numbers_as_before() -> None:
+    # Measured with agents/a2c.py as it was before recurrent cores were added (5c4d663).
+    from agents.a2c import A2C
+    from agents.a2c import Params as A2CParams
+
+    agent = A2C(SpaceInfo(3, 2, True), A2CParams(n_steps=5, hidden=[16, 16]), seed=3)
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(4, 3)).astype(np.float32)
+    metrics: dict[str, float] = {}
+    for _ in range(12):
+        out = agent.act(obs, explore=True)
+        nxt = rng.normal(size=(4, 3)).astype(np.float32)
+        term, trunc = rng.random(4) < 0.1, rng.random(4) < 0.1
+        reward = rng.normal(size=(4, 1)).astype(np.float32)
+        metrics = (
+            agent.observe(Transitions(obs, out.action, reward, nxt, term, trunc, nxt, out))
+            or metrics
+        )
+        obs = nxt
+    total = sum(float(v.double().sum()) for v in agent.policy.state_dict().values())
+    total += sum(float(v.double().sum()) for v in agent.critic.state_dict().values())
+    assert agent.state_dim == 0
+    assert total == -2.4559490316314623
+    assert metrics["policy_loss"] == -0.0341121181845665
+    assert metrics["value_loss"] == 5.433969497680664
+
+
+def test_recurrent_a2c_replays_the_behaviour_log_probs_and_values() -> None:
+    from agents.a2c import A2C
+    from agents.a2c import Params as A2CParams
+
+    env = GymVecEnv("CartPoleNoVel-v1", {}, 3, 0)
+    T = 40
+    p = A2CParams(core="lstm", core_size=16, hidden=[16], n_steps=T)
+    agent = A2C(SpaceInfo(2, 2, True), p, seed=1)
+    assert agent.state_dim == 64
+    acted: list[tuple[np.ndarray, np.ndarray]] = []
+    act, update = agent.act, agent._update
+
+    def spy_act(obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> Any:
+        out = act(obs, explore, state)
+        acted.append((out.logp.copy(), out.extras["value"].copy()))
+        return out
+
+    checked: list[bool] = []
+
+    def spy_update(steps: list[dict[str, np.ndarray]]) -> dict[str, float]:
+        def col(key: str) -> torch.Tensor:
+            return torch.as_tensor(np.stack([s[key] for s in steps]))
+
+        s0 = torch.as_tensor(agent._state0)
+        a = agent.actor_state_dim
+        with torch.no_grad():
+            out, _ = agent.policy.sequence(col("obs"), s0[:, :a], col("starts"))
+            logp = agent.policy.evaluate(out, col("action"))[0]
+            v, _ = agent.critic.sequence(col("obs"), s0[:, a:], col("starts"))
+        k = len(checked) * T
+        np.testing.assert_allclose(
+            logp.numpy(), np.stack([x[0] for x in acted[k : k + T]]), atol=1e-5
+        )
+        np.testing.assert_allclose(v.numpy(), np.stack([x[1] for x in acted[k : k + T]]), atol=1e-5)
+        checked.append(bool(col("starts").any()))
+        return update(steps)
+
+    agent.act = spy_act  # type: ignore[method-assign]
+    agent._update = spy_update  # type: ignore[method-assign]
+    member = Member("m", "explorer", agent, env, ENV_HEAD, None, 0)
+    for _ in range(3 * T):
+        member.step()
+    member.close()
+    assert len(checked) == 3 and any(checked)  # episodes began inside the rollouts
+    assert agent.updates == 3
