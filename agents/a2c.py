@@ -63,6 +63,7 @@ class Params:
     core: str = choice("none", ("none", "gru", "lstm"))
     core_size: int = bounded(64, ge=1)  # width of the core's hidden state
     critic_core: bool = True  # the critic has a core of its own too (else V(obs) alone)
+    core_first: bool = False  # the core reads the observation, the hidden layers its output
     device: str = "cpu"  # "cpu" | "cuda"
 
 

@@ -135,15 +135,63 @@ class RecurrentCore(nn.Module):
         return y, self._pack(hidden)[last]
 
 
-class RecurrentActor(nn.Module):
+class _RecurrentBody(nn.Module):
+    """``trunk`` and ``core`` in either order: trunk then core (the default), or core then
+    trunk (``core_first``, sb3-contrib's order: its LSTM reads the observation and its
+    ``net_arch`` layers come after). ``features_dim`` is what the last layer reads."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        hidden: Sequence[int],
+        act: str,
+        kind: str,
+        size: int,
+        ortho: bool,
+        core_first: bool,
+    ) -> None:
+        super().__init__()
+        self.core_first = core_first
+        if core_first:
+            self.core = RecurrentCore(kind, obs_dim, size)
+            self.trunk = _trunk(size, hidden, act, ortho)
+            self.features_dim = hidden[-1] if hidden else size
+        else:
+            self.trunk = _trunk(obs_dim, hidden, act, ortho)
+            self.core = RecurrentCore(kind, hidden[-1] if hidden else obs_dim, size)
+            self.features_dim = size
+
+    @property
+    def state_dim(self) -> int:
+        return self.core.state_dim
+
+    def features_step(
+        self, obs: torch.Tensor, state: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.core_first:
+            y, state = self.core.step(obs, state)
+            return self.trunk(y), state
+        return self.core.step(self.trunk(obs), state)
+
+    def features_sequence(
+        self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.core_first:
+            y, state = self.core.sequence(obs, state0, starts)
+            return self.trunk(y), state
+        return self.core.sequence(self.trunk(obs), state0, starts)
+
+
+class RecurrentActor(_RecurrentBody):
     """A stochastic policy with memory: ``head(core(trunk(obs), state))``.
 
     The trunk sees the observation alone, so it has the shape of a feedforward actor's trunk
     and syncs from one by role (``sync_roles``); the core is outside every role, so an
     explorer keeps its own core when its learner has none, and two recurrent actors sync it by
-    name. ``forward`` is not defined: a recurrent policy needs its state (:meth:`step`,
-    :meth:`sequence`). Outputs are logits (discrete) or the Gaussian mean (continuous, with a
-    state-independent ``log_std``).
+    name. With ``core_first`` the trunk reads the core's output instead (it then syncs only
+    from an actor of the same layout, or is kept). ``forward`` is not defined: a recurrent
+    policy needs its state (:meth:`step`, :meth:`sequence`). Outputs are logits (discrete) or
+    the Gaussian mean (continuous, with a state-independent ``log_std``).
     """
 
     sync_roles = {"trunk": "trunk", "head": "head"}
@@ -159,26 +207,21 @@ class RecurrentActor(nn.Module):
         size: int,
         log_std_init: float = 0.0,
         ortho: bool = True,
+        core_first: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(obs_dim, hidden, act, kind, size, ortho, core_first)
         self.discrete = discrete
         self.sync_actions = "discrete" if discrete else "continuous"
-        self.trunk = _trunk(obs_dim, hidden, act, ortho)
-        self.core = RecurrentCore(kind, hidden[-1] if hidden else obs_dim, size)
-        self.head = nn.Linear(size, act_dim)
+        self.head = nn.Linear(self.features_dim, act_dim)
         if ortho:
             # A small last layer starts the policy near uniform / near zero mean.
             ortho_init_(self.head, 0.01)
         if not discrete:
             self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
 
-    @property
-    def state_dim(self) -> int:
-        return self.core.state_dim
-
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``obs [N, obs_dim]`` -> (logits or mean ``[N, act_dim]``, next state)."""
-        y, state = self.core.step(self.trunk(obs), state)
+        y, state = self.features_step(obs, state)
         return self.head(y), state
 
     def sequence(
@@ -186,7 +229,7 @@ class RecurrentActor(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``obs [T, N, obs_dim]`` replayed from ``state0`` -> (outputs ``[T, N, act_dim]``,
         state after the last step); ``starts`` as in :meth:`RecurrentCore.sequence`."""
-        y, state = self.core.sequence(self.trunk(obs), state0, starts)
+        y, state = self.features_sequence(obs, state0, starts)
         return self.head(y), state
 
     def sample(
@@ -220,31 +263,32 @@ class RecurrentActor(nn.Module):
         )
 
 
-class RecurrentCritic(nn.Module):
-    """V with memory: ``head(core(trunk(obs), state))`` -> ``[...]``."""
+class RecurrentCritic(_RecurrentBody):
+    """V with memory: ``head(core(trunk(obs), state))`` (or trunk after core) -> ``[...]``."""
 
     def __init__(
-        self, obs_dim: int, hidden: Sequence[int], act: str, kind: str, size: int, ortho: bool
+        self,
+        obs_dim: int,
+        hidden: Sequence[int],
+        act: str,
+        kind: str,
+        size: int,
+        ortho: bool,
+        core_first: bool = False,
     ) -> None:
-        super().__init__()
-        self.trunk = _trunk(obs_dim, hidden, act, ortho)
-        self.core = RecurrentCore(kind, hidden[-1] if hidden else obs_dim, size)
-        self.head = nn.Linear(size, 1)
+        super().__init__(obs_dim, hidden, act, kind, size, ortho, core_first)
+        self.head = nn.Linear(self.features_dim, 1)
         if ortho:
             ortho_init_(self.head, 1.0)
 
-    @property
-    def state_dim(self) -> int:
-        return self.core.state_dim
-
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        y, state = self.core.step(self.trunk(obs), state)
+        y, state = self.features_step(obs, state)
         return self.head(y).squeeze(-1), state
 
     def sequence(
         self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        y, state = self.core.sequence(self.trunk(obs), state0, starts)
+        y, state = self.features_sequence(obs, state0, starts)
         return self.head(y).squeeze(-1), state
 
 
@@ -287,10 +331,11 @@ def on_policy_nets(space: Any, p: Any) -> tuple[nn.Module, nn.Module]:
             p.core_size,
             p.log_std_init,
             p.ortho_init,
+            p.core_first,
         )
     if p.core != "none" and p.critic_core:
         critic: nn.Module = RecurrentCritic(
-            space.obs_dim, p.hidden, p.activation, p.core, p.core_size, p.ortho_init
+            space.obs_dim, p.hidden, p.activation, p.core, p.core_size, p.ortho_init, p.core_first
         )
     else:
         critic = VCritic(space.obs_dim, p.hidden, p.activation, p.ortho_init)

@@ -77,6 +77,7 @@ class Params:
     core: str = choice("none", ("none", "gru", "lstm"))
     core_size: int = bounded(64, ge=1)  # width of the core's hidden state
     critic_core: bool = True  # the critic has a core of its own too (else V(obs) alone)
+    core_first: bool = False  # the core reads the observation, the hidden layers its output
     # Running mean/std of the observations (SB3's VecNormalize(norm_obs=True), in the agent).
     normalize_obs: bool = False
     obs_clip: float = bounded(10.0, gt=0)  # normalized observations are clipped to +-obs_clip

@@ -20,8 +20,10 @@ start of training, evals included, to the first eval with mean >= 475; each run 
 busy spell of the shared machine hits both sides alike; torch runs one thread on both.
 
 ``ff`` is wheeler2's PPO with the same values and no core (``core = "none"``), the
-memoryless baseline, expected to fail. Writes experiments/results/recurrent_ppo_cartpole_novel.md
-and ``..._runs.jsonl`` (one line per run, appended as runs finish).
+memoryless baseline, expected to fail. ``core_first`` is wheeler2 with ``core_first = true``:
+the LSTM reads the observation and the [64] layers come after it, sb3-contrib's order.
+Writes experiments/results/recurrent_ppo_cartpole_novel.md and ``..._runs.jsonl`` (one line
+per run, appended as runs finish).
 """
 
 from __future__ import annotations
@@ -145,6 +147,8 @@ def run_wheeler2(seed: int, side: str, out: Path) -> Outcome:
     ]
     if side == "ff":
         overrides.append('team.0.params.core="none"')
+    if side == "core_first":
+        overrides.append("team.0.params.core_first=true")
     config = load(CFG, overrides=overrides, seed=seed, out=str(out))
     t0 = time.perf_counter()
     run_dir = run_experiment(config)
@@ -193,11 +197,49 @@ def _cell(x: float | None, spec: str) -> str:
     return "never" if x is None else format(x, spec)
 
 
+LABELS = {
+    "wheeler2": "wheeler2 (trunk then LSTM, the shipped cfg)",
+    "core_first": "wheeler2 core_first (LSTM then trunk, sb3's order)",
+    "sb3": "sb3-contrib RecurrentPPO",
+    "ff": 'wheeler2 PPO without a core (core = "none")',
+}
+
+
+def paired(by: dict, side: str, seeds: list[int]) -> list[str]:
+    """The ratio-of-medians table of ``side`` against sb3 over the seeds both ran."""
+    pairs = [(by[(side, s)], by[("sb3", s)]) for s in seeds]
+    lines = [
+        "",
+        f"**{LABELS[side]} vs sb3-contrib**, paired seeds {', '.join(map(str, seeds))}:",
+        "",
+        "| figure | wheeler2 | sb3 | ratio of medians [95% bootstrap CI] |",
+        "| --- | --- | --- | --- |",
+    ]
+    for attr, label, spec in (
+        ("steps", "env steps to 475", ",.0f"),
+        ("wall_s", "seconds to 475", ".1f"),
+    ):
+        ours = [_never(getattr(w, attr)) for w, _ in pairs]
+        theirs = [_never(getattr(b, attr)) for _, b in pairs]
+        point, lo, hi = ratio_of_medians(ours, theirs)
+        mo, mt = statistics.median(ours), statistics.median(theirs)
+        lines.append(
+            f"| median {label} | {mo:{spec}} | {mt:{spec}} | {point:.2f} [{lo:.2f}, {hi:.2f}] |"
+        )
+    solved_w = sum(w.steps is not None for w, _ in pairs)
+    solved_b = sum(b.steps is not None for _, b in pairs)
+    lines += [
+        "",
+        f"Seeds solved within {BUDGET:,} env steps: wheeler2 {solved_w}/{len(pairs)}, "
+        f"sb3-contrib {solved_b}/{len(pairs)}. A run that never reached {THRESHOLD:g} counts "
+        "as infinitely slow in the medians (inf in the table; nan ratio where a median is inf).",
+    ]
+    return lines
+
+
 def table(runs: list[Outcome], command: str) -> str:
     by = {(r.side, r.seed): r for r in runs}
-    seeds = sorted(
-        {r.seed for r in runs if r.side == "wheeler2"} & {r.seed for r in runs if r.side == "sb3"}
-    )
+    sides = [side for side in LABELS if any(r.side == side for r in runs)]
     lines = [
         f"# Recurrent PPO on {ENV_ID}: wheeler2 vs sb3-contrib RecurrentPPO",
         "",
@@ -209,50 +251,26 @@ def table(runs: list[Outcome], command: str) -> str:
         "",
         f"Command: `{command}`",
         "",
-        "| seed | wheeler2 steps | sb3 steps | wheeler2 s | sb3 s | wheeler2 last eval "
-        "| sb3 last eval | ff (no core) steps | ff last eval |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "Per run: env steps to the first eval >= 475 / seconds to it / last eval (never: not "
+        f"within {BUDGET:,} steps).",
+        "",
+        "| seed | " + " | ".join(LABELS[side] for side in sides) + " |",
+        "| --- | " + " | ".join("---" for _ in sides) + " |",
     ]
-    for s in sorted({r.seed for r in runs}):
-        w, b, f = by.get(("wheeler2", s)), by.get(("sb3", s)), by.get(("ff", s))
-
-        def g(r: Outcome | None, attr: str, spec: str) -> str:
+    for seed in sorted({r.seed for r in runs}):
+        cells = []
+        for side in sides:
+            r = by.get((side, seed))
             if r is None:
-                return "—"
-            return _cell(getattr(r, attr), spec)
-
-        lines.append(
-            f"| {s} | {g(w, 'steps', ',')} | {g(b, 'steps', ',')} | {g(w, 'wall_s', '.1f')} "
-            f"| {g(b, 'wall_s', '.1f')} | {g(w, 'last_eval', '.1f')} | {g(b, 'last_eval', '.1f')} "
-            f"| {g(f, 'steps', ',')} | {g(f, 'last_eval', '.1f')} |"
-        )
-    if seeds:
-        pairs = [(by[("wheeler2", s)], by[("sb3", s)]) for s in seeds]
-        lines += [
-            "",
-            "| figure (paired seeds: " + ", ".join(map(str, seeds)) + ") | wheeler2 | sb3 "
-            "| ratio of medians [95% bootstrap CI] |",
-            "| --- | --- | --- | --- |",
-        ]
-        for attr, label, spec in (
-            ("steps", "env steps to 475", ",.0f"),
-            ("wall_s", "seconds to 475", ".1f"),
-        ):
-            ours = [_never(getattr(w, attr)) for w, _ in pairs]
-            theirs = [_never(getattr(b, attr)) for _, b in pairs]
-            point, lo, hi = ratio_of_medians(ours, theirs)
-            mo, mt = statistics.median(ours), statistics.median(theirs)
-            lines.append(
-                f"| median {label} | {mo:{spec}} | {mt:{spec}} | {point:.2f} [{lo:.2f}, {hi:.2f}] |"
-            )
-        solved_w = sum(w.steps is not None for w, _ in pairs)
-        solved_b = sum(b.steps is not None for _, b in pairs)
-        lines += [
-            "",
-            f"Seeds solved within {BUDGET:,} env steps: wheeler2 {solved_w}/{len(pairs)}, "
-            f"sb3-contrib {solved_b}/{len(pairs)}. A run that never reached {THRESHOLD:g} counts "
-            "as infinitely slow in the medians.",
-        ]
+                cells.append("—")
+            else:
+                reached = "never" if r.steps is None else f"{r.steps:,} / {r.wall_s:.0f} s"
+                cells.append(f"{reached} / {r.last_eval:.1f}")
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    for side in ("wheeler2", "core_first"):
+        seeds = sorted({s for (sd, s) in by if sd == side} & {s for (sd, s) in by if sd == "sb3"})
+        if seeds:
+            lines += paired(by, side, seeds)
     ff = [r for r in runs if r.side == "ff"]
     if ff:
         solved = sum(r.steps is not None for r in ff)
@@ -270,7 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument(
-        "--sides", nargs="+", default=["wheeler2", "sb3", "ff"], choices=["wheeler2", "sb3", "ff"]
+        "--sides",
+        nargs="+",
+        default=["wheeler2", "sb3", "ff"],
+        choices=["wheeler2", "sb3", "ff", "core_first"],
     )
     ap.add_argument("--name", default=NAME)
     ap.add_argument("--table", action="store_true", help="only rewrite the table from the jsonl")

@@ -76,6 +76,11 @@ def test_state_is_the_actor_core_then_the_critic_core(kind: str, width: int) -> 
     assert out.state.shape == (5, width) and out.state.dtype == np.float32
     alone = PPO(SpaceInfo(3, 2, True), Params(core=kind, core_size=8, critic_core=False))
     assert alone.state_dim == width // 2
+    # core_first: the core reads the observation and the hidden layers its output.
+    first = PPO(SpaceInfo(3, 2, True), Params(core=kind, core_size=8, hidden=[16], core_first=True))
+    assert first.policy.core.in_dim == 3 and first.policy.trunk[0].in_features == 8
+    assert first.policy.head.in_features == 16 and first.critic.head.in_features == 16
+    assert first.state_dim == width
 
 
 def spy_on_update(agent: PPO) -> list[dict[str, Any]]:
@@ -98,10 +103,16 @@ def spy_on_update(agent: PPO) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    "env_id,kind,norm",
-    [("CartPoleNoVel-v1", "lstm", True), ("PendulumNoVel-v1", "gru", False)],
+    "env_id,kind,norm,first",
+    [
+        ("CartPoleNoVel-v1", "lstm", True, False),
+        ("CartPoleNoVel-v1", "gru", False, True),
+        ("PendulumNoVel-v1", "gru", False, False),
+    ],
 )
-def test_the_replayed_log_probs_are_the_behaviour_ones(env_id: str, kind: str, norm: bool) -> None:
+def test_the_replayed_log_probs_are_the_behaviour_ones(
+    env_id: str, kind: str, norm: bool, first: bool
+) -> None:
     # Through the engine's member loop: it carries and resets the state; the agent stores the
     # chunk's initial state and episode starts; replaying them must give back, step by step,
     # the log-probs and values the actor and critic had while acting. CartPole episodes end
@@ -110,6 +121,7 @@ def test_the_replayed_log_probs_are_the_behaviour_ones(env_id: str, kind: str, n
     space = SpaceInfo(env.info.obs_dim, env.info.act_dim, env.info.discrete)
     T = 50
     p = Params(core=kind, core_size=16, hidden=[16], n_steps=T, n_epochs=1, normalize_obs=norm)
+    p.core_first = first
     agent = PPO(space, p, seed=1)
     seen = spy_on_update(agent)
     member = Member("m", "explorer", agent, env, ENV_HEAD, None, 0)
