@@ -182,9 +182,11 @@ class Recorder:
         }
         if result.heads is not None:  # each head's Q(s0, pi(s0)) against its discounted return
             entry["heads"] = result.heads
-            errors = {f"value_error/{h}": v["error"] for h, v in result.heads.items()}
-            self.log.scalars("eval", env_steps, errors)
         return entry
+
+    @staticmethod
+    def _value_errors(result: EvalResult) -> dict[str, float]:
+        return {f"value_error/{h}": v["error"] for h, v in (result.heads or {}).items()}
 
     def record_table_eval(
         self, table: str, learner: str, env_steps: int, result: EvalResult
@@ -193,7 +195,7 @@ class Recorder:
         that member's ``eval_return``; the run's curve, threshold and best.pt stay the lead's."""
         entry = self._eval_entry(env_steps, result)
         self.state.table_evals.setdefault(table, []).append(entry)
-        values = {"eval_return": result.mean_return}
+        values = {"eval_return": result.mean_return, **self._value_errors(result)}
         if result.success is not None:
             values["eval_success"] = result.success
         self.log.scalars(learner, env_steps, values)
@@ -205,6 +207,8 @@ class Recorder:
         entry = self._eval_entry(env_steps, result)
         self.state.evals.append(entry)
         self.log.eval(env_steps, entry["wall_s"], result.mean_return, result.success)
+        if result.heads is not None:
+            self.log.scalars("eval", env_steps, self._value_errors(result))
         if (
             self.threshold is not None
             and self.state.steps_to_threshold is None
