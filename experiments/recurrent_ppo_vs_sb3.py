@@ -147,8 +147,9 @@ def run_wheeler2(seed: int, side: str, out: Path) -> Outcome:
     ]
     if side == "ff":
         overrides.append('team.0.params.core="none"')
-    if side == "core_first":
-        overrides.append("team.0.params.core_first=true")
+    # Both layouts named explicitly, whatever the shipped file chooses.
+    if side in ("wheeler2", "core_first"):
+        overrides.append(f"team.0.params.core_first={str(side == 'core_first').lower()}")
     config = load(CFG, overrides=overrides, seed=seed, out=str(out))
     t0 = time.perf_counter()
     run_dir = run_experiment(config)
@@ -198,8 +199,8 @@ def _cell(x: float | None, spec: str) -> str:
 
 
 LABELS = {
-    "wheeler2": "wheeler2 (trunk then LSTM, the shipped cfg)",
-    "core_first": "wheeler2 core_first (LSTM then trunk, sb3's order)",
+    "wheeler2": "wheeler2, trunk then LSTM (core_first = false)",
+    "core_first": "wheeler2, LSTM then trunk (core_first = true, sb3's order)",
     "sb3": "sb3-contrib RecurrentPPO",
     "ff": 'wheeler2 PPO without a core (core = "none")',
 }
