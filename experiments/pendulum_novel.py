@@ -99,7 +99,9 @@ def report(rows: list[dict], note: str = "") -> str:
         "| --- | --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for arm in ARMS:
-        mine = [r for r in rows if r["arm"] == arm and "error" not in r]
+        mine = sorted(
+            (r for r in rows if r["arm"] == arm and "error" not in r), key=lambda r: r["seed"]
+        )
         if not mine:
             continue
         hits = [r["steps_to_threshold"] for r in mine if r.get("steps_to_threshold") is not None]
@@ -114,11 +116,12 @@ def report(rows: list[dict], note: str = "") -> str:
             f"{best:.1f} | {final:.1f} | {wall:.0f} |"
         )
     lines += ["", "Per run (eval return at each eval, env steps: return):", ""]
-    for r in rows:
+    order = list(ARMS)
+    for r in sorted(rows, key=lambda r: (order.index(r["arm"]), r["seed"])):
         if "error" in r:
             lines.append(f"* {r['arm']} seed {r['seed']}: {r['error']} (rc {r['rc']})")
             continue
-        curve = ", ".join(f"{s // 1000}k: {v:.0f}" for s, v in r["evals"])
+        curve = ", ".join(f"{s / 1000:g}k: {v:.0f}" for s, v in r["evals"])
         cut = " (cut short)" if r.get("interrupted") else ""
         lines.append(
             f"* {r['arm']} seed {r['seed']}{cut}: to -200 at {r['steps_to_threshold']}, best "
