@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.nets import activation, gaussian_entropy, gaussian_log_prob, ortho_init_
+from agents.nets import activation, evaluate_outputs, ortho_init_, sample_outputs
 
 CORE_KINDS = ("gru", "lstm")
 MAX_STRETCHES = 6  # sequence(): beyond this many reset times, one packed call instead
@@ -235,32 +235,12 @@ class RecurrentActor(_RecurrentBody):
     def sample(
         self, out: torch.Tensor, explore: bool, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(env action, raw sample, log-prob of the raw sample) from the outputs ``out``, the
-        way ``agents.nets.sample_action`` draws from a feedforward actor."""
-        if self.discrete:
-            logp_all = torch.log_softmax(out, dim=-1)
-            if explore:
-                raw = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)
-            else:
-                raw = out.argmax(-1)
-            return raw, raw, logp_all.gather(-1, raw.unsqueeze(-1)).squeeze(-1)
-        log_std = self.log_std.expand_as(out)
-        raw = out
-        if explore:
-            noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
-            raw = out + log_std.exp() * noise
-        return raw.clamp(-1.0, 1.0), raw, gaussian_log_prob(raw, out, log_std)
+        """(env action, raw sample, log-prob of the raw sample) from the outputs ``out``."""
+        return sample_outputs(out, None if self.discrete else self.log_std, explore, generator)
 
     def evaluate(self, out: torch.Tensor, raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """log pi(raw) and the entropy under the outputs ``out`` (any leading shape)."""
-        if self.discrete:
-            logp_all = torch.log_softmax(out, dim=-1)
-            logp = logp_all.gather(-1, raw.long().unsqueeze(-1)).squeeze(-1)
-            return logp, -(logp_all.exp() * logp_all).sum(-1)
-        log_std = self.log_std.expand_as(out)
-        return gaussian_log_prob(raw, out, log_std), gaussian_entropy(log_std).expand(
-            out.shape[:-1]
-        )
+        return evaluate_outputs(out, None if self.discrete else self.log_std, raw)
 
 
 class RecurrentCritic(_RecurrentBody):

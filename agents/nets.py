@@ -277,27 +277,26 @@ def polyak_(target: Sequence[torch.Tensor], online: Sequence[torch.Tensor], tau:
     torch._foreach_lerp_(list(target), list(online), tau)
 
 
-def sample_action(
-    actor: GaussianActor | CategoricalActor,
-    obs: torch.Tensor,
-    explore: bool,
-    generator: torch.Generator,
+def sample_outputs(
+    out: torch.Tensor, log_std: torch.Tensor | None, explore: bool, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Draw from a stochastic actor -> (env action, raw sample, log-prob of the raw sample).
+    """Draw from a policy's outputs ``out`` -> (env action, raw sample, log-prob of the raw
+    sample). ``log_std`` None: ``out`` are the logits of a categorical policy; else the means of
+    a Gaussian with that log std.
 
     Continuous: the env gets the sample clipped to [-1, 1], but the log-prob is that of the
     unclipped sample, the one the Gaussian actually produced (clipping is the env's business).
-    ``explore = False`` takes the mode (mean / argmax).
+    ``explore = False`` takes the mode (mean / argmax). Feedforward and recurrent actors
+    (agents/cores.py) both draw here.
     """
-    out = actor(obs)
-    if isinstance(actor, CategoricalActor):
+    if log_std is None:
         logp_all = torch.log_softmax(out, dim=-1)
         if explore:
             raw = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(-1)
         else:
             raw = out.argmax(-1)
         return raw, raw, logp_all.gather(-1, raw.unsqueeze(-1)).squeeze(-1)
-    log_std = actor.log_std.expand_as(out)
+    log_std = log_std.expand_as(out)
     raw = out
     if explore:
         noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
@@ -305,18 +304,38 @@ def sample_action(
     return raw.clamp(-1.0, 1.0), raw, gaussian_log_prob(raw, out, log_std)
 
 
+def evaluate_outputs(
+    out: torch.Tensor, log_std: torch.Tensor | None, raw: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(raw) and the policy entropy under the outputs ``out`` (``log_std`` as in
+    :func:`sample_outputs`), both of ``out``'s leading shape, with gradients."""
+    if log_std is None:
+        logp_all = torch.log_softmax(out, dim=-1)
+        logp = logp_all.gather(-1, raw.long().unsqueeze(-1)).squeeze(-1)
+        return logp, -(logp_all.exp() * logp_all).sum(-1)
+    log_std = log_std.expand_as(out)
+    return gaussian_log_prob(raw, out, log_std), gaussian_entropy(log_std).expand(out.shape[:-1])
+
+
+def _log_std(actor: GaussianActor | CategoricalActor) -> torch.Tensor | None:
+    return None if isinstance(actor, CategoricalActor) else actor.log_std
+
+
+def sample_action(
+    actor: GaussianActor | CategoricalActor,
+    obs: torch.Tensor,
+    explore: bool,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Draw from a stochastic actor at ``obs`` (:func:`sample_outputs`)."""
+    return sample_outputs(actor(obs), _log_std(actor), explore, generator)
+
+
 def evaluate_actions(
     actor: GaussianActor | CategoricalActor, obs: torch.Tensor, raw: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """log pi(raw | obs) and the policy entropy per state, both [B], with gradients."""
-    out = actor(obs)
-    if isinstance(actor, CategoricalActor):
-        logp_all = torch.log_softmax(out, dim=-1)
-        logp = logp_all.gather(-1, raw.long().unsqueeze(-1)).squeeze(-1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-        return logp, entropy
-    log_std = actor.log_std.expand_as(out)
-    return gaussian_log_prob(raw, out, log_std), gaussian_entropy(log_std)
+    return evaluate_outputs(actor(obs), _log_std(actor), raw)
 
 
 class TwinQCritic(nn.Module):
