@@ -20,7 +20,7 @@ Conventions every algorithm follows:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -86,22 +86,15 @@ class Batch:
         """Move a buffer sample (dict of numpy arrays) to ``device``; a sample of sequences
         (it has a ``mask``) becomes a :class:`SequenceBatch`."""
         if cls is Batch and "mask" in arrays:
-            return SequenceBatch.from_numpy(arrays, device)
+            cls = SequenceBatch
 
-        def t(name: str) -> torch.Tensor:
-            return torch.as_tensor(arrays[name], device=device)
+        def t(name: str) -> torch.Tensor | None:
+            value = arrays.get(name)
+            return None if value is None else torch.as_tensor(value, device=device)
 
-        logp = arrays.get("logp")
-        return cls(
-            obs=t("obs"),
-            action=t("action"),
-            reward=t("reward"),
-            next_obs=t("next_obs"),
-            discount=t("discount"),
-            weight=t("weight"),
-            index=arrays["index"],
-            logp=None if logp is None else t("logp"),
-        )
+        # Every tensor field by name (a field the sample lacks, e.g. logp, stays None).
+        tensors = {f.name: t(f.name) for f in fields(cls) if f.name != "index"}
+        return cls(index=arrays["index"], **tensors)
 
 
 @dataclass
@@ -123,28 +116,6 @@ class SequenceBatch(Batch):
     mask: torch.Tensor | None = None  # [B, T] bool
     burn: torch.Tensor | None = None  # [B] long
     state: torch.Tensor | None = None  # [B, state_dim]
-
-    @classmethod
-    def from_numpy(cls, arrays: dict[str, np.ndarray], device: torch.device | str) -> SequenceBatch:
-        def t(name: str) -> torch.Tensor | None:
-            value = arrays.get(name)
-            return None if value is None else torch.as_tensor(value, device=device)
-
-        return cls(
-            obs=t("obs"),
-            action=t("action"),
-            reward=t("reward"),
-            next_obs=t("next_obs"),
-            discount=t("discount"),
-            weight=t("weight"),
-            index=arrays["index"],
-            logp=t("logp"),
-            boot=t("boot"),
-            alive=t("alive"),
-            mask=t("mask"),
-            burn=t("burn"),
-            state=t("state"),
-        )
 
 
 @dataclass
