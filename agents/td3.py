@@ -277,12 +277,7 @@ class TD3(Agent):
         head_losses = (batch.weight.unsqueeze(-1) * td.pow(2)).mean(1).sum(0)  # [H]
         critic_loss = head_losses.sum()
 
-        self.critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        if p.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.critic_params, p.max_grad_norm)
-        self.critic_opt.step()
-        self.updates += 1
+        self._critic_step(critic_loss)
 
         if self.updates % p.policy_delay == 0:
             a_pi = self.actor_net(obs)
@@ -291,15 +286,7 @@ class TD3(Agent):
             else:
                 q_pi = self.critic(obs, a_pi).min(0).values
             actor_loss = -(q_pi * self.head_w).sum(-1).mean()
-            # Gradients for the actor only: the critic's weight gradients would be thrown away.
-            grads = torch.autograd.grad(actor_loss, self.actor_params)
-            for param, g in zip(self.actor_params, grads):
-                param.grad = g
-            if p.max_grad_norm > 0:
-                nn.utils.clip_grad_norm_(self.actor_params, p.max_grad_norm)
-            self.actor_opt.step()
-            polyak_(self.target_params, self.online_params, p.tau)
-            self.last_actor_loss = actor_loss.detach()
+            self._actor_step(actor_loss)
 
         with torch.no_grad():
             abs_td = td.detach().abs().mean(0)  # [B, H], the pair averaged
@@ -352,12 +339,7 @@ class TD3(Agent):
         head_losses = (w.unsqueeze(-1) * td.pow(2)).sum((1, 2)).sum(0) / count  # [H]
         critic_loss = head_losses.sum()
 
-        self.critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        if p.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.critic_params, p.max_grad_norm)
-        self.critic_opt.step()
-        self.updates += 1
+        self._critic_step(critic_loss)
 
         if self.updates % p.policy_delay == 0:
             ya = unroll(self.actor_net.core, x, ha, p.seq_burn_in, has_burn)
@@ -368,14 +350,7 @@ class TD3(Agent):
             else:
                 q_pi = self.critic.on(feats, x, a_pi).min(0).values
             actor_loss = -((q_pi * self.head_w).sum(-1) * mask).sum() / count
-            grads = torch.autograd.grad(actor_loss, self.actor_params)
-            for param, g in zip(self.actor_params, grads):
-                param.grad = g
-            if p.max_grad_norm > 0:
-                nn.utils.clip_grad_norm_(self.actor_params, p.max_grad_norm)
-            self.actor_opt.step()
-            polyak_(self.target_params, self.online_params, p.tau)
-            self.last_actor_loss = actor_loss.detach()
+            self._actor_step(actor_loss)
 
         with torch.no_grad():
             abs_td = (td.detach().abs().mean(0) * self.head_w).sum(-1) / self.head_w.sum()
@@ -398,6 +373,26 @@ class TD3(Agent):
         eps = torch.randn(a_next.shape, generator=self.gen, device=a_next.device)
         eps = (eps * p.target_noise).clamp(-p.target_noise_clip, p.target_noise_clip)
         return (a_next + eps).clamp(-1.0, 1.0)
+
+    def _critic_step(self, critic_loss: torch.Tensor) -> None:
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        if self.params.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(self.critic_params, self.params.max_grad_norm)
+        self.critic_opt.step()
+        self.updates += 1
+
+    def _actor_step(self, actor_loss: torch.Tensor) -> None:
+        """The delayed actor step and the target updates that go with it."""
+        # Gradients for the actor only: the critic's weight gradients would be thrown away.
+        grads = torch.autograd.grad(actor_loss, self.actor_params)
+        for param, g in zip(self.actor_params, grads):
+            param.grad = g
+        if self.params.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(self.actor_params, self.params.max_grad_norm)
+        self.actor_opt.step()
+        polyak_(self.target_params, self.online_params, self.params.tau)
+        self.last_actor_loss = actor_loss.detach()
 
     def state_dict(self) -> dict[str, Any]:
         # Tensors and plain values only: checkpoints load with weights_only=True.
