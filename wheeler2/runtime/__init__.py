@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wheeler2 import checkpoint as ckpt
-from wheeler2.runtime.experiment import new_run_dir
+from wheeler2.runtime.experiment import drop_if_empty, new_run_dir
 
 if TYPE_CHECKING:
     from wheeler2.config import Config
@@ -15,11 +15,27 @@ if TYPE_CHECKING:
 def run_experiment(config: Config, run_dir: Path | None = None, resume: bool = False) -> Path:
     """Run (or resume) ``config``; returns the run directory holding every result.
 
-    The directory is created once the team is built, so a run that fails at start leaves none.
+    The directory is claimed at the start and removed again if the run fails before writing
+    into it, so a run that fails at start leaves none.
     """
     if resume and run_dir is None:
         raise ValueError("resume needs the run directory")
-    run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config)
+    claimed = run_dir is None
+    out = Path(config.experiment.out)
+    fresh_out = claimed and not out.exists()
+    run_dir = new_run_dir(config) if claimed else Path(run_dir)
+    try:
+        _run_backend(config, run_dir, resume)
+    except BaseException:
+        if claimed:
+            drop_if_empty(run_dir)
+        if fresh_out:
+            drop_if_empty(out)
+        raise
+    return run_dir
+
+
+def _run_backend(config: Config, run_dir: Path, resume: bool) -> None:
     _sweep_shared_memory()
     backend = config.experiment.backend
     if backend == "serial":
@@ -36,7 +52,6 @@ def run_experiment(config: Config, run_dir: Path | None = None, resume: bool = F
         run_ray(config, run_dir, resume)
     else:  # config validation rejects this first; kept for callers that build configs by hand
         raise ValueError(f"unknown backend {backend!r}: expected serial, local or ray")
-    return run_dir
 
 
 def _sweep_shared_memory() -> None:

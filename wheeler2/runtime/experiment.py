@@ -46,14 +46,28 @@ class MemberFailed(RuntimeError):
 
 
 def new_run_dir(config: Config) -> Path:
-    """A free run directory path; it is created only once the team is built (by Recorder), so
-    a run that fails at start leaves nothing behind."""
+    """A new, empty run directory, claimed with an atomic ``mkdir``: runs started in the same
+    second, in other processes too, each get their own (``-1``, ``-2``, ...). The caller
+    removes it again if the run fails before writing anything (:func:`drop_if_empty`)."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     base = Path(config.experiment.out) / f"{config.experiment.name}-{stamp}"
+    base.parent.mkdir(parents=True, exist_ok=True)
     run_dir, k = base, 1
-    while run_dir.exists():  # two runs started in the same second
-        run_dir, k = Path(f"{base}-{k}"), k + 1
-    return run_dir
+    while True:
+        try:
+            run_dir.mkdir()
+            return run_dir
+        except FileExistsError:
+            run_dir, k = Path(f"{base}-{k}"), k + 1
+
+
+def drop_if_empty(run_dir: Path) -> None:
+    """Remove a claimed run directory that nothing was written to (a run that failed at start
+    leaves nothing behind)."""
+    try:
+        run_dir.rmdir()
+    except OSError:  # not empty (the run wrote results) or already gone
+        pass
 
 
 def first_eval(config: Config, env_steps: int) -> int:
