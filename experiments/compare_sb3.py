@@ -415,7 +415,11 @@ def main(argv: list[str] | None = None) -> int:
         PROBLEMS[args.algo]["hidden"] = args.hidden
     torch.set_num_threads(args.threads)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    log = RESULTS / f"compare_sb3_{args.algo}_runs.jsonl"
+    # Hopper runs at other net sizes than the default keep their own tables.
+    stem = f"compare_sb3_{args.algo}" + (
+        "_h" + "-".join(map(str, args.hidden)) if args.hidden else ""
+    )
+    log = RESULTS / f"{stem}_runs.jsonl"
     rows = []
     for i, seed in enumerate(args.seeds):
         # Interleaved: even positions run wheeler2 first, odd ones SB3 first.
@@ -440,9 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv[1:] if argv is None else argv
     )
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    (RESULTS / f"compare_sb3_{args.algo}.md").write_text(
-        f"{text}\n\n`{command}`, finished {stamp}; raw runs in "
-        f"`compare_sb3_{args.algo}_runs.jsonl`.\n"
+    (RESULTS / f"{stem}.md").write_text(
+        f"{text}\n\n`{command}`, finished {stamp}; raw runs in `{stem}_runs.jsonl`.\n"
     )
     return 0
 
