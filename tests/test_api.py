@@ -218,3 +218,77 @@ def test_import_stays_cheap() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "function load_policy" in done.stdout
+
+
+RECURRENT = """
+[experiment]
+name = "rppo"
+seed = 0
+total_steps = 256
+eval_every = 128
+eval_episodes = 1
+backend = "serial"
+
+[env]
+id = "CartPoleNoVel-v1"
+num_envs = 2
+
+[[team]]
+name = "learner"
+algo = "ppo"
+role = "learner"
+[team.params]
+hidden = [16]
+core = "gru"
+core_size = 8
+n_steps = 64
+batch_size = 64
+"""
+
+
+@pytest.fixture(scope="module")
+def recurrent_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("api_rnn")
+    (tmp / "rppo.toml").write_text(RECURRENT)
+    return wheeler2.run(tmp / "rppo.toml", out=str(tmp / "runs"))
+
+
+def test_recurrent_policy_carries_its_state_like_the_engine(recurrent_run: Path) -> None:
+    policy = wheeler2.load_policy(recurrent_run)
+    assert policy.recurrent
+    raw = raw_observations("CartPoleNoVel-v1", {}, 1, seed=4, steps=12)
+    # The engine's way: the state from initial_state, threaded through act step by step.
+    agent = policy.agent
+    state = agent.initial_state(1)
+    want, states = [], []
+    for obs in raw:
+        out = agent.act(policy_obs(obs[None], None), explore=False, state=state)
+        want.append(int(out.action[0]))
+        states.append(out.state)
+        state = out.state
+    assert not np.allclose(states[0], states[-1])  # the memory does move
+    policy.reset()
+    assert [policy(obs) for obs in raw] == want
+    np.testing.assert_array_equal(policy.state, states[-1])
+    # reset() puts the initial state back: the same observations give the same actions again.
+    policy.reset()
+    assert [policy(obs) for obs in raw] == want
+    # Two episodes side by side; ending one resets that row only.
+    policy.reset(2)
+    batch = np.stack([raw[0], raw[0]])
+    policy(batch)
+    policy(batch)
+    kept = policy.state[1].copy()
+    policy.reset(where=np.array([True, False]))
+    np.testing.assert_array_equal(policy.state[0], agent.initial_state(1)[0])
+    np.testing.assert_array_equal(policy.state[1], kept)
+    with pytest.raises(ValueError, match=r"memory for 2 observations and got 1.*reset\(1\)"):
+        policy(raw[0])
+
+
+def test_recurrent_policy_is_not_exported(recurrent_run: Path) -> None:
+    from wheeler2.export import export_policy
+
+    with pytest.raises(cli.UsageError, match="recurrent core"):
+        export_policy(recurrent_run, "torchscript", recurrent_run / "p.pt")
+    assert not (recurrent_run / "p.pt").exists()

@@ -200,6 +200,12 @@ class Policy:
     the dict with ``observation`` / ``achieved_goal`` / ``desired_goal`` (each one row or a
     batch). The result is in the env's action space: a Box action (or ``[N, *shape]``), or an
     int (int64 ``[N]``) for Discrete. Deterministic: ``act(explore=False)``.
+
+    A recurrent policy (``core = "gru"`` / ``"lstm"``, :attr:`recurrent`) carries its memory
+    between calls, one row per observation in the batch, exactly as the engine does: call
+    :meth:`reset` when episodes start (all rows, or ``where`` a mask of the rows whose episode
+    ended). The first call starts from the initial state; a batch of another size than the
+    state's is refused rather than silently paired with another episode's memory.
     """
 
     def __init__(self, loaded: LoadedRun) -> None:
@@ -215,6 +221,29 @@ class Policy:
         self.discrete = info.discrete
         self.observation_space = loaded.observation_space
         self.action_space = loaded.action_space
+        self.state: np.ndarray | None = None  # [N, state_dim] of a recurrent policy
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the policy has a memory (``state_dim > 0``) that :meth:`reset` clears."""
+        return self.agent.state_dim > 0
+
+    def reset(self, n: int | None = None, where: np.ndarray | None = None) -> None:
+        """Start new episodes: all ``n`` rows (default: as many as the state has, else 1), or
+        only the rows of the bool mask ``where``. A no-op for a feedforward policy."""
+        if not self.recurrent:
+            return
+        if where is None:
+            rows = n if n is not None else (1 if self.state is None else len(self.state))
+            self.state = self.agent.initial_state(rows)
+            return
+        where = np.asarray(where, bool).reshape(-1)
+        if self.state is None or len(self.state) != len(where):
+            raise ValueError(
+                f"reset(where=...) has {len(where)} rows but the policy's state has "
+                f"{0 if self.state is None else len(self.state)}; call reset(n) first"
+            )
+        self.state[where] = self.agent.initial_state(int(where.sum()))
 
     @property
     def input_layout(self) -> str:
@@ -249,8 +278,20 @@ class Policy:
         return policy_obs(head, part["desired_goal"]), single
 
     def engine_action(self, flat: np.ndarray) -> np.ndarray:
-        """The agent's deterministic action for a flat input batch: ``[-1, 1]`` or int64."""
-        return self.agent.act(flat, explore=False).action
+        """The agent's deterministic action for a flat input batch: ``[-1, 1]`` or int64. A
+        recurrent policy reads its state and keeps the one the step returns."""
+        if not self.recurrent:
+            return self.agent.act(flat, explore=False).action
+        if self.state is None:
+            self.state = self.agent.initial_state(len(flat))
+        elif len(self.state) != len(flat):
+            raise ValueError(
+                f"this recurrent policy carries memory for {len(self.state)} observations and "
+                f"got {len(flat)}; call policy.reset({len(flat)}) when the new episodes start"
+            )
+        out = self.agent.act(flat, explore=False, state=self.state)
+        self.state = out.state
+        return out.action
 
     def env_action(self, action: np.ndarray) -> np.ndarray:
         """Engine actions ``[N, ...]`` -> the env's: the gym adapter's mapping of ``[-1, 1]``

@@ -124,6 +124,13 @@ def write_policy(policy: Policy, fmt: str, out: str | Path | None = None) -> Pat
     _check_format(fmt)
     run_dir = policy.loaded.run_dir
     out = Path(out) if out is not None else run_dir / f"policy{FORMATS[fmt]}"
+    if policy.recurrent:
+        # The exported module maps one input batch to actions; a memory that must flow from
+        # call to call has no place in it, and the first-step check would not catch that.
+        raise UsageError(
+            f"cannot export {policy.loaded.algo} with a recurrent core: the exported module "
+            "has no policy state; use wheeler2.load_policy, which carries it"
+        )
     if out.is_dir():
         raise UsageError(f"-o {out}: is a directory; expected a file name")
     out.parent.mkdir(parents=True, exist_ok=True)
