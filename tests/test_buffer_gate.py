@@ -219,3 +219,28 @@ def test_learner_waits_for_a_late_insert_instead_of_timing_out() -> None:
             thread.join()
         assert batch["obs"].shape == (4, 3)
         assert replay.stats()["inserts"] == 10 and replay.stats()["updates"] == 1
+
+
+def test_producers_may_insert_up_to_exactly_the_tolerance_ahead() -> None:
+    """Producers are let in while ``inserts - min_size <= updates / ratio + tolerance`` and not
+    one insert later; each learner update (ratio 2: half an insert's worth) moves the bound,
+    and release() lifts it. A stricter or looser gate fails here."""
+    cfg = ReplayConfig(
+        capacity=100, batch_size=4, updates_per_insert=2.0, min_size=5, chunk=1, gate_tolerance=3
+    )
+    with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
+        w = replay.writer(num_envs=1, block=False)
+        gate = replay.gate
+        for _ in range(8):  # ahead = 3 = 0 / 2 + 3: still allowed
+            _one_step(w)
+        assert gate.producer_may_insert()
+        _one_step(w)  # ahead = 4 > 3
+        assert not gate.producer_may_insert()
+        replay.sample()  # updates = 1: 4 <= 0.5 + 3 is still false
+        assert not gate.producer_may_insert()
+        replay.sample()  # updates = 2: 4 <= 1 + 3
+        assert gate.producer_may_insert()
+        _one_step(w)  # ahead = 5 > 4
+        assert not gate.producer_may_insert()
+        replay.release()
+        assert gate.producer_may_insert()
