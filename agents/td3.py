@@ -50,15 +50,21 @@ from agents.nets import (
 )
 from agents.noise import KINDS, make_noise
 from agents.normalize import IdentityNorm, make_obs_norm
-from agents.recurrent import RecurrentActor, RecurrentTwinCritic, unroll
+from agents.recurrent import (
+    RecurrentActor,
+    RecurrentTwinCritic,
+    SequenceParams,
+    Sequences,
+    state_rows,
+    step_two_cores,
+)
 from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SequenceBatch, SpaceInfo, Transitions
-from wheeler2.buffer import SequenceConfig
-from wheeler2.buffer.sequence import sequence_priority
 from wheeler2.schema import bounded, choice, sizes
 
 
 @dataclass
-class Params:
+class Params(SequenceParams):
+    # The recurrent options (core, core_size, core_skip, seq_*) come from SequenceParams.
     # Bounds in the fields are checked by the config reader against [team.params].
     gamma: float = bounded(0.98, ge=0, le=1)  # discount (the buffer applies it for n-step)
     tau: float = bounded(0.005, gt=0, le=1)  # Polyak rate of the target networks
@@ -88,26 +94,6 @@ class Params:
     normalize_obs: bool = False  # running mean/std of observed inputs (agents/normalize.py)
     obs_clip: float = bounded(5.0, gt=0)  # normalized inputs are clipped to [-obs_clip, obs_clip]
     device: str = "cpu"  # "cpu" | "cuda"
-    # Recurrent TD3 (issue 15): "gru" | "lstm" put a core of core_size before the actor's and
-    # the critic's MLPs and train on replayed sequences; "none" is the feedforward TD3 above.
-    core: str = choice("none", ("none", "gru", "lstm"))
-    core_size: int = bounded(64, gt=0)
-    seq_length: int = bounded(40, gt=0)  # trained steps per replayed sequence
-    seq_burn_in: int = bounded(20, ge=0)  # steps before them that only rebuild the state
-    seq_stride: int = bounded(0, ge=0)  # steps between sequence starts; 0: seq_length // 2
-    seq_eta: float = bounded(0.9, ge=0, le=1)  # sequence priority: eta max + (1 - eta) mean
-
-    @property
-    def replay_sequence(self) -> SequenceConfig | None:
-        """The sequences the engine's replay cuts for this learner (None: transitions)."""
-        if self.core == "none":
-            return None
-        return SequenceConfig(
-            length=self.seq_length,
-            burn_in=self.seq_burn_in,
-            stride=self.seq_stride,
-            eta=self.seq_eta,
-        )
 
 
 class TD3(Agent):
@@ -124,7 +110,7 @@ class TD3(Agent):
         with seeded(seed):
             if self.recurrent:
                 self.actor_net = RecurrentActor(
-                    p.core, space.obs_dim, p.core_size, p.hidden, space.act_dim
+                    p.core, space.obs_dim, p.core_size, p.hidden, space.act_dim, p.core_skip
                 )
                 self.critic = RecurrentTwinCritic(
                     p.core,
@@ -134,6 +120,7 @@ class TD3(Agent):
                     p.hidden,
                     space.num_heads,
                     p.critic,
+                    p.core_skip,
                 )
                 # The policy state: the actor's core state, then the critic's.
                 self.core_state = self.actor_net.core.state_dim
@@ -220,22 +207,15 @@ class TD3(Agent):
             return q.cpu().numpy()
 
     def _act_recurrent(self, obs: np.ndarray, explore: bool, state: np.ndarray | None) -> ActOut:
-        """Both cores step on every action, random ones included: the state stored with each
-        transition must be the one the networks reach along the episode."""
         n = len(obs)
         with torch.inference_mode():
             x = self.obs_norm.normalize(
                 torch.as_tensor(obs, dtype=torch.float32, device=self.device)
             )
-            if state is None:
-                h = torch.zeros(n, self.state_dim, device=self.device)
-            else:
-                h = torch.as_tensor(state, dtype=torch.float32, device=self.device)
-            ha, hc = h.split(self.core_state, dim=1)
-            a, ha = self.actor_net.step(x, ha)
-            _, hc = self.critic.core.step(x, hc)
-            a = a.cpu().numpy()
-            nxt = torch.cat([ha, hc], dim=1).cpu().numpy()
+            h = state_rows(state, n, self.state_dim, self.device)
+            ya, h = step_two_cores(self.actor_net.core, self.critic.core, x, h)
+            a = self.actor_net.on(ya, x).cpu().numpy()
+            nxt = h.cpu().numpy()
         if explore and self.env_steps < self.params.learning_starts:
             a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
         elif explore and self.params.noise != "none":
@@ -261,11 +241,7 @@ class TD3(Agent):
     def learn(self, batch: Batch) -> LearnOut:
         p = self.params
         if self.recurrent:
-            if not isinstance(batch, SequenceBatch):
-                raise TypeError(
-                    "a recurrent TD3 learns from sequences (the buffer's sequence mode)"
-                )
-            return self.learn_sequences(batch)
+            return self.learn_sequences(batch)  # type: ignore[arg-type]
         obs, action = self.obs_norm.normalize(batch.obs), batch.action
         next_obs = self.obs_norm.normalize(batch.next_obs)
         with torch.no_grad():
@@ -293,71 +269,44 @@ class TD3(Agent):
             # One priority per sample: the heads' |TD| averaged with the task's head weights.
             td_error = (abs_td * self.head_w).sum(-1) / self.head_w.sum()
             stats = torch.stack([critic_loss.detach(), q.detach().mean()]).tolist()
-        metrics = {
-            "critic_loss": stats[0],
-            "actor_loss": float(self.last_actor_loss),
-            "q_mean": stats[1],
-        }
-        if len(self.head_names) > 1:
-            for name, loss in zip(self.head_names, head_losses.detach().tolist()):
-                metrics[f"critic_loss/{name}"] = loss
-        return LearnOut(metrics=metrics, td_error=td_error.cpu().numpy())
+        return LearnOut(metrics=self._metrics(stats, head_losses), td_error=td_error.cpu().numpy())
 
     def learn_sequences(self, batch: SequenceBatch) -> LearnOut:
         """The TD3 step on B sequences, time-major inside: positions t of ``mask`` are the
         samples, each row weighted by its sequence's importance weight."""
         p = self.params
-        assert batch.mask is not None and batch.boot is not None and batch.burn is not None
-        x = self.obs_norm.normalize(batch.obs).transpose(0, 1)  # [T, B, D]
-        nxt = self.obs_norm.normalize(batch.next_obs).transpose(0, 1)  # [T + n - 1, B, D]
-        action = batch.action.transpose(0, 1)
-        mask = batch.mask.transpose(0, 1).to(x.dtype)  # [T, B]
-        w = batch.weight.unsqueeze(0) * mask  # importance weight of each trained position
-        count = mask.sum().clamp(min=1.0)
-        b = x.shape[1]
-        state = batch.state
-        if state is None:  # a buffer without the column: every sequence from the initial state
-            state = torch.zeros(b, self.state_dim, device=x.device)
-        ha, hc = state.split(self.core_state, dim=1)
-        has_burn = batch.burn > 0
+        s = Sequences.of(batch, self.obs_norm, self.state_dim, "TD3")
+        ha, hc = s.state.split(self.core_state, dim=1)
         with torch.no_grad():
-            # s' of position t is o_{t+1} along the episode: the target cores read o_0 and then
-            # the next observations, so their output k + 1 is the features of next_obs[k].
-            seq = torch.cat([x[:1], nxt])
-            none = torch.zeros(seq.shape[:2], dtype=torch.bool, device=x.device)
-            ya = self.actor_target.core.sequence(seq, ha, none)[0][1:]
-            yc = self.critic_target.core.sequence(seq, hc, none)[0][1:]
-            a_next = self._smooth(self.actor_target.on(ya, nxt))
-            q_next = self.critic_target.on(yc, nxt, a_next).min(0).values  # [T + n - 1, B, H]
-            boot = batch.boot.transpose(0, 1)  # [T, B]
-            q_boot = q_next.gather(0, boot.unsqueeze(-1).expand(-1, -1, q_next.shape[-1]))
-            reward, discount = batch.reward.transpose(0, 1), batch.discount.transpose(0, 1)
-            y = reward + discount.unsqueeze(-1) * q_boot  # [T, B, H]
-        feats = unroll(self.critic.core, x, hc, p.seq_burn_in, has_burn)
-        q = self.critic.on(feats, x, action)  # [2, T, B, H]
+            ya = s.next_features(self.actor_target.core, ha)
+            yc = s.next_features(self.critic_target.core, hc)
+            a_next = self._smooth(self.actor_target.on(ya, s.nxt))
+            y = s.target(self.critic_target.on(yc, s.nxt, a_next).min(0).values)  # [T, B, H]
+        feats = s.unroll(self.critic.core, hc, p.seq_burn_in)
+        q = self.critic.on(feats, s.x, s.action)  # [2, T, B, H]
         td = y - q
-        head_losses = (w.unsqueeze(-1) * td.pow(2)).sum((1, 2)).sum(0) / count  # [H]
+        head_losses = s.weighted(td.pow(2))  # [H]
         critic_loss = head_losses.sum()
 
         self._critic_step(critic_loss)
 
         if self.updates % p.policy_delay == 0:
-            ya = unroll(self.actor_net.core, x, ha, p.seq_burn_in, has_burn)
-            a_pi = self.actor_net.on(ya, x)
+            a_pi = self.actor_net.on(s.unroll(self.actor_net.core, ha, p.seq_burn_in), s.x)
             feats = feats.detach()  # the actor climbs Q; the critic's core is the critic's
             if p.actor_q == "q1":
-                q_pi = self.critic.q1_on(feats, x, a_pi)  # [T, B, H]
+                q_pi = self.critic.q1_on(feats, s.x, a_pi)  # [T, B, H]
             else:
-                q_pi = self.critic.on(feats, x, a_pi).min(0).values
-            actor_loss = -((q_pi * self.head_w).sum(-1) * mask).sum() / count
-            self._actor_step(actor_loss)
+                q_pi = self.critic.on(feats, s.x, a_pi).min(0).values
+            self._actor_step(-s.mean((q_pi * self.head_w).sum(-1)))
 
         with torch.no_grad():
             abs_td = (td.detach().abs().mean(0) * self.head_w).sum(-1) / self.head_w.sum()
-            q_mean = (q.detach().mean((0, 3)) * mask).sum() / count
-            stats = torch.stack([critic_loss.detach(), q_mean]).tolist()
-        td_np = abs_td.transpose(0, 1).cpu().numpy()  # [B, T]
-        priority = sequence_priority(td_np, batch.mask.cpu().numpy(), p.seq_eta)
+            stats = torch.stack([critic_loss.detach(), s.mean(q.detach().mean((0, 3)))]).tolist()
+        return LearnOut(
+            metrics=self._metrics(stats, head_losses), td_error=s.priority(abs_td, p.seq_eta)
+        )
+
+    def _metrics(self, stats: list[float], head_losses: torch.Tensor) -> dict[str, float]:
         metrics = {
             "critic_loss": stats[0],
             "actor_loss": float(self.last_actor_loss),
@@ -366,7 +315,7 @@ class TD3(Agent):
         if len(self.head_names) > 1:
             for name, loss in zip(self.head_names, head_losses.detach().tolist()):
                 metrics[f"critic_loss/{name}"] = loss
-        return LearnOut(metrics=metrics, td_error=priority)
+        return metrics
 
     def _smooth(self, a_next: torch.Tensor) -> torch.Tensor:
         p = self.params
