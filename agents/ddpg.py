@@ -8,11 +8,20 @@ weighted sum of the heads' values. With a single head this is plain DDPG as in S
     L_actor    = - mean_i  sum_h  c_h Q_h(s_i, mu(s_i))             (c = task head weights)
     theta'     <- tau theta + (1 - tau) theta'
 
+Recurrent DDPG (``core = "gru"`` or ``"lstm"``, issue 15): actor and critic each read the
+observation history through a core of their own (``agents/recurrent.py``) and learn from replayed
+sequences with the stored policy state and a burn-in (R2D2), as recurrent TD3 does: the losses
+above hold per trained position, averaged over the positions of the sequences' ``mask``, and a
+sequence's priority is ``seq_eta max|delta| + (1 - seq_eta) mean|delta|``. The per-head critics,
+the action noise kinds, ``noisy`` (on the MLP's last layer), ``normalize_heads`` and
+``normalize_obs`` carry over; RBF ``features`` and a detached ``head`` explorer do not (refused).
+
 Defaults are the rl-zoo Pendulum-v1 hyperparameters, so that config stays short.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +40,6 @@ from agents.nets import (
     noise_off,
     noisy_head_,
     noisy_layers,
-    polyak_,
     rbf_features_,
     resample_noise,
     resolve_device,
@@ -39,12 +47,23 @@ from agents.nets import (
 )
 from agents.noise import KINDS, make_noise
 from agents.normalize import IdentityNorm, make_obs_norm
-from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SpaceInfo, Transitions
+from agents.offpolicy import ActorCriticSteps
+from agents.recurrent import (
+    RecurrentActor,
+    RecurrentQCritic,
+    SequenceParams,
+    Sequences,
+    core_problem,
+    state_rows,
+    step_two_cores,
+)
+from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SequenceBatch, SpaceInfo, Transitions
 from wheeler2.schema import bounded, choice, sizes
 
 
 @dataclass
-class Params:
+class Params(SequenceParams):
+    # The recurrent options (core, core_size, core_skip, seq_*) come from SequenceParams.
     # Bounds in the fields are checked by the config reader against [team.params].
     gamma: float = bounded(0.98, ge=0, le=1)  # discount (the buffer applies it for n-step)
     tau: float = bounded(0.005, gt=0, le=1)  # Polyak rate of the target networks
@@ -91,7 +110,7 @@ class Params:
     head_states: int = bounded(10_000, ge=1)  # its last observations those states come from
 
 
-class DDPG(Agent):
+class DDPG(ActorCriticSteps, Agent):
     Params = Params
     uses_replay = True
 
@@ -101,16 +120,40 @@ class DDPG(Agent):
             raise ValueError("DDPG needs a continuous (Box) action space")
         if params.policy_delay < 1:
             raise ValueError(f"policy_delay must be >= 1, got {params.policy_delay}")
+        problem = core_problem(params)
+        if problem is not None:
+            raise ValueError(f"{problem[0]}: {problem[1]}")
         p, dev = params, self.device
         self.head_names = space.heads
+        self.recurrent = p.core != "none"
         in_dim = feature_dim(p.features, space.obs_dim, p.rbf_centers)
         with seeded(seed):
-            self.actor_net = DeterministicActor(in_dim, p.hidden, space.act_dim, "relu")
-            self.critic = QCritic(
-                in_dim, space.act_dim, p.hidden, space.num_heads, p.critic, "relu"
-            )
+            if self.recurrent:
+                self.actor_net = RecurrentActor(
+                    p.core, space.obs_dim, p.core_size, p.hidden, space.act_dim, p.core_skip
+                )
+                self.critic = RecurrentQCritic(
+                    p.core,
+                    space.obs_dim,
+                    p.core_size,
+                    space.act_dim,
+                    p.hidden,
+                    space.num_heads,
+                    p.critic,
+                    p.core_skip,
+                )
+                # The policy state: the actor's core state, then the critic's.
+                self.core_state = self.actor_net.core.state_dim
+                self.state_dim = 2 * self.core_state
+            else:
+                self.actor_net = DeterministicActor(in_dim, p.hidden, space.act_dim, "relu")
+                self.critic = QCritic(
+                    in_dim, space.act_dim, p.hidden, space.num_heads, p.critic, "relu"
+                )
             if p.noisy:
-                noisy_head_(self.actor_net, p.noisy_sigma0)
+                noisy_head_(
+                    self.actor_net.mlp if self.recurrent else self.actor_net, p.noisy_sigma0
+                )
         if p.features == "rbf":
             for net in (self.actor_net, self.critic):
                 rbf_features_(net, space.obs_dim, p.rbf_centers, p.rbf_width, p.rbf_seed)
@@ -145,7 +188,7 @@ class DDPG(Agent):
         self.fast_actor = (
             NumpyForward.of(self.actor_net, squash=True)
             or NumpyLayers.of(self.actor_net, squash=True)
-            if isinstance(self.obs_norm, IdentityNorm)
+            if isinstance(self.obs_norm, IdentityNorm) and not self.recurrent
             else None
         )
         self.noise = make_noise(
@@ -185,8 +228,10 @@ class DDPG(Agent):
     def actor(self) -> nn.Module:
         return self.actor_net
 
-    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+    def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
         n = len(obs)
+        if self.recurrent:
+            return self._act_recurrent(obs, explore, state)
         if explore and self.env_steps < self.params.learning_starts:
             # Uniform actions fill the buffer with diverse data before the policy means anything.
             a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
@@ -203,6 +248,25 @@ class DDPG(Agent):
         if explore and self.params.noise != "none":
             a = np.clip(a + self.noise(n), -1.0, 1.0)
         return ActOut(action=a.astype(np.float32, copy=False))
+
+    def _act_recurrent(self, obs: np.ndarray, explore: bool, state: np.ndarray | None) -> ActOut:
+        n, p = len(obs), self.params
+        if p.noisy and explore:  # one draw of the parameter noise per act batch
+            resample_noise(self._noisy, self.noise_gen)
+        quiet = noise_off(self.actor_net) if p.noisy and not explore else contextlib.nullcontext()
+        with torch.inference_mode(), quiet:
+            x = self.obs_norm.normalize(
+                torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            )
+            h = state_rows(state, n, self.state_dim, self.device)
+            ya, h = step_two_cores(self.actor_net.core, self.critic.core, x, h)
+            a = self.actor_net.on(ya, x).cpu().numpy()
+            nxt = h.cpu().numpy()
+        if explore and self.env_steps < p.learning_starts:
+            a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
+        elif explore and not p.noisy and p.noise != "none":
+            a = np.clip(a + self.noise(n), -1.0, 1.0)
+        return ActOut(action=a.astype(np.float32, copy=False), state=nxt)
 
     def _act(self, obs: np.ndarray) -> np.ndarray:
         if self.fast_actor is not None:
@@ -246,12 +310,16 @@ class DDPG(Agent):
         params: Params, *, role: str, heads: tuple[str, ...], syncs: bool
     ) -> tuple[str, str] | None:
         """(key, problem) when these params cannot run in this role with these heads."""
-        return head_problem(params.head, role, heads, syncs, params.normalize_obs)
+        return core_problem(params) or head_problem(
+            params.head, role, heads, syncs, params.normalize_obs
+        )
 
     def learn(self, batch: Batch) -> LearnOut:
         p = self.params
         if p.noisy:  # one draw of the actor's noise per learn step (the target uses the means)
             resample_noise(self._noisy, self.noise_gen)
+        if self.recurrent:
+            return self.learn_sequences(batch)  # type: ignore[arg-type]
         obs, action = self.obs_norm.normalize(batch.obs), batch.action
         next_obs = self.obs_norm.normalize(batch.next_obs)
         with torch.no_grad():
@@ -262,42 +330,54 @@ class DDPG(Agent):
         head_losses = (batch.weight.unsqueeze(-1) * td.pow(2)).mean(0)  # [H]
         critic_loss = head_losses.sum()
 
-        self.critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        if p.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.critic_params, p.max_grad_norm)
-        self.critic_opt.step()
-        self.updates += 1
+        self._critic_step(critic_loss)
 
         if self.updates % p.policy_delay == 0:
             q_pi = self.critic(obs, self.actor_net(obs))  # [B, H]
             if p.normalize_heads:
                 q_pi = q_pi / self._head_scale(q_pi.detach())
-            actor_loss = -(q_pi * self.head_w).sum(-1).mean()
-            # Gradients for the actor only: the critic's weight gradients would be thrown away.
-            grads = torch.autograd.grad(actor_loss, self.actor_params)
-            for param, g in zip(self.actor_params, grads):
-                param.grad = g
-            if p.max_grad_norm > 0:
-                nn.utils.clip_grad_norm_(self.actor_params, p.max_grad_norm)
-            self.actor_opt.step()
-            polyak_(self.target_params, self.online_params, p.tau)
-            self.last_actor_loss = actor_loss.detach()
+            self._actor_step(-(q_pi * self.head_w).sum(-1).mean())
 
         with torch.no_grad():
             abs_td = td.detach().abs()
             # One priority per sample: the heads' |TD| averaged with the task's head weights.
             td_error = (abs_td * self.head_w).sum(-1) / self.head_w.sum()
             stats = torch.stack([critic_loss.detach(), q.detach().mean()]).tolist()
-        metrics = {
-            "critic_loss": stats[0],
-            "actor_loss": float(self.last_actor_loss),
-            "q_mean": stats[1],
-        }
-        if len(self.head_names) > 1:
-            for name, loss in zip(self.head_names, head_losses.detach().tolist()):
-                metrics[f"critic_loss/{name}"] = loss
-        return LearnOut(metrics=metrics, td_error=td_error.cpu().numpy())
+        return LearnOut(metrics=self._metrics(stats, head_losses), td_error=td_error.cpu().numpy())
+
+    def learn_sequences(self, batch: SequenceBatch) -> LearnOut:
+        """The DDPG step on B sequences, time-major inside: positions t of ``mask`` are the
+        samples, each row weighted by its sequence's importance weight."""
+        p = self.params
+        s = Sequences.of(batch, self.obs_norm, self.state_dim, "DDPG")
+        ha, hc = s.state.split(self.core_state, dim=1)
+        with torch.no_grad():
+            ya = s.next_features(self.actor_target.core, ha)
+            yc = s.next_features(self.critic_target.core, hc)
+            a_next = self.actor_target.on(ya, s.nxt)
+            y = s.target(self.critic_target.on(yc, s.nxt, a_next))  # [T, B, H]
+        feats = s.unroll(self.critic.core, hc, p.seq_burn_in)
+        q = self.critic.on(feats, s.x, s.action)  # [T, B, H]
+        td = y - q
+        head_losses = s.weighted(td.pow(2))  # [H]
+        critic_loss = head_losses.sum()
+
+        self._critic_step(critic_loss)
+
+        if self.updates % p.policy_delay == 0:
+            a_pi = self.actor_net.on(s.unroll(self.actor_net.core, ha, p.seq_burn_in), s.x)
+            # The actor climbs Q; the critic's core is the critic's.
+            q_pi = self.critic.on(feats.detach(), s.x, a_pi)  # [T, B, H]
+            if p.normalize_heads:
+                q_pi = q_pi / self._head_scale(q_pi.detach()[s.mask > 0])
+            self._actor_step(-s.mean((q_pi * self.head_w).sum(-1)))
+
+        with torch.no_grad():
+            abs_td = (td.detach().abs() * self.head_w).sum(-1) / self.head_w.sum()  # [T, B]
+            stats = torch.stack([critic_loss.detach(), s.mean(q.detach().mean(-1))]).tolist()
+        return LearnOut(
+            metrics=self._metrics(stats, head_losses), td_error=s.priority(abs_td, p.seq_eta)
+        )
 
     def _head_scale(self, q_pi: torch.Tensor) -> torch.Tensor:
         """Running std of each head's Q, so heads of different reward scales pull equally."""

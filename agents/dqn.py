@@ -8,6 +8,13 @@ The online network picks the next action, the target network evaluates it:
 Several task reward heads are not given one Q each here: their rewards are summed with the
 task's head weights into one reward, r = sum_h c_h r_h, and a single Q learns that sum (which,
 Q being linear in the reward, is the weighted sum of the heads' Q values).
+
+Recurrent DQN (``core = "gru"`` or ``"lstm"``, issue 15), R2D2-style (Kapturowski et al. 2019):
+a core reads the observation history before the Q-network's layers (``RecurrentQ``). It learns
+from replayed sequences with the stored state and a burn-in; the target above holds at every
+trained position, s' being read by the online and target cores unrolled over the sequence's
+next observations from the stored state, and the loss is averaged over the trained positions
+(``mask``); a sequence's priority is ``seq_eta max|delta| + (1 - seq_eta) mean|delta|``.
 """
 
 from __future__ import annotations
@@ -34,12 +41,14 @@ from agents.nets import (
     seeded,
 )
 from agents.normalize import make_obs_norm
-from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SpaceInfo, Transitions
+from agents.recurrent import RecurrentQ, SequenceParams, Sequences, core_problem, state_rows
+from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SequenceBatch, SpaceInfo, Transitions
 from wheeler2.schema import bounded, choice, sizes
 
 
 @dataclass
-class Params:
+class Params(SequenceParams):
+    # The recurrent options (core, core_size, core_skip, seq_*) come from SequenceParams.
     # Bounds in the fields are checked by the config reader against [team.params].
     gamma: float = bounded(0.99, ge=0, le=1)  # discount (the buffer applies it for n-step)
     lr: float = bounded(1e-4, gt=0, le=1)  # a step size above 1 only diverges
@@ -89,11 +98,22 @@ class DQN(Agent):
             raise ValueError("DQN needs a discrete action space")
         if params.loss not in ("huber", "mse"):
             raise ValueError(f"loss must be 'huber' or 'mse', got {params.loss!r}")
+        problem = core_problem(params)
+        if problem is not None:
+            raise ValueError(f"{problem[0]}: {problem[1]}")
+        p = params
+        self.recurrent = p.core != "none"
         in_dim = feature_dim(params.features, space.obs_dim, params.rbf_centers)
         with seeded(seed):
-            self.q = DiscreteQ(in_dim, space.act_dim, params.hidden)
+            if self.recurrent:
+                self.q = RecurrentQ(
+                    p.core, space.obs_dim, p.core_size, p.hidden, space.act_dim, p.core_skip
+                )
+                self.state_dim = self.q.core.state_dim
+            else:
+                self.q = DiscreteQ(in_dim, space.act_dim, params.hidden)
             if params.noisy:
-                noisy_head_(self.q.net, params.noisy_sigma0)
+                noisy_head_(self.q.mlp if self.recurrent else self.q.net, params.noisy_sigma0)
             self.q.to(self.device)
         if params.features == "rbf":
             rbf_features_(
@@ -119,6 +139,13 @@ class DQN(Agent):
         # learner seeds PPO / A2C explorers of the same hidden sizes.
         return self.q
 
+    @staticmethod
+    def check_member(
+        params: Params, *, role: str, heads: tuple[str, ...], syncs: bool
+    ) -> tuple[str, str] | None:
+        """(key, problem) when these params do not combine (raised as a ConfigError)."""
+        return core_problem(params)
+
     @property
     def epsilon(self) -> float:
         p = self.params
@@ -127,18 +154,25 @@ class DQN(Agent):
         frac = min(1.0, self.env_steps / max(1, p.eps_decay_steps))
         return p.eps_start + frac * (p.eps_end - p.eps_start)
 
-    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+    def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
         if self.params.noisy and explore:
             resample_noise(self.q, self.noise_gen)  # one draw per act batch
+        nxt = None
         with noise_off(self.q) if self.params.noisy and not explore else contextlib.nullcontext():
             with torch.inference_mode():
                 x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-                q = self.q(self.obs_norm.normalize(x))
+                x = self.obs_norm.normalize(x)
+                if self.recurrent:
+                    h = state_rows(state, len(obs), self.state_dim, self.device)
+                    q, h = self.q.step(x, h)
+                    nxt = h.cpu().numpy()
+                else:
+                    q = self.q(x)
         action = q.argmax(-1).cpu().numpy()
         if explore and not self.params.noisy:
             rand = self.rng.random(len(action)) < self.epsilon
             action[rand] = self.rng.integers(0, self.space.act_dim, int(rand.sum()))
-        return ActOut(action=action.astype(np.int64, copy=False))
+        return ActOut(action=action.astype(np.int64, copy=False), state=nxt)
 
     def observe(self, step: Transitions) -> dict[str, float] | None:
         self.env_steps += len(step.obs)
@@ -150,6 +184,8 @@ class DQN(Agent):
         if p.noisy:  # one draw per learn step for the online net, another for the target
             resample_noise(self.q, self.noise_gen)
             resample_noise(self.q_target, self.noise_gen)
+        if self.recurrent:
+            return self.learn_sequences(batch)  # type: ignore[arg-type]
         action = batch.action.long().reshape(-1, 1)
         obs = self.obs_norm.normalize(batch.obs)
         next_obs = self.obs_norm.normalize(batch.next_obs)
@@ -164,7 +200,48 @@ class DQN(Agent):
         else:
             per_sample = (q - y).pow(2)
         loss = (batch.weight * per_sample).mean()
+        self._step(loss)
 
+        td_error = (y - q.detach()).abs()
+        stats = torch.stack([loss.detach(), q.detach().mean()]).tolist()
+        return LearnOut(
+            metrics={"loss": stats[0], "q_mean": stats[1], "epsilon": self.epsilon},
+            td_error=td_error.cpu().numpy(),
+        )
+
+    def learn_sequences(self, batch: SequenceBatch) -> LearnOut:
+        """The double-DQN step on B sequences, time-major inside: positions t of ``mask`` are
+        the samples, each row weighted by its sequence's importance weight."""
+        p = self.params
+        s = Sequences.of(batch, self.obs_norm, self.state_dim, "DQN")
+        with torch.no_grad():
+            reward = s.reward @ self.head_w  # [T, B]: heads -> one reward
+            q_next_target = s.at_boot(
+                self.q_target.on(s.next_features(self.q_target.core, s.state), s.nxt)
+            )
+            if p.double:
+                q_next_online = s.at_boot(self.q.on(s.next_features(self.q.core, s.state), s.nxt))
+            else:
+                q_next_online = q_next_target
+            y = double_q_target(reward, s.discount, q_next_online, q_next_target)  # [T, B]
+        feats = s.unroll(self.q.core, s.state, p.seq_burn_in)
+        q = self.q.on(feats, s.x).gather(-1, s.action.long().unsqueeze(-1)).squeeze(-1)
+        if p.loss == "huber":
+            per_position = F.smooth_l1_loss(q, y, reduction="none")
+        else:
+            per_position = (q - y).pow(2)
+        loss = (s.w * per_position).sum() / s.count
+        self._step(loss)
+
+        td = (y - q.detach()).abs()
+        stats = torch.stack([loss.detach(), s.mean(q.detach())]).tolist()
+        return LearnOut(
+            metrics={"loss": stats[0], "q_mean": stats[1], "epsilon": self.epsilon},
+            td_error=s.priority(td, p.seq_eta),
+        )
+
+    def _step(self, loss: torch.Tensor) -> None:
+        p = self.params
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         if p.max_grad_norm > 0:
@@ -173,13 +250,6 @@ class DQN(Agent):
         self.updates += 1
         if self.updates % p.target_update == 0:
             polyak_(self.target_params, self.q_params, p.tau)
-
-        td_error = (y - q.detach()).abs()
-        stats = torch.stack([loss.detach(), q.detach().mean()]).tolist()
-        return LearnOut(
-            metrics={"loss": stats[0], "q_mean": stats[1], "epsilon": self.epsilon},
-            td_error=td_error.cpu().numpy(),
-        )
 
     def state_dict(self) -> dict[str, Any]:
         # Tensors and plain values only: checkpoints load with weights_only=True.

@@ -28,6 +28,14 @@ explorer that syncs from SAC takes the trunk (and, unless it keeps its own, the 
 the deterministic mean policy, and keeps its own ``log_std``; SAC's state-dependent std head
 (``log_std_head``) syncs only to another SAC, e.g. Ape-X actors (``role = "actor"``), which act
 by sampling the synced policy and never learn.
+
+Recurrent SAC (``core = "gru"`` or ``"lstm"``, issue 15): the actor is the squashed Gaussian on
+``[core output, observation]`` and the twin critic has a core of its own (``agents/recurrent.py``);
+they learn from replayed sequences with the stored policy state and a burn-in (R2D2). The losses
+above hold per trained position, averaged over the positions of the sequences' ``mask``, the
+target's a', logp' drawn from the online actor over the next observations (SAC has no target
+actor), alpha's loss averaged over the same positions; a sequence's priority is ``seq_eta
+max|delta| + (1 - seq_eta) mean|delta|``.
 """
 
 from __future__ import annotations
@@ -49,12 +57,21 @@ from agents.nets import (
     seeded,
 )
 from agents.normalize import IdentityNorm, make_obs_norm
-from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SpaceInfo, Transitions
+from agents.recurrent import (
+    RecurrentSquashedActor,
+    RecurrentTwinCritic,
+    SequenceParams,
+    Sequences,
+    state_rows,
+    step_two_cores,
+)
+from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SequenceBatch, SpaceInfo, Transitions
 from wheeler2.schema import bounded, choice, sizes
 
 
 @dataclass
-class Params:
+class Params(SequenceParams):
+    # The recurrent options (core, core_size, core_skip, seq_*) come from SequenceParams.
     # Bounds in the fields are checked by the config reader against [team.params].
     # Defaults are SB3's SAC with the rl-zoo Pendulum-v1 learning rate (1e-3).
     gamma: float = bounded(0.99, ge=0, le=1)  # discount (the buffer applies it for n-step)
@@ -87,11 +104,32 @@ class SAC(Agent):
             raise ValueError("SAC needs a continuous (Box) action space")
         p, dev = params, self.device
         self.head_names = space.heads
+        self.recurrent = p.core != "none"
         with seeded(seed):
-            self.actor_net = SquashedGaussianActor(space.obs_dim, p.hidden, space.act_dim, "relu")
-            self.critic = TwinQCritic(
-                space.obs_dim, space.act_dim, p.hidden, space.num_heads, p.critic, "relu"
-            )
+            if self.recurrent:
+                self.actor_net = RecurrentSquashedActor(
+                    p.core, space.obs_dim, p.core_size, p.hidden, space.act_dim, p.core_skip
+                )
+                self.critic = RecurrentTwinCritic(
+                    p.core,
+                    space.obs_dim,
+                    p.core_size,
+                    space.act_dim,
+                    p.hidden,
+                    space.num_heads,
+                    p.critic,
+                    p.core_skip,
+                )
+                # The policy state: the actor's core state, then the critic's.
+                self.core_state = self.actor_net.core.state_dim
+                self.state_dim = 2 * self.core_state
+            else:
+                self.actor_net = SquashedGaussianActor(
+                    space.obs_dim, p.hidden, space.act_dim, "relu"
+                )
+                self.critic = TwinQCritic(
+                    space.obs_dim, space.act_dim, p.hidden, space.num_heads, p.critic, "relu"
+                )
         self.actor_net.to(dev)
         self.critic.to(dev)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
@@ -115,7 +153,7 @@ class SAC(Agent):
         # The deterministic (evaluation) action on the CPU goes through numpy (NumpyForward).
         self.fast_mean = (
             NumpyForward.of(self.actor_net, squash=True)
-            if isinstance(self.obs_norm, IdentityNorm)
+            if isinstance(self.obs_norm, IdentityNorm) and not self.recurrent
             else None
         )
         self.rng = np.random.default_rng(seed + 2)
@@ -133,8 +171,10 @@ class SAC(Agent):
     def alpha(self) -> float:
         return float(self.log_alpha.detach().exp())
 
-    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+    def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
         n = len(obs)
+        if self.recurrent:
+            return self._act_recurrent(obs, explore, state)
         if explore and self.env_steps < self.params.learning_starts:
             # Uniform actions fill the buffer with diverse data before the policy means anything.
             a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
@@ -148,13 +188,32 @@ class SAC(Agent):
             a = self.actor_net.sample(x, self.gen)[0] if explore else self.actor_net(x)
         return ActOut(action=a.cpu().numpy())
 
+    def _act_recurrent(self, obs: np.ndarray, explore: bool, state: np.ndarray | None) -> ActOut:
+        n = len(obs)
+        random = explore and self.env_steps < self.params.learning_starts
+        with torch.inference_mode():
+            x = self.obs_norm.normalize(
+                torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            )
+            h = state_rows(state, n, self.state_dim, self.device)
+            ya, h = step_two_cores(self.actor_net.core, self.critic.core, x, h)
+            if random:
+                a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
+            elif explore:
+                a = self.actor_net.sample_on(ya, x, self.gen)[0].cpu().numpy()
+            else:
+                a = self.actor_net.mean_on(ya, x).cpu().numpy()
+            nxt = h.cpu().numpy()
+        return ActOut(action=a, state=nxt)
+
     def observe(self, step: Transitions) -> dict[str, float] | None:
         self.env_steps += len(step.obs)
         self.obs_norm.update(step.obs)  # acting data only: evaluation never calls observe
         return None
 
     def learn(self, batch: Batch) -> LearnOut:
-        p = self.params
+        if self.recurrent:
+            return self.learn_sequences(batch)  # type: ignore[arg-type]
         obs, action = self.obs_norm.normalize(batch.obs), batch.action
         next_obs = self.obs_norm.normalize(batch.next_obs)
         alpha = self.log_alpha.detach().exp()
@@ -168,53 +227,99 @@ class SAC(Agent):
         # Per head: the pair's losses summed, each importance-weighted over the batch.
         head_losses = (batch.weight.unsqueeze(-1) * td.pow(2)).mean(1).sum(0)  # [H]
         critic_loss = head_losses.sum()
-        self.critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        if p.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.critic_params, p.max_grad_norm)
-        self.critic_opt.step()
+        self._critic_step(critic_loss)
 
         a_pi, logp = self.actor_net.sample(obs, self.gen)
         q_pi = self.critic(obs, a_pi).min(0).values  # [B, H]
         actor_loss = (alpha * logp - (q_pi * self.head_w).sum(-1)).mean()
-        # Gradients for the actor only: the critics' weight gradients would be thrown away.
-        grads = torch.autograd.grad(actor_loss, self.actor_params)
-        for param, g in zip(self.actor_params, grads):
-            param.grad = g
-        if p.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.actor_params, p.max_grad_norm)
-        self.actor_opt.step()
+        self._actor_step(actor_loss)
 
         logp = logp.detach()
         alpha_loss = -(self.log_alpha * (logp + self.target_entropy)).mean()
-        if p.learn_alpha:
-            self.alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_opt.step()
-        polyak_(self.target_params, self.critic_params, p.tau)
-        self.updates += 1
+        self._alpha_step(alpha_loss)
 
         with torch.no_grad():
             abs_td = td.detach().abs().mean(0)  # [B, H], the pair averaged
             # One priority per sample: the heads' |TD| averaged with the task's head weights.
             td_error = (abs_td * self.head_w).sum(-1) / self.head_w.sum()
-            stats = torch.stack(
-                [
-                    critic_loss.detach(),
-                    actor_loss.detach(),
-                    q.detach().mean(),
-                    alpha,
-                    alpha_loss.detach(),
-                    -logp.mean(),
-                ]
-            ).tolist()
-        metrics = dict(
-            zip(("critic_loss", "actor_loss", "q_mean", "alpha", "alpha_loss", "entropy"), stats)
+            losses = (critic_loss, actor_loss, q.detach().mean(), alpha, alpha_loss, -logp.mean())
+        return LearnOut(metrics=self._metrics(losses, head_losses), td_error=td_error.cpu().numpy())
+
+    def learn_sequences(self, batch: SequenceBatch) -> LearnOut:
+        """The SAC step on B sequences, time-major inside: positions t of ``mask`` are the
+        samples, each row weighted by its sequence's importance weight."""
+        p = self.params
+        s = Sequences.of(batch, self.obs_norm, self.state_dim, "SAC")
+        ha, hc = s.state.split(self.core_state, dim=1)
+        alpha = self.log_alpha.detach().exp()
+        with torch.no_grad():
+            ya = s.next_features(self.actor_net.core, ha)
+            a_next, logp_next = self.actor_net.sample_on(ya, s.nxt, self.gen)
+            yc = s.next_features(self.critic_target.core, hc)
+            q_next = self.critic_target.on(yc, s.nxt, a_next).min(0).values  # [T + n - 1, B, H]
+            y = s.target(q_next - alpha * self.entropy_share * logp_next.unsqueeze(-1))
+        feats = s.unroll(self.critic.core, hc, p.seq_burn_in)
+        q = self.critic.on(feats, s.x, s.action)  # [2, T, B, H]
+        td = y - q
+        head_losses = s.weighted(td.pow(2))  # [H]
+        critic_loss = head_losses.sum()
+        self._critic_step(critic_loss)
+
+        ya = s.unroll(self.actor_net.core, ha, p.seq_burn_in)
+        a_pi, logp = self.actor_net.sample_on(ya, s.x, self.gen)  # [T, B, A], [T, B]
+        # The actor climbs Q; the critic's core is the critic's.
+        q_pi = self.critic.on(feats.detach(), s.x, a_pi).min(0).values  # [T, B, H]
+        actor_loss = s.mean(alpha * logp - (q_pi * self.head_w).sum(-1))
+        self._actor_step(actor_loss)
+
+        logp = logp.detach()
+        alpha_loss = -s.mean(self.log_alpha * (logp + self.target_entropy))
+        self._alpha_step(alpha_loss)
+
+        with torch.no_grad():
+            abs_td = (td.detach().abs().mean(0) * self.head_w).sum(-1) / self.head_w.sum()
+            q_mean = s.mean(q.detach().mean((0, 3)))
+            losses = (critic_loss, actor_loss, q_mean, alpha, alpha_loss, -s.mean(logp))
+        return LearnOut(
+            metrics=self._metrics(losses, head_losses), td_error=s.priority(abs_td, p.seq_eta)
         )
+
+    def _critic_step(self, critic_loss: torch.Tensor) -> None:
+        self.critic_opt.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        if self.params.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(self.critic_params, self.params.max_grad_norm)
+        self.critic_opt.step()
+
+    def _actor_step(self, actor_loss: torch.Tensor) -> None:
+        # Gradients for the actor only: the critics' weight gradients would be thrown away.
+        grads = torch.autograd.grad(actor_loss, self.actor_params)
+        for param, g in zip(self.actor_params, grads):
+            param.grad = g
+        if self.params.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(self.actor_params, self.params.max_grad_norm)
+        self.actor_opt.step()
+
+    def _alpha_step(self, alpha_loss: torch.Tensor) -> None:
+        """The temperature's step, then the critics' targets: the end of one update."""
+        if self.params.learn_alpha:
+            self.alpha_opt.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_opt.step()
+        polyak_(self.target_params, self.critic_params, self.params.tau)
+        self.updates += 1
+
+    def _metrics(
+        self, losses: tuple[torch.Tensor, ...], head_losses: torch.Tensor
+    ) -> dict[str, float]:
+        with torch.no_grad():
+            stats = torch.stack([v.detach() for v in losses]).tolist()
+        names = ("critic_loss", "actor_loss", "q_mean", "alpha", "alpha_loss", "entropy")
+        metrics = dict(zip(names, stats))
         if len(self.head_names) > 1:
             for name, loss in zip(self.head_names, head_losses.detach().tolist()):
                 metrics[f"critic_loss/{name}"] = loss
-        return LearnOut(metrics=metrics, td_error=td_error.cpu().numpy())
+        return metrics
 
     def state_dict(self) -> dict[str, Any]:
         # Tensors and plain values only: checkpoints load with weights_only=True.

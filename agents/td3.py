@@ -44,12 +44,12 @@ from agents.nets import (
     DeterministicActor,
     NumpyForward,
     TwinQCritic,
-    polyak_,
     resolve_device,
     seeded,
 )
 from agents.noise import KINDS, make_noise
 from agents.normalize import IdentityNorm, make_obs_norm
+from agents.offpolicy import ActorCriticSteps
 from agents.recurrent import (
     RecurrentActor,
     RecurrentTwinCritic,
@@ -96,7 +96,7 @@ class Params(SequenceParams):
     device: str = "cpu"  # "cpu" | "cuda"
 
 
-class TD3(Agent):
+class TD3(ActorCriticSteps, Agent):
     Params = Params
     uses_replay = True
 
@@ -306,42 +306,11 @@ class TD3(Agent):
             metrics=self._metrics(stats, head_losses), td_error=s.priority(abs_td, p.seq_eta)
         )
 
-    def _metrics(self, stats: list[float], head_losses: torch.Tensor) -> dict[str, float]:
-        metrics = {
-            "critic_loss": stats[0],
-            "actor_loss": float(self.last_actor_loss),
-            "q_mean": stats[1],
-        }
-        if len(self.head_names) > 1:
-            for name, loss in zip(self.head_names, head_losses.detach().tolist()):
-                metrics[f"critic_loss/{name}"] = loss
-        return metrics
-
     def _smooth(self, a_next: torch.Tensor) -> torch.Tensor:
         p = self.params
         eps = torch.randn(a_next.shape, generator=self.gen, device=a_next.device)
         eps = (eps * p.target_noise).clamp(-p.target_noise_clip, p.target_noise_clip)
         return (a_next + eps).clamp(-1.0, 1.0)
-
-    def _critic_step(self, critic_loss: torch.Tensor) -> None:
-        self.critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        if self.params.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.critic_params, self.params.max_grad_norm)
-        self.critic_opt.step()
-        self.updates += 1
-
-    def _actor_step(self, actor_loss: torch.Tensor) -> None:
-        """The delayed actor step and the target updates that go with it."""
-        # Gradients for the actor only: the critic's weight gradients would be thrown away.
-        grads = torch.autograd.grad(actor_loss, self.actor_params)
-        for param, g in zip(self.actor_params, grads):
-            param.grad = g
-        if self.params.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.actor_params, self.params.max_grad_norm)
-        self.actor_opt.step()
-        polyak_(self.target_params, self.online_params, self.params.tau)
-        self.last_actor_loss = actor_loss.detach()
 
     def state_dict(self) -> dict[str, Any]:
         # Tensors and plain values only: checkpoints load with weights_only=True.
