@@ -189,9 +189,10 @@ class RecurrentActor(_RecurrentBody):
     and syncs from one by role (``sync_roles``); the core is outside every role, so an
     explorer keeps its own core when its learner has none, and two recurrent actors sync it by
     name. With ``core_first`` the trunk reads the core's output instead (it then syncs only
-    from an actor of the same layout, or is kept). ``forward`` is not defined: a recurrent
-    policy needs its state (:meth:`step`, :meth:`sequence`). Outputs are logits (discrete) or
-    the Gaussian mean (continuous, with a state-independent ``log_std``).
+    from an actor of the same layout, e.g. a recurrent DDPG / TD3 / SAC actor with
+    ``core_skip = false``, whose core it takes too, or is kept). ``forward`` is not defined: a
+    recurrent policy needs its state (:meth:`step`, :meth:`sequence`). Outputs are logits
+    (discrete) or the Gaussian mean (continuous, with a state-independent ``log_std``).
     """
 
     sync_roles = {"trunk": "trunk", "head": "head"}
@@ -210,6 +211,8 @@ class RecurrentActor(_RecurrentBody):
         core_first: bool = False,
     ) -> None:
         super().__init__(obs_dim, hidden, act, kind, size, ortho, core_first)
+        # What the trunk reads, for wheeler2/sync.py: it syncs only from a trunk reading the same.
+        self.sync_trunk_reads = "core" if core_first else "obs"
         self.discrete = discrete
         self.sync_actions = "discrete" if discrete else "continuous"
         self.head = nn.Linear(self.features_dim, act_dim)
