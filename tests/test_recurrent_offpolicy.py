@@ -569,3 +569,60 @@ def test_a_short_run_of_each_learner_trains_on_sequences(tmp_path, capsys, algo,
     starts = batch.burn == 0
     norms = batch.state.abs().sum(1)
     assert (norms[~starts] > 0).all() and (norms[starts] == 0).all()
+
+
+# -- learning checks (slow) -----------------------------------------------------------------------
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def _steps_to(cfg: str, threshold: float, total: int, tmp_path, extra: tuple[str, ...] = ()):  # noqa: ANN001, ANN202
+    """Run a shipped config until its eval mean reaches ``threshold``: (steps, evals)."""
+    import json
+
+    from wheeler2.config import load
+    from wheeler2.runtime import run_experiment
+
+    torch.set_num_threads(1)
+    overrides = [
+        "experiment.progress=false",
+        f"experiment.total_steps={total}",
+        "experiment.eval_every=1000",
+        "experiment.eval_episodes=5",
+        f"experiment.eval_threshold={threshold}",
+        "experiment.stop_at_threshold=true",
+        *extra,
+    ]
+    config = load(ROOT / "cfg" / cfg, overrides=overrides, out=str(tmp_path))
+    summary = json.loads((run_experiment(config) / "summary.json").read_text())
+    evals = [(e["env_steps"], round(e["return"], 1)) for e in summary["eval"]]
+    print(cfg, extra, evals)
+    return summary.get("steps_to_threshold"), evals
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_recurrent_sac_learns_pendulum_novel(tmp_path) -> None:  # noqa: ANN001
+    steps, evals = _steps_to("pendulum_novel_sac_gru.toml", -400.0, 20_000, tmp_path)
+    assert steps is not None, evals
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_recurrent_ddpg_learns_pendulum_novel(tmp_path) -> None:  # noqa: ANN001
+    # The SAC file's values with DDPG's Gaussian action noise (every key is DDPG's too).
+    from wheeler2.config import load
+
+    text = (ROOT / "cfg" / "pendulum_novel_sac_gru.toml").read_text()
+    path = tmp_path / "pendulum_novel_ddpg_gru.toml"
+    path.write_text(text.replace('algo = "sac"', 'algo = "ddpg"'))
+    assert load(path).team[0].algo == "ddpg"
+    steps, evals = _steps_to(str(path), -400.0, 20_000, tmp_path)
+    assert steps is not None, evals
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_recurrent_dqn_learns_cartpole_novel(tmp_path) -> None:  # noqa: ANN001
+    steps, evals = _steps_to("cartpole_novel_dqn_gru.toml", 195.0, 20_000, tmp_path)
+    assert steps is not None, evals
