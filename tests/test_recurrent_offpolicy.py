@@ -434,17 +434,20 @@ def test_options_that_do_not_combine_with_a_core_are_refused(tmp_path) -> None: 
 # -- weight sync by role --------------------------------------------------------------------------
 
 
-def _ppo(discrete: bool, **kw):  # noqa: ANN202
-    from agents.ppo import PPO
-    from agents.ppo import Params as PPOParams
+def _ppo(discrete: bool, on_policy: str = "ppo", **kw):  # noqa: ANN202
+    from wheeler2 import registry
 
+    cls = registry.resolve_algo(on_policy)
     space = SpaceInfo(2, 2 if discrete else 1, discrete)
-    return PPO(space, PPOParams(hidden=[16], **kw), seed=3)
+    return cls(space, cls.Params(hidden=[16], **kw), seed=3)
 
 
-@pytest.mark.parametrize("algo", ["ddpg", "td3", "sac", "dqn"])
+@pytest.mark.parametrize(
+    ("algo", "on_policy"),
+    [("ddpg", "ppo"), ("td3", "ppo"), ("sac", "ppo"), ("dqn", "ppo"), ("sac", "a2c")],
+)
 def test_a_recurrent_ppo_explorer_takes_the_core_and_trunk_of_a_recurrent_learner(
-    algo: str,
+    algo: str, on_policy: str
 ) -> None:
     from wheeler2.sync import WeightClient, WeightPublisher, check_sync
 
@@ -454,7 +457,7 @@ def test_a_recurrent_ppo_explorer_takes_the_core_and_trunk_of_a_recurrent_learne
         learner = TD3(SpaceInfo(2, 1, False), p, seed=0)
     else:
         learner = _build(algo, core_skip=False)
-    explorer = _ppo(algo == "dqn", core="gru", core_size=8, core_first=True)
+    explorer = _ppo(algo == "dqn", on_policy, core="gru", core_size=8, core_first=True)
     check_sync(learner.actor, explorer.actor, ["head"], "explorer")
     head_before = explorer.actor.head.weight.detach().clone()
     with WeightPublisher.create(learner.actor) as pub:
