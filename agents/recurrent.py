@@ -384,8 +384,8 @@ class Sequences:
     def weighted(self, sq: torch.Tensor) -> torch.Tensor:
         """Importance-weighted mean over the trained positions of ``sq [..., T, B, H]`` -> [H],
         summed over any leading (twin) axis."""
-        per = (self.w.unsqueeze(-1) * sq).sum((-3, -2)) / self.count
-        return per.reshape(-1, per.shape[-1]).sum(0)
+        per = (self.w.unsqueeze(-1) * sq).sum((-3, -2))
+        return per.reshape(-1, per.shape[-1]).sum(0) / self.count
 
     def priority(self, abs_td: torch.Tensor, eta: float) -> np.ndarray:
         """One priority per sequence from ``abs_td [T, B]`` (``sequence_priority``)."""
