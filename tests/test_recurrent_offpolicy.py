@@ -575,6 +575,8 @@ def test_a_short_run_of_each_learner_trains_on_sequences(tmp_path, capsys, algo,
 
 
 # -- learning checks (slow) -----------------------------------------------------------------------
+# Measured once each on seed 0 (2 shared cores under other load, nice 10): SAC -342 and DDPG -322
+# at 17,000 env steps (~30 min each there), DQN 207 at 9,000 (~7.5 min).
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 
@@ -604,14 +606,14 @@ def _steps_to(cfg: str, threshold: float, total: int, tmp_path, extra: tuple[str
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(3600)
 def test_recurrent_sac_learns_pendulum_novel(tmp_path) -> None:  # noqa: ANN001
     steps, evals = _steps_to("pendulum_novel_sac_gru.toml", -400.0, 20_000, tmp_path)
     assert steps is not None, evals
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(3600)
 def test_recurrent_ddpg_learns_pendulum_novel(tmp_path) -> None:  # noqa: ANN001
     # The SAC file's values with DDPG's Gaussian action noise (every key is DDPG's too).
     from wheeler2.config import load
@@ -625,7 +627,7 @@ def test_recurrent_ddpg_learns_pendulum_novel(tmp_path) -> None:  # noqa: ANN001
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(3600)
 def test_recurrent_dqn_learns_cartpole_novel(tmp_path) -> None:  # noqa: ANN001
     steps, evals = _steps_to("cartpole_novel_dqn_gru.toml", 195.0, 20_000, tmp_path)
     assert steps is not None, evals
