@@ -576,7 +576,7 @@ def test_a_short_run_of_each_learner_trains_on_sequences(tmp_path, capsys, algo,
 
 # -- learning checks (slow) -----------------------------------------------------------------------
 # Measured once each on seed 0 (2 shared cores under other load, nice 10): SAC -342 and DDPG -322
-# at 17,000 env steps (~30 min each there), DQN 207 at 9,000 (~7.5 min).
+# at 17,000 env steps (~30 min each there), DQN 229 at 14,000 (~7 min).
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 
