@@ -50,10 +50,10 @@ from agents.normalize import IdentityNorm, make_obs_norm
 from agents.offpolicy import ActorCriticSteps
 from agents.recurrent import (
     RecurrentActor,
-    RecurrentQCritic,
     SequenceParams,
     Sequences,
     core_problem,
+    recurrent_actor_critic,
     state_rows,
     step_two_cores,
 )
@@ -129,21 +129,9 @@ class DDPG(ActorCriticSteps, Agent):
         in_dim = feature_dim(p.features, space.obs_dim, p.rbf_centers)
         with seeded(seed):
             if self.recurrent:
-                self.actor_net = RecurrentActor(
-                    p.core, space.obs_dim, p.core_size, p.hidden, space.act_dim, p.core_skip
+                self.actor_net, self.critic, self.core_state = recurrent_actor_critic(
+                    RecurrentActor, p, space, twin=False
                 )
-                self.critic = RecurrentQCritic(
-                    p.core,
-                    space.obs_dim,
-                    p.core_size,
-                    space.act_dim,
-                    p.hidden,
-                    space.num_heads,
-                    p.critic,
-                    p.core_skip,
-                )
-                # The policy state: the actor's core state, then the critic's.
-                self.core_state = self.actor_net.core.state_dim
                 self.state_dim = 2 * self.core_state
             else:
                 self.actor_net = DeterministicActor(in_dim, p.hidden, space.act_dim, "relu")

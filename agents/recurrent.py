@@ -242,9 +242,11 @@ class RecurrentQ(_CoreNet):
         return self.on(self.first(obs), obs)
 
 
-class RecurrentQCritic(_CoreNet):
-    """DDPG's Q_h (one output per reward head, :class:`QCritic`) on ``[core(o_1..o_t), o_t]``
-    and the action."""
+class RecurrentCritic(_CoreNet):
+    """Q_h (one output per reward head) on ``[core(o_1..o_t), o_t]`` and the action: DDPG's
+    :class:`QCritic` (``twin = False``, ``[..., H]``) or the clipped-double-Q pair of TD3 and
+    SAC (:class:`TwinQCritic`, ``[2, ..., H]``), whose two nets share the one core, trained by
+    both their losses."""
 
     sync_roles: ClassVar[dict[str, str]] = {}  # a critic: synced by its own paths
 
@@ -258,53 +260,49 @@ class RecurrentQCritic(_CoreNet):
         num_heads: int,
         mode: str,
         skip: bool = True,
+        twin: bool = False,
     ):
         super().__init__(kind, obs_dim, size, skip)
-        self.q = QCritic(self.mlp_in, act_dim, hidden, num_heads, mode, "relu")
+        net = TwinQCritic if twin else QCritic
+        self.q = net(self.mlp_in, act_dim, hidden, num_heads, mode, "relu")
 
     def on(self, y: torch.Tensor, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """``[..., H]`` from core outputs ``y``, observations and actions."""
+        """Q from core outputs ``y``, observations and actions."""
         return self.q(self.inputs(y, obs), action)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """``[N, H]`` at the first step of an episode (from the initial state)."""
-        return self.on(self.first(obs), obs, action)
-
-
-class RecurrentTwinCritic(_CoreNet):
-    """Q1, Q2 (one output per reward head each) on ``[core(o_1..o_t), o_t]`` and the action; the
-    pair shares one core, trained by both their losses."""
-
-    sync_roles: ClassVar[dict[str, str]] = {}  # a critic: synced by its own paths
-
-    def __init__(
-        self,
-        kind: str,
-        obs_dim: int,
-        size: int,
-        act_dim: int,
-        hidden: Sequence[int],
-        num_heads: int,
-        mode: str,
-        skip: bool = True,
-    ):
-        super().__init__(kind, obs_dim, size, skip)
-        self.twin = TwinQCritic(self.mlp_in, act_dim, hidden, num_heads, mode, "relu")
-
-    def on(self, y: torch.Tensor, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """``[2, ..., H]`` from core outputs ``y``, observations and actions."""
-        return self.twin(self.inputs(y, obs), action)
-
     def q1_on(self, y: torch.Tensor, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return self.twin.q1(self.inputs(y, obs), action)
+        """The pair's first critic (``twin`` only), TD3's actor target."""
+        return self.q.q1(self.inputs(y, obs), action)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """``[2, N, H]`` at the first step of an episode (from the initial state)."""
+        """Q at the first step of an episode (from the initial state)."""
         return self.on(self.first(obs), obs, action)
 
     def q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Q1 at the first step of an episode (from the initial state)."""
         return self.q1_on(self.first(obs), obs, action)
+
+
+def recurrent_actor_critic(
+    actor_cls: type[_CoreNet], params: Any, space: Any, twin: bool
+) -> tuple[nn.Module, RecurrentCritic, int]:
+    """(actor, critic, width of one core's state) of a recurrent DDPG / TD3 / SAC from its
+    ``params`` (``SequenceParams`` and ``hidden``, ``critic``); the policy state is the actor's
+    core state, then the critic's, so ``state_dim`` is twice the width."""
+    p = params
+    actor = actor_cls(p.core, space.obs_dim, p.core_size, p.hidden, space.act_dim, p.core_skip)
+    critic = RecurrentCritic(
+        p.core,
+        space.obs_dim,
+        p.core_size,
+        space.act_dim,
+        p.hidden,
+        space.num_heads,
+        p.critic,
+        p.core_skip,
+        twin,
+    )
+    return actor, critic, actor.core.state_dim
 
 
 @dataclass

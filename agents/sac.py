@@ -57,11 +57,12 @@ from agents.nets import (
     seeded,
 )
 from agents.normalize import IdentityNorm, make_obs_norm
+from agents.offpolicy import actor_step, loss_step
 from agents.recurrent import (
     RecurrentSquashedActor,
-    RecurrentTwinCritic,
     SequenceParams,
     Sequences,
+    recurrent_actor_critic,
     state_rows,
     step_two_cores,
 )
@@ -107,21 +108,9 @@ class SAC(Agent):
         self.recurrent = p.core != "none"
         with seeded(seed):
             if self.recurrent:
-                self.actor_net = RecurrentSquashedActor(
-                    p.core, space.obs_dim, p.core_size, p.hidden, space.act_dim, p.core_skip
+                self.actor_net, self.critic, self.core_state = recurrent_actor_critic(
+                    RecurrentSquashedActor, p, space, twin=True
                 )
-                self.critic = RecurrentTwinCritic(
-                    p.core,
-                    space.obs_dim,
-                    p.core_size,
-                    space.act_dim,
-                    p.hidden,
-                    space.num_heads,
-                    p.critic,
-                    p.core_skip,
-                )
-                # The policy state: the actor's core state, then the critic's.
-                self.core_state = self.actor_net.core.state_dim
                 self.state_dim = 2 * self.core_state
             else:
                 self.actor_net = SquashedGaussianActor(
@@ -285,20 +274,10 @@ class SAC(Agent):
         )
 
     def _critic_step(self, critic_loss: torch.Tensor) -> None:
-        self.critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        if self.params.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.critic_params, self.params.max_grad_norm)
-        self.critic_opt.step()
+        loss_step(critic_loss, self.critic_opt, self.critic_params, self.params.max_grad_norm)
 
     def _actor_step(self, actor_loss: torch.Tensor) -> None:
-        # Gradients for the actor only: the critics' weight gradients would be thrown away.
-        grads = torch.autograd.grad(actor_loss, self.actor_params)
-        for param, g in zip(self.actor_params, grads):
-            param.grad = g
-        if self.params.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.actor_params, self.params.max_grad_norm)
-        self.actor_opt.step()
+        actor_step(actor_loss, self.actor_opt, self.actor_params, self.params.max_grad_norm)
 
     def _alpha_step(self, alpha_loss: torch.Tensor) -> None:
         """The temperature's step, then the critics' targets: the end of one update."""

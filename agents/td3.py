@@ -52,9 +52,9 @@ from agents.normalize import IdentityNorm, make_obs_norm
 from agents.offpolicy import ActorCriticSteps
 from agents.recurrent import (
     RecurrentActor,
-    RecurrentTwinCritic,
     SequenceParams,
     Sequences,
+    recurrent_actor_critic,
     state_rows,
     step_two_cores,
 )
@@ -109,21 +109,9 @@ class TD3(ActorCriticSteps, Agent):
         self.recurrent = p.core != "none"
         with seeded(seed):
             if self.recurrent:
-                self.actor_net = RecurrentActor(
-                    p.core, space.obs_dim, p.core_size, p.hidden, space.act_dim, p.core_skip
+                self.actor_net, self.critic, self.core_state = recurrent_actor_critic(
+                    RecurrentActor, p, space, twin=True
                 )
-                self.critic = RecurrentTwinCritic(
-                    p.core,
-                    space.obs_dim,
-                    p.core_size,
-                    space.act_dim,
-                    p.hidden,
-                    space.num_heads,
-                    p.critic,
-                    p.core_skip,
-                )
-                # The policy state: the actor's core state, then the critic's.
-                self.core_state = self.actor_net.core.state_dim
                 self.state_dim = 2 * self.core_state
             else:
                 self.actor_net = DeterministicActor(space.obs_dim, p.hidden, space.act_dim, "relu")
