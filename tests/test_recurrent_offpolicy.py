@@ -631,3 +631,32 @@ def test_recurrent_ddpg_learns_pendulum_novel(tmp_path) -> None:  # noqa: ANN001
 def test_recurrent_dqn_learns_cartpole_novel(tmp_path) -> None:  # noqa: ANN001
     steps, evals = _steps_to("cartpole_novel_dqn_gru.toml", 195.0, 20_000, tmp_path)
     assert steps is not None, evals
+
+
+def test_own_share_batches_are_sequences_from_both_tables(tmp_path, capsys) -> None:  # noqa: ANN001
+    """``[buffer] own_share`` with a recurrent learner: each batch is the shared table's
+    sequences followed by the learner's own table's (2 of 8 here), all of one shape, and the
+    learner trains on them."""
+    from tests.offpolicy_runs import run_text
+    from wheeler2.runtime.member import Trainer
+
+    seen: list[tuple[dict[str, np.ndarray], int]] = []
+    sample = Trainer._sample
+
+    def spy(self: Trainer):  # noqa: ANN202
+        out = sample(self)
+        seen.append(out)
+        return out
+
+    text = RUN.replace("n_step = 2", "n_step = 2\nown_share = 0.25")
+    Trainer._sample = spy  # type: ignore[method-assign]
+    try:
+        _, summary = run_text(tmp_path, capsys, text)
+    finally:
+        Trainer._sample = sample  # type: ignore[method-assign]
+    assert summary["env_steps"] >= 600 and seen
+    arrays, shared = seen[-1]
+    assert shared == 6  # 8 - round(0.25 * 8): the own table gives the last 2 sequences
+    assert arrays["obs"].shape == (8, 12, 2) and arrays["mask"].shape == (8, 12)
+    assert arrays["state"].shape[0] == 8 and len(arrays["index"]) == 8
+    assert np.isfinite(summary["members"]["target"]["critic_loss"])
