@@ -49,6 +49,15 @@ REDRAW = [
     "tests/test_buffer_concurrent.py::test_rows_overwritten_between_draw_and_gather_are_redrawn"
 ]
 CKPT = ["tests/test_buffer_lifecycle.py::test_checkpoint_round_trip_through_weights_only_load"]
+# The off-policy learners' unit tests on tiny nets, the feed-forward and the recurrent ones; the
+# runs through the CLI or the engine (15-30 s each) are left out. pytest takes one -k for all
+# the files of a run, so the names cover every file these lists are used with.
+UNIT_ONLY = [
+    "-k",
+    "not (through_the_cli or team_ppo or her_on_a_goal or a_short_run or own_share "
+    "or through_the_engine or explorer_in_a_team)",
+]
+RECURRENT_OFFPOLICY = "tests/test_recurrent_offpolicy.py"
 
 # file -> the fast unit tests that cover it (each must pass on the unmutated tree).
 TESTS: dict[str, list[str]] = {
@@ -92,9 +101,17 @@ TESTS: dict[str, list[str]] = {
     "agents/dqn.py": ["tests/test_dqn.py"],
     "agents/ppo.py": ["tests/test_ppo.py"],
     "agents/a2c.py": ["tests/test_a2c.py", "tests/test_td_lambda.py"],
-    "agents/td3.py": ["tests/test_td3.py"],
-    "agents/sac.py": ["tests/test_sac.py"],
-    "agents/pg.py": ["tests/test_pg.py"],
+    "agents/td3.py": ["tests/test_td3.py", RECURRENT_OFFPOLICY, *UNIT_ONLY],
+    "agents/sac.py": ["tests/test_sac.py", RECURRENT_OFFPOLICY, *UNIT_ONLY],
+    # The optimizer steps DDPG, TD3 and SAC share.
+    "agents/offpolicy.py": [
+        "tests/test_ddpg.py",
+        "tests/test_td3.py",
+        "tests/test_sac.py",
+        RECURRENT_OFFPOLICY,
+        *UNIT_ONLY,
+    ],
+    "agents/pg.py": ["tests/test_pg.py", *UNIT_ONLY],
     "agents/returns.py": ["tests/test_td_lambda.py", "tests/test_ppo.py"],
     "agents/normalize.py": ["tests/test_normalize.py"],
 }
