@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.pg import PG, Params
+from agents.pg import PG, Params, policy_gradient_loss
 from wheeler2.agent import SpaceInfo, Transitions
 
 LOG_HALF = math.log(0.5)
@@ -93,6 +93,28 @@ def test_policy_gradient_by_hand_on_a_fixed_net():
     torch.testing.assert_close(grad, torch.tensor([-1 / 24, 1 / 24]))
     # Adam's first step moves each coordinate by lr against the gradient's sign.
     torch.testing.assert_close(agent.policy.head.bias.detach(), torch.tensor([1e-3, -1e-3]))
+
+
+def test_normalized_advantages_by_hand():
+    """normalize_advantage: A = .75, .5, 0 (terminated) become (A - mean) / std, the std over
+    the rollout, 1/N: deviations 1/3, 1/12, -5/12, variance 7/72. Their sum is 0, so the loss
+    is 0 whatever the scale: the gradient shows it. As above, dL/db = - mean_t A_t (onehot(a_t)
+    - pi) with actions 0, 1, 0: [-1, 1] (A_0 - A_1 + A_2) / 6 = [1, -1] / (36 sqrt(7/72))."""
+    agent = fixed_agent(normalize_advantage=True)
+    metrics = feed_episode(agent, "terminated")
+    assert metrics["policy_loss"] == pytest.approx(0.0, abs=1e-6)
+    g = 1 / (36 * math.sqrt(7 / 72))  # 0.0890871
+    torch.testing.assert_close(agent.policy.head.bias.grad, torch.tensor([g, -g]))
+
+
+def test_policy_gradient_loss_leaves_out_rows_of_weight_zero():
+    logp = torch.tensor([-1.0, -2.0, -3.0])
+    adv = torch.tensor([1.0, 2.0, 4.0])
+    # - (1 * -1 + 4 * -3) / 2 rows: the absent middle row counts neither in the sum nor the mean.
+    assert policy_gradient_loss(logp, adv, torch.tensor([1.0, 0.0, 1.0])).item() == 6.5
+    assert policy_gradient_loss(logp, adv).item() == pytest.approx(17 / 3)
+    assert policy_gradient_loss(logp, adv, torch.ones(3)).item() == pytest.approx(17 / 3)
+    assert policy_gradient_loss(logp, adv, torch.zeros(3)).item() == 0.0  # no row: no step
 
 
 def test_baseline_regresses_on_the_returns_with_its_own_steps():

@@ -190,6 +190,7 @@ def test_a_fixed_temperature_stays_put():
     for _ in range(3):
         assert agent.learn(_batch()).metrics["alpha"] == pytest.approx(0.2)
     assert agent.alpha == pytest.approx(0.2)
+    assert agent.updates == 3  # one per learn call, what the run's summary reports
 
 
 def test_two_heads_give_one_twin_pair_each_and_one_priority_per_sample():
@@ -282,6 +283,84 @@ def test_checkpoint_round_trip_restores_everything_and_the_next_step():
     out_a, out_b = agent.learn(_batch()), restored.learn(_batch())
     assert out_a.metrics == out_b.metrics
     _assert_same(agent.state_dict(), restored.state_dict())
+
+
+# ------------------------------------------------------------------------------------------
+# recurrent SAC (learn_sequences): with a silent core the losses are the feedforward ones per
+# trained position
+
+# Two sequences of T = 2 trained steps (no burn-in, one-step bootstraps), batch first.
+SEQ = dict(
+    obs=np.array([[[1.0, 0.0], [0.5, -1.0]], [[0.0, 1.0], [-1.0, 0.5]]], np.float32),
+    action=np.array([[[0.5], [0.2]], [[-0.5], [0.9]]], np.float32),
+    reward=np.array([[[1.0, 0.0], [0.5, 1.0]], [[0.0, 2.0], [1.0, -1.0]]], np.float32),
+    next_obs=np.array([[[1.0, 1.0], [0.0, 2.0]], [[2.0, 0.0], [1.0, -0.5]]], np.float32),
+    discount=np.array([[0.9, 0.8], [0.5, 0.7]], np.float32),
+    boot=np.array([[0, 1], [0, 1]]),
+    alive=np.ones((2, 2), bool),
+    mask=np.ones((2, 2), bool),
+    burn=np.array([0, 0]),
+    weight=np.array([1.0, 2.0], np.float32),
+    index=np.arange(2),
+)
+
+
+def _positions(key: str) -> np.ndarray:
+    """A ``SEQ`` array time-major and flattened: row t * B + b is position t of sequence b."""
+    x = SEQ[key].swapaxes(0, 1)
+    return x.reshape(4, *x.shape[2:]).astype(np.float64)
+
+
+def _recurrent_linear_agent(**overrides) -> SAC:
+    """``_linear_agent``'s nets behind GRU cores whose weights are all 0: from the zero state
+    every core output is 0, so the MLPs on [core output, obs] see the feedforward inputs."""
+    params = Params(
+        hidden=[], learning_starts=0, core="gru", core_size=2, seq_length=2, seq_burn_in=0
+    )
+    agent = SAC(TWO_HEADS, dataclasses.replace(params, **overrides))
+    with torch.no_grad():
+        for net in (agent.actor_net, agent.critic, agent.critic_target):
+            for w in net.core.parameters():
+                w.zero_()
+    silent = [0.0, 0.0]  # the weights of the core's two outputs
+    _set(agent.actor_net.mlp.head, silent + MEAN[0], MEAN[1])
+    _set(agent.actor_net.mlp.log_std_head, silent + LOG_STD[0], LOG_STD[1])
+    for (j, h), (w, b) in Q.items():
+        _set(getattr(agent.critic.q, j).nets[h].head, silent + w, b)
+    for (j, h), (w, b) in Q_T.items():
+        _set(getattr(agent.critic_target.q, j).nets[h].head, silent + w, b)
+    return agent
+
+
+def test_recurrent_soft_target_losses_and_priorities_by_hand_per_position():
+    agent = _recurrent_linear_agent(lr_critic=0.0, lr_actor=0.0, lr_alpha=1e-12, alpha_init=0.3)
+    # The draws of learn: a' ~ pi(.|s') at the next observations, then a ~ pi(.|s), [T, B, A].
+    eps_next, eps = (e.reshape(4, 1) for e in _draws(agent.gen, (2, 2, 1), (2, 2, 1)))
+    out = agent.learn(Batch.from_numpy(SEQ, "cpu"))
+    s, a, r, s2 = (_positions(k) for k in ("obs", "action", "reward", "next_obs"))
+    discount, w = _positions("discount"), np.tile(SEQ["weight"], 2)
+    a2, logp2 = _policy_sample(s2, eps_next)
+    soft = _q(Q_T, s2, a2).min(0) - SHARE[None] * 0.3 * logp2[:, None]
+    y = r + discount[:, None] * soft
+    q = _q(Q, s, a)
+    # Each head: the pair's squared errors, importance-weighted, summed over the 4 trained
+    # positions and divided by their count.
+    head_losses = (w[None, :, None] * (y - q) ** 2).sum((0, 1)) / 4
+    assert out.metrics["critic_loss/a"] == pytest.approx(head_losses[0], rel=1e-5)
+    assert out.metrics["critic_loss/b"] == pytest.approx(head_losses[1], rel=1e-5)
+    assert out.metrics["q_mean"] == pytest.approx(q.mean(), rel=1e-5)
+    a_pi, logp = _policy_sample(s, eps)
+    actor_loss = np.mean(0.3 * logp - (_q(Q, s, a_pi).min(0) * C).sum(-1))
+    assert out.metrics["actor_loss"] == pytest.approx(actor_loss, rel=1e-5)
+    assert out.metrics["entropy"] == pytest.approx(-logp.mean(), rel=1e-5)
+    assert out.metrics["alpha_loss"] == pytest.approx(
+        -math.log(0.3) * np.mean(logp - 1.0), rel=1e-5
+    )
+    # One priority per sequence: 0.9 max + 0.1 mean of its positions' |TD| (pair averaged,
+    # heads weighted).
+    abs_td = ((np.abs(y - q).mean(0) * C).sum(-1) / C.sum()).reshape(2, 2)  # [T, B]
+    expected = 0.9 * abs_td.max(0) + 0.1 * abs_td.mean(0)
+    np.testing.assert_allclose(out.td_error, expected, rtol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import torch
 from offpolicy_runs import config, run_text
 
 from agents.noise import KINDS
+from agents.offpolicy import actor_step, loss_step
 from agents.td3 import TD3, Params
 from wheeler2 import checkpoint as ckpt
 from wheeler2 import cli
@@ -233,6 +234,136 @@ def test_checkpoint_round_trip_restores_everything_and_the_next_step():
     out_a, out_b = agent.learn(_batch()), restored.learn(_batch())
     assert out_a.metrics == out_b.metrics
     _assert_same(agent.state_dict(), restored.state_dict())
+
+
+# ------------------------------------------------------------------------------------------
+# recurrent TD3 (learn_sequences): with a silent core the losses are the feedforward ones per
+# trained position
+
+# Two sequences of T = 2 trained steps (no burn-in, one-step bootstraps), batch first.
+SEQ = dict(
+    obs=np.array([[[1.0, 0.0], [0.5, -1.0]], [[0.0, 1.0], [-1.0, 0.5]]], np.float32),
+    action=np.array([[[0.5], [0.2]], [[-0.5], [0.9]]], np.float32),
+    reward=np.array([[[1.0, 0.0], [0.5, 1.0]], [[0.0, 2.0], [1.0, -1.0]]], np.float32),
+    next_obs=np.array([[[1.0, 1.0], [0.0, 2.0]], [[2.0, 0.0], [1.0, -0.5]]], np.float32),
+    discount=np.array([[0.9, 0.8], [0.5, 0.7]], np.float32),
+    boot=np.array([[0, 1], [0, 1]]),
+    alive=np.ones((2, 2), bool),
+    mask=np.ones((2, 2), bool),
+    burn=np.array([0, 0]),
+    weight=np.array([1.0, 2.0], np.float32),
+    index=np.arange(2),
+)
+
+
+def _positions(key: str) -> np.ndarray:
+    """A ``SEQ`` array time-major and flattened: row t * B + b is position t of sequence b."""
+    x = SEQ[key].swapaxes(0, 1)
+    return x.reshape(4, *x.shape[2:]).astype(np.float64)
+
+
+def _recurrent_linear_agent(**overrides) -> TD3:
+    """``_linear_agent``'s nets behind GRU cores whose weights are all 0: from the zero state
+    every core output is 0, so the MLPs on [core output, obs] see the feedforward inputs."""
+    params = Params(
+        hidden=[], learning_starts=0, core="gru", core_size=2, seq_length=2, seq_burn_in=0
+    )
+    agent = TD3(TWO_HEADS, dataclasses.replace(params, **overrides))
+    nets = (agent.actor_net, agent.actor_target, agent.critic, agent.critic_target)
+    with torch.no_grad():
+        for net in nets:
+            for w in net.core.parameters():
+                w.zero_()
+    silent = [0.0, 0.0]  # the weights of the core's two outputs
+    _set(agent.actor_net.mlp.head, silent + ACTOR[0], ACTOR[1])
+    _set(agent.actor_target.mlp.head, silent + ACTOR_T[0], ACTOR_T[1])
+    for (j, h), (w, b) in Q.items():
+        _set(getattr(agent.critic.q, j).nets[h].head, silent + w, b)
+    for (j, h), (w, b) in Q_T.items():
+        _set(getattr(agent.critic_target.q, j).nets[h].head, silent + w, b)
+    return agent
+
+
+def test_recurrent_target_losses_and_priorities_by_hand_per_position():
+    agent = _recurrent_linear_agent(
+        lr_critic=0.0, lr_actor=0.0, policy_delay=1, target_noise=100.0, target_noise_clip=0.5
+    )
+    replay = torch.Generator().manual_seed(0)
+    replay.set_state(agent.gen.get_state())
+    z = torch.randn((2, 2, 1), generator=replay).numpy().reshape(4, 1)  # [T + n - 1, B, A]
+    out = agent.learn(Batch.from_numpy(SEQ, "cpu"))
+    s, a, r, s2 = (_positions(k) for k in ("obs", "action", "reward", "next_obs"))
+    discount, w = _positions("discount"), np.tile(SEQ["weight"], 2)
+    # The smoothed target action, every noise draw clipped to +-0.5, then into [-1, 1].
+    eps = np.clip(100.0 * z, -0.5, 0.5)
+    assert np.all(np.abs(eps) == 0.5)
+    a2 = np.clip(np.tanh(s2 @ np.array(ACTOR_T[0]))[:, None] + eps, -1.0, 1.0)
+    y = r + discount[:, None] * _q(Q_T, s2, a2).min(0)
+    q = _q(Q, s, a)
+    # Each head: the pair's squared errors, importance-weighted, summed over the 4 trained
+    # positions and divided by their count.
+    head_losses = (w[None, :, None] * (y - q) ** 2).sum((0, 1)) / 4
+    assert out.metrics["critic_loss/a"] == pytest.approx(head_losses[0], rel=1e-5)
+    assert out.metrics["critic_loss/b"] == pytest.approx(head_losses[1], rel=1e-5)
+    assert out.metrics["q_mean"] == pytest.approx(q.mean(), rel=1e-5)
+    mu = np.tanh(s @ np.array(ACTOR[0]))[:, None]
+    actor_loss = -(_q(Q, s, mu)[0] * C).sum(-1).mean()  # Q1, as in the paper
+    assert out.metrics["actor_loss"] == pytest.approx(actor_loss, rel=1e-5)
+    # One priority per sequence: 0.9 max + 0.1 mean of its positions' |TD| (pair averaged,
+    # heads weighted).
+    abs_td = ((np.abs(y - q).mean(0) * C).sum(-1) / C.sum()).reshape(2, 2)  # [T, B]
+    expected = 0.9 * abs_td.max(0) + 0.1 * abs_td.mean(0)
+    np.testing.assert_allclose(out.td_error, expected, rtol=1e-5)
+
+
+def test_recurrent_policy_delay_moves_the_actor_on_every_second_step_only():
+    agent = _recurrent_linear_agent(policy_delay=2)
+    actor0 = [p.detach().clone() for p in agent.actor_params]
+    target0 = [p.detach().clone() for p in agent.target_params]
+    batch = Batch.from_numpy(SEQ, "cpu")
+    out = agent.learn(batch)
+    assert all(torch.equal(a, b) for a, b in zip(actor0, agent.actor_params))
+    assert all(torch.equal(a, b) for a, b in zip(target0, agent.target_params))
+    assert out.metrics["actor_loss"] == 0.0  # no actor step yet
+    out = agent.learn(batch)
+    assert any(not torch.equal(a, b) for a, b in zip(actor0, agent.actor_params))
+    assert any(not torch.equal(a, b) for a, b in zip(target0, agent.target_params))
+    assert out.metrics["actor_loss"] != 0.0 and agent.updates == 2
+
+
+@pytest.mark.parametrize("core", ["none", "gru"])
+def test_actions_before_learning_starts_are_uniform_over_the_action_box(core):
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=False)
+    agent = TD3(space, Params(hidden=[8], learning_starts=10**6, core=core, core_size=4))
+    a = agent.act(np.zeros((2000, 3), np.float32), explore=True).action
+    assert a.shape == (2000, 2) and a.min() >= -1.0 and a.max() <= 1.0
+    # The whole box, half the draws on each side of 0 (the count's std is ~32 of 4000).
+    assert a.min() < -0.99 and a.max() > 0.99
+    assert abs((a > 0).mean() - 0.5) < 0.05
+
+
+# ------------------------------------------------------------------------------------------
+# the optimizer steps DDPG, TD3 and SAC share (agents/offpolicy.py)
+
+
+@pytest.mark.parametrize("step", [loss_step, actor_step])
+@pytest.mark.parametrize(("max_norm", "after"), [(0.5, [2.7, 3.6]), (0.0, [-3.0, -4.0])])
+def test_steps_clip_the_gradient_norm_unless_it_is_zero(step, max_norm, after):
+    # Gradient [6, 8], norm 10; SGD with step size 1. Clipped to 0.5: [0.3, 0.4].
+    p = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
+    other = torch.nn.Parameter(torch.tensor([1.0, 1.0]))  # a critic weight the loss runs through
+    loss = (p * torch.tensor([6.0, 8.0]) * other).sum()
+    step(loss, torch.optim.SGD([p], lr=1.0), [p], max_norm)
+    torch.testing.assert_close(p.detach(), torch.tensor(after))
+    if step is actor_step:
+        assert other.grad is None  # the actor's step leaves the critic's gradients alone
+
+
+def test_one_head_reports_its_losses_without_per_head_names():
+    agent = TD3(SpaceInfo(2, 1, False), Params(hidden=[8], policy_delay=1))
+    b = _batch()
+    out = agent.learn(dataclasses.replace(b, reward=b.reward[:, :1]))
+    assert set(out.metrics) == {"critic_loss", "actor_loss", "q_mean"}
 
 
 # ------------------------------------------------------------------------------------------
