@@ -80,3 +80,25 @@ def test_non_finite_td_error_stops_the_learner(replay: Replay) -> None:
     # Every item still has the priority it was inserted with (the initial max, 1 ** alpha).
     np.testing.assert_array_equal(replay.sampler.tree.leaves[:20], 1.0)
     assert trainer.updates == 0
+
+
+def test_owed_updates_beat_the_heart_between_chunks() -> None:
+    """At the end of the budget the learner takes every update the gate owes; it reports after
+    each chunk of them, so a long backlog on a busy machine is not mistaken for a hang."""
+    cfg = ReplayConfig(capacity=64, batch_size=4, updates_per_insert=1.0, min_size=1)
+    r = Replay.create(Layout(obs_dim=2, act_dim=1), cfg, gamma=0.9, seed=0)
+    try:
+        w = r.writer(num_envs=1, block=False)
+        for t in range(20):
+            obs = np.array([[t, 0]], np.float32)
+            no = np.zeros(1, bool)
+            w.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, no, no)
+        w.flush()
+        trainer = Trainer(ScriptedAgent(), r)
+        beats: list[int] = []
+        done = trainer.train_owed(heartbeat=lambda: beats.append(trainer.updates), every=4)
+        assert done == trainer.updates and done >= 12  # the gate owed one update per insert
+        assert not r.can_sample()  # nothing left owed
+        assert beats == list(range(4, done + 1, 4)) + ([done] if done % 4 else [])
+    finally:
+        r.close()

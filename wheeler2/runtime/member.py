@@ -343,11 +343,20 @@ class Trainer:
             done += 1
         return done
 
-    def train_owed(self) -> int:
+    def train_owed(self, heartbeat: Callable[[], None] | None = None, every: int = 32) -> int:
         """The budget is spent: take every update the gate still owes (producers run at most
-        its tolerance ahead), including batches a remote replay still has in flight."""
+        its tolerance ahead), including batches a remote replay still has in flight.
+
+        ``heartbeat`` is called after every ``every`` updates: the owed updates (up to the
+        gate's tolerance, 2,048 by default) can take longer than ``heartbeat_s`` on a busy
+        machine, and a learner silent that long is declared hung."""
         self.replay.finish()
-        return self.train_available()
+        done = 0
+        while n := self.train_available(max_updates=every):
+            done += n
+            if heartbeat is not None:
+                heartbeat()
+        return done
 
     def pop_metrics(self) -> dict[str, float]:
         """Mean of each metric since the last call (keeps logging off the per-update path)."""
@@ -543,11 +552,14 @@ class MemberLoop:
                     self.plan.name, request, self.agent.state_dict(), self.member.stats.env_steps
                 )
             )
+        self._report_when_due()
+        return True
+
+    def _report_when_due(self) -> None:
         now = time.perf_counter()
         if now >= self.next_report:
             self.next_report = now + REPORT_EVERY_S
             self.link.send(Figures(self.plan.name, self.figures()))
-        return True
 
     def _learn(self) -> None:
         trainer = self.trainer
@@ -575,7 +587,9 @@ class MemberLoop:
         owes, then the closing eval, so the curve ends on the final actor; a stopped one does
         neither. Every member then sends its figures and its final state."""
         if self.learner and not self.stopped:
-            updates = self.trainer.train_owed() if self.trainer is not None else 0
+            updates = 0
+            if self.trainer is not None:
+                updates = self.trainer.train_owed(heartbeat=self._report_when_due)
             total = self.budget.run_steps(self.member.stats.env_steps)
             if updates or total != self.last_eval:
                 self._evaluate(total)
