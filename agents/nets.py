@@ -106,6 +106,7 @@ class NumpyForward:
         self.net = net
         self.squash = squash  # tanh on the output, as DeterministicActor does
         self._ptrs: list[int] = []
+        self._linears: list[nn.Linear] = []
         self._layers: list[tuple[np.ndarray, np.ndarray, Callable | None]] = []
 
     @classmethod
@@ -130,10 +131,16 @@ class NumpyForward:
                 w, b, _ = layers[-1]
                 layers[-1] = (w, b, self._ACTIVATIONS[type(m)])
         self._layers = layers
-        self._ptrs = [p.data_ptr() for p in self.net.parameters()]
+        self._linears = [m for m in [*self.net.trunk, self.net.head] if isinstance(m, nn.Linear)]
+        self._ptrs = self._storage()
+
+    def _storage(self) -> list[int]:
+        # Read through the layers' attributes rather than net.parameters(): walking the module
+        # tree was a third of an explorer's CPU per step (~35 µs of ~115 on Pendulum).
+        return [t.data_ptr() for m in self._linears for t in (m.weight, m.bias)]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        if [p.data_ptr() for p in self.net.parameters()] != self._ptrs:
+        if not self._layers or self._storage() != self._ptrs:
             self._build()
         h = np.asarray(x, np.float32)
         for w, b, act in self._layers:

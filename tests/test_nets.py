@@ -129,6 +129,9 @@ def test_numpy_forward_matches_torch_and_follows_in_place_weight_changes() -> No
     # A replaced storage is noticed, not read stale.
     net.head.weight.data = torch.randn_like(net.head.weight)
     np.testing.assert_allclose(fast(x), torch_out(), rtol=1e-5, atol=1e-6)
+    # So is a replaced Parameter (a layer's attribute set anew).
+    net.trunk[0].bias = torch.nn.Parameter(torch.randn_like(net.trunk[0].bias))
+    np.testing.assert_allclose(fast(x), torch_out(), rtol=1e-5, atol=1e-6)
 
 
 def test_numpy_forward_declines_what_it_cannot_run() -> None:
