@@ -33,8 +33,11 @@ def fixed_agent(**params) -> PG:
     return agent
 
 
-def feed_episode(agent: PG, last: str) -> dict[str, float]:
-    """Three steps of reward 1 with actions 0, 1, 0; the third ends as ``last``."""
+def feed_episode(
+    agent: PG, last: str, rewards: tuple[float, ...] = (1.0, 1.0, 1.0)
+) -> dict[str, float]:
+    """Three steps of ``rewards`` (1 each unless told) with actions 0, 1, 0; the third ends as
+    ``last``."""
     rng = np.random.default_rng(0)
     metrics = None
     for t, a in enumerate([0, 1, 0]):
@@ -44,7 +47,7 @@ def feed_episode(agent: PG, last: str) -> dict[str, float]:
         out.action = np.array([a])
         term = np.array([t == 2 and last == "terminated"])
         trunc = np.array([t == 2 and last == "truncated"])
-        reward = np.ones((1, 1), np.float32)
+        reward = np.full((1, 1), rewards[t], np.float32)
         metrics = agent.observe(Transitions(obs, out.action, reward, nxt, term, trunc, nxt, out))
         assert (metrics is None) == (t < 2)
     assert metrics is not None
@@ -105,6 +108,17 @@ def test_normalized_advantages_by_hand():
     assert metrics["policy_loss"] == pytest.approx(0.0, abs=1e-6)
     g = 1 / (36 * math.sqrt(7 / 72))  # 0.0890871
     torch.testing.assert_close(agent.policy.head.bias.grad, torch.tensor([g, -g]))
+
+
+def test_explained_variance_of_a_constant_baseline_and_of_constant_returns():
+    """1 - Var[G - V] / Var[G]: a baseline worth 1 everywhere explains none of the returns'
+    variance (G = 1.75, 1.5, 1), and returns that are all alike (rewards .5, .5, 1 with gamma
+    .5: G = 1, 1, 1) have no variance to explain, which reads 0, not nan."""
+    metrics = feed_episode(fixed_agent(), "terminated")
+    assert metrics["explained_variance"] == pytest.approx(0.0, abs=1e-6)
+    flat = feed_episode(fixed_agent(), "terminated", rewards=(0.5, 0.5, 1.0))
+    assert flat["value_loss"] == pytest.approx(0.0, abs=1e-6)  # the targets are V's value
+    assert flat["explained_variance"] == 0.0
 
 
 def test_policy_gradient_loss_leaves_out_rows_of_weight_zero():
