@@ -19,6 +19,10 @@ a step: CPU bound, so two cores are shared by everyone) and on ``wheeler2/Slow-v
 with a 2 ms step that sleeps, as a remote simulator's would). Targets: 8 explorers >= 6x the
 env steps/s of 1 on the slow env, with the learner >= 0.8x its rate alone.
 
+``--explorer-nice 0 10`` (the default) measures each env twice: explorers at the learner's
+niceness, and at niceness 10 (a member's ``nice`` key), where the scheduler gives the learner its
+core first and the explorers the time it leaves.
+
 Writes ``experiments/results/bench_scaling.md``.
 """
 
@@ -46,7 +50,9 @@ ENVS = {
 HIDDEN = [256, 256]
 
 
-def explorer(handle: Any, env: tuple[str, dict], seed: int, count: Any, stop: Any) -> None:
+def explorer(
+    handle: Any, env: tuple[str, dict], seed: int, count: Any, stop: Any, nice: int = 0
+) -> None:
     import envs.slow  # noqa: F401  (registers wheeler2/Slow-v0)
     from agents.ddpg import DDPG, Params
     from envs.gym import GymVecEnv
@@ -57,6 +63,7 @@ def explorer(handle: Any, env: tuple[str, dict], seed: int, count: Any, stop: An
     from wheeler2.task import Head, RewardHeads
 
     set_compute_threads()
+    os.nice(nice)  # what a member's `nice` key does in its own process
     replay = Replay.attach(handle)
     vec = GymVecEnv(env[0], env[1], 1, seed)
     space = SpaceInfo(obs_dim=vec.info.obs_dim, act_dim=vec.info.act_dim, discrete=False)
@@ -96,13 +103,13 @@ def learner_replay() -> tuple[Any, Any]:
     return replay, Trainer(DDPG(SpaceInfo(3, 1, False), Params(hidden=HIDDEN)), replay)
 
 
-def measure(env: tuple[str, dict], n: int, seconds: float) -> dict[str, float]:
+def measure(env: tuple[str, dict], n: int, seconds: float, nice: int = 0) -> dict[str, float]:
     replay, trainer = learner_replay()
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     counts = [ctx.RawValue("q", 0) for _ in range(n)]
     procs = [
-        ctx.Process(target=explorer, args=(replay.handle(), env, 100 + i, counts[i], stop))
+        ctx.Process(target=explorer, args=(replay.handle(), env, 100 + i, counts[i], stop, nice))
         for i in range(n)
     ]
     try:
@@ -132,6 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--explorers", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument(
+        "--explorer-nice",
+        type=int,
+        nargs="+",
+        default=[0, 10],
+        help="explorer niceness, one set of rows each (a member's `nice` key)",
+    )
     ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "bench_scaling.md"))
     args = ap.parse_args(argv)
     from wheeler2.runtime.build import set_compute_threads
@@ -142,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"{datetime.date.today()}, {platform.machine()}, {os.cpu_count()} cores, one torch "
         f"thread per process; `python experiments/bench_scaling.py --explorers "
-        f"{' '.join(map(str, args.explorers))} --seconds {args.seconds:g}`. Window of "
+        f"{' '.join(map(str, args.explorers))} --seconds {args.seconds:g} --explorer-nice "
+        f"{' '.join(map(str, args.explorer_nice))}`. Window of "
         f"{args.seconds:g} s per row after every explorer started; the gate off.",
         "",
         "| env | explorers | env steps/s | x 1 explorer | learner updates/s | x learner alone |",
@@ -152,16 +167,18 @@ def main(argv: list[str] | None = None) -> int:
         alone = measure(env, 0, args.seconds)["updates_per_s"]
         lines.append(f"| {label} | 0 (learner alone) | — | — | {alone:,.0f} | 1 |")
         print(lines[-1], flush=True)
-        one = None
-        for n in args.explorers:
-            r = measure(env, n, args.seconds)
-            one = r["steps_per_s"] if n == 1 else one
-            scale = f"{r['steps_per_s'] / one:.2f}x" if one else "—"
-            lines.append(
-                f"| {label} | {n} | {r['steps_per_s']:,.0f} | {scale} | "
-                f"{r['updates_per_s']:,.0f} | {r['updates_per_s'] / alone:.2f}x |"
-            )
-            print(lines[-1], flush=True)
+        for nice in args.explorer_nice:
+            row = label if nice == 0 else f"{label}, explorers at nice {nice}"
+            one = None
+            for n in args.explorers:
+                r = measure(env, n, args.seconds, nice)
+                one = r["steps_per_s"] if n == 1 else one
+                scale = f"{r['steps_per_s'] / one:.2f}x" if one else "—"
+                lines.append(
+                    f"| {row} | {n} | {r['steps_per_s']:,.0f} | {scale} | "
+                    f"{r['updates_per_s']:,.0f} | {r['updates_per_s'] / alone:.2f}x |"
+                )
+                print(lines[-1], flush=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
     return 0

@@ -1,6 +1,7 @@
 """One small team file on serial, local and ray: the same members must drive the same agents
-of a multi-agent env and take the same layers from the learner. (Under ray the explorer's
-``agents`` globs were once ignored, so it drove the learner's agents.)"""
+of a multi-agent env, take the same layers from the learner, and run at the niceness they ask
+for. (Under ray the explorer's ``agents`` globs were once ignored, so it drove the learner's
+agents.)"""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ name = "helper"
 algo = "ppo"
 role = "explorer"
 agents = ["Helper*"]
+nice = 6
 sync = {{ every = 50, keep = ["actor.head"] }}
 [team.params]
 hidden = [16, 16]
@@ -65,6 +67,13 @@ def run_team(tmp_path: Path, backend: str) -> dict:
     # CPU seconds only where a member has its process alone (not two members in serial's one).
     cpu = {n: "cpu_s" in m for n, m in summary["members"].items()}
     assert cpu == {n: backend != "serial" for n in summary["members"]}, (backend, cpu)
+    # `nice` lowers the explorer's own process only (serial has one process: no figure).
+    nice = {n: m.get("nice") for n, m in summary["members"].items()}
+    base = float(os.nice(0))  # members start at this test process's niceness
+    if backend == "serial":
+        assert nice == {"runner": None, "helper": None}, nice
+    else:
+        assert nice == {"runner": base, "helper": max(6.0, base)}, (backend, nice)
     return {n: {"agents": m["agents"], "synced": m["synced"]} for n, m in team.items()}
 
 

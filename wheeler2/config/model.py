@@ -126,6 +126,9 @@ class MemberConfig:
     # from. Members with other observation or action spaces (predators and prey) go in tables
     # of their own, each with one learner; an on-policy learner's table has no replay.
     table: str = setting(DEFAULT_TABLE, rule=plain_name)
+    # Niceness of the member's own process (local and ray backends): explorers at 5-10 leave
+    # the learner its core when the machine has fewer cores than members.
+    nice: int = bounded(0, ge=0, le=19)
     num_cpus: float | None = bounded(None, ge=0)
     num_gpus: float | None = bounded(None, ge=0)
     # Ray custom resources, e.g. {explorer_node = 1}.
@@ -188,6 +191,8 @@ class Config:
             member = {"name": m.name, "algo": m.algo, "role": m.role, "count": m.count}
             if m.table != DEFAULT_TABLE:
                 member["table"] = m.table
+            if m.nice:
+                member["nice"] = m.nice
             for key in ("agents", "num_cpus", "num_gpus", "resources", "sync", "per_copy"):
                 if getattr(m, key) is not None:
                     member[key] = _plain(getattr(m, key))

@@ -248,6 +248,16 @@ def replay_config(config: Config, learner_params: Any, chunk: int | None = None)
     )
 
 
+def set_niceness(plan: MemberPlan) -> None:
+    """Raise this member process's niceness to its ``nice`` (a process of its own only)."""
+    import os
+
+    want = int(getattr(plan.spec, "nice", 0))
+    now = os.nice(0)
+    if want > now:
+        os.nice(want - now)
+
+
 def set_compute_threads() -> int:
     """One intra-op thread per process, for torch and numpy's BLAS, unless
     ``WHEELER2_TORCH_THREADS`` says otherwise.

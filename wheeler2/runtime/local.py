@@ -100,6 +100,7 @@ def _run(args: MemberArgs) -> None:
 
     build.set_compute_threads()
     plan, config = args.plan, args.config
+    build.set_niceness(plan)
     replay = None if args.replay is None else Replay.attach(args.replay)
     sink = None
     try:

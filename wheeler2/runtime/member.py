@@ -603,6 +603,7 @@ class MemberLoop:
         values["wall_s"] = time.perf_counter() - self.member.stats.started
         if self.cpu_from is not None:
             values["cpu_s"] = time.process_time() - self.cpu_from
+            values["nice"] = float(os.nice(0))
         if self.trainer is not None:
             values.update(self.trainer.pop_metrics())
             stats = self.trainer.replay.stats()

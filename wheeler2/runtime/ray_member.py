@@ -266,6 +266,7 @@ def _run_member(args: dict[str, Any]) -> None:
 
     build.set_compute_threads()
     config, plan, board = args["config"], args["plan"], args["board"]
+    build.set_niceness(plan)
     num_envs = int(config.env.num_envs)
     chunk = int(config.buffer.chunk)
     learner = plan.role == "learner"
