@@ -289,7 +289,8 @@ def test_checkpoint_round_trip_restores_everything_and_the_next_step():
 # recurrent SAC (learn_sequences): with a silent core the losses are the feedforward ones per
 # trained position
 
-# Two sequences of T = 2 trained steps (no burn-in, one-step bootstraps), batch first.
+# Two sequences of T = 2 steps (no burn-in, one-step bootstraps), batch first; the second
+# one's episode ends after its first step, so its position 1 is padding, outside the loss.
 SEQ = dict(
     obs=np.array([[[1.0, 0.0], [0.5, -1.0]], [[0.0, 1.0], [-1.0, 0.5]]], np.float32),
     action=np.array([[[0.5], [0.2]], [[-0.5], [0.9]]], np.float32),
@@ -297,8 +298,8 @@ SEQ = dict(
     next_obs=np.array([[[1.0, 1.0], [0.0, 2.0]], [[2.0, 0.0], [1.0, -0.5]]], np.float32),
     discount=np.array([[0.9, 0.8], [0.5, 0.7]], np.float32),
     boot=np.array([[0, 1], [0, 1]]),
-    alive=np.ones((2, 2), bool),
-    mask=np.ones((2, 2), bool),
+    alive=np.array([[True, True], [True, False]]),
+    mask=np.array([[True, True], [True, False]]),
     burn=np.array([0, 0]),
     weight=np.array([1.0, 2.0], np.float32),
     index=np.arange(2),
@@ -306,9 +307,10 @@ SEQ = dict(
 
 
 def _positions(key: str) -> np.ndarray:
-    """A ``SEQ`` array time-major and flattened: row t * B + b is position t of sequence b."""
+    """A ``SEQ`` array time-major, flattened (row t * B + b is position t of sequence b), at
+    the three trained positions."""
     x = SEQ[key].swapaxes(0, 1)
-    return x.reshape(4, *x.shape[2:]).astype(np.float64)
+    return x.reshape(4, *x.shape[2:]).astype(np.float64)[:3]
 
 
 def _recurrent_linear_agent(**overrides) -> SAC:
@@ -335,17 +337,17 @@ def _recurrent_linear_agent(**overrides) -> SAC:
 def test_recurrent_soft_target_losses_and_priorities_by_hand_per_position():
     agent = _recurrent_linear_agent(lr_critic=0.0, lr_actor=0.0, lr_alpha=1e-12, alpha_init=0.3)
     # The draws of learn: a' ~ pi(.|s') at the next observations, then a ~ pi(.|s), [T, B, A].
-    eps_next, eps = (e.reshape(4, 1) for e in _draws(agent.gen, (2, 2, 1), (2, 2, 1)))
+    eps_next, eps = (e.reshape(4, 1)[:3] for e in _draws(agent.gen, (2, 2, 1), (2, 2, 1)))
     out = agent.learn(Batch.from_numpy(SEQ, "cpu"))
     s, a, r, s2 = (_positions(k) for k in ("obs", "action", "reward", "next_obs"))
-    discount, w = _positions("discount"), np.tile(SEQ["weight"], 2)
+    discount, w = _positions("discount"), np.array([1.0, 2.0, 1.0])
     a2, logp2 = _policy_sample(s2, eps_next)
     soft = _q(Q_T, s2, a2).min(0) - SHARE[None] * 0.3 * logp2[:, None]
     y = r + discount[:, None] * soft
     q = _q(Q, s, a)
-    # Each head: the pair's squared errors, importance-weighted, summed over the 4 trained
+    # Each head: the pair's squared errors, importance-weighted, summed over the 3 trained
     # positions and divided by their count.
-    head_losses = (w[None, :, None] * (y - q) ** 2).sum((0, 1)) / 4
+    head_losses = (w[None, :, None] * (y - q) ** 2).sum((0, 1)) / 3
     assert out.metrics["critic_loss/a"] == pytest.approx(head_losses[0], rel=1e-5)
     assert out.metrics["critic_loss/b"] == pytest.approx(head_losses[1], rel=1e-5)
     assert out.metrics["q_mean"] == pytest.approx(q.mean(), rel=1e-5)
@@ -358,8 +360,9 @@ def test_recurrent_soft_target_losses_and_priorities_by_hand_per_position():
     )
     # One priority per sequence: 0.9 max + 0.1 mean of its positions' |TD| (pair averaged,
     # heads weighted).
-    abs_td = ((np.abs(y - q).mean(0) * C).sum(-1) / C.sum()).reshape(2, 2)  # [T, B]
-    expected = 0.9 * abs_td.max(0) + 0.1 * abs_td.mean(0)
+    abs_td = (np.abs(y - q).mean(0) * C).sum(-1) / C.sum()  # (t, b) = (0, 0), (0, 1), (1, 0)
+    first = abs_td[[0, 2]]  # the first sequence's two positions; the second has one
+    expected = [0.9 * first.max() + 0.1 * first.mean(), abs_td[1]]
     np.testing.assert_allclose(out.td_error, expected, rtol=1e-5)
 
 

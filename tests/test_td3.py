@@ -240,7 +240,8 @@ def test_checkpoint_round_trip_restores_everything_and_the_next_step():
 # recurrent TD3 (learn_sequences): with a silent core the losses are the feedforward ones per
 # trained position
 
-# Two sequences of T = 2 trained steps (no burn-in, one-step bootstraps), batch first.
+# Two sequences of T = 2 steps (no burn-in, one-step bootstraps), batch first; the second
+# one's episode ends after its first step, so its position 1 is padding, outside the loss.
 SEQ = dict(
     obs=np.array([[[1.0, 0.0], [0.5, -1.0]], [[0.0, 1.0], [-1.0, 0.5]]], np.float32),
     action=np.array([[[0.5], [0.2]], [[-0.5], [0.9]]], np.float32),
@@ -248,8 +249,8 @@ SEQ = dict(
     next_obs=np.array([[[1.0, 1.0], [0.0, 2.0]], [[2.0, 0.0], [1.0, -0.5]]], np.float32),
     discount=np.array([[0.9, 0.8], [0.5, 0.7]], np.float32),
     boot=np.array([[0, 1], [0, 1]]),
-    alive=np.ones((2, 2), bool),
-    mask=np.ones((2, 2), bool),
+    alive=np.array([[True, True], [True, False]]),
+    mask=np.array([[True, True], [True, False]]),
     burn=np.array([0, 0]),
     weight=np.array([1.0, 2.0], np.float32),
     index=np.arange(2),
@@ -257,9 +258,10 @@ SEQ = dict(
 
 
 def _positions(key: str) -> np.ndarray:
-    """A ``SEQ`` array time-major and flattened: row t * B + b is position t of sequence b."""
+    """A ``SEQ`` array time-major, flattened (row t * B + b is position t of sequence b), at
+    the three trained positions."""
     x = SEQ[key].swapaxes(0, 1)
-    return x.reshape(4, *x.shape[2:]).astype(np.float64)
+    return x.reshape(4, *x.shape[2:]).astype(np.float64)[:3]
 
 
 def _recurrent_linear_agent(**overrides) -> TD3:
@@ -290,19 +292,19 @@ def test_recurrent_target_losses_and_priorities_by_hand_per_position():
     )
     replay = torch.Generator().manual_seed(0)
     replay.set_state(agent.gen.get_state())
-    z = torch.randn((2, 2, 1), generator=replay).numpy().reshape(4, 1)  # [T + n - 1, B, A]
+    z = torch.randn((2, 2, 1), generator=replay).numpy().reshape(4, 1)[:3]  # [T, B, A] drawn
     out = agent.learn(Batch.from_numpy(SEQ, "cpu"))
     s, a, r, s2 = (_positions(k) for k in ("obs", "action", "reward", "next_obs"))
-    discount, w = _positions("discount"), np.tile(SEQ["weight"], 2)
+    discount, w = _positions("discount"), np.array([1.0, 2.0, 1.0])
     # The smoothed target action, every noise draw clipped to +-0.5, then into [-1, 1].
     eps = np.clip(100.0 * z, -0.5, 0.5)
     assert np.all(np.abs(eps) == 0.5)
     a2 = np.clip(np.tanh(s2 @ np.array(ACTOR_T[0]))[:, None] + eps, -1.0, 1.0)
     y = r + discount[:, None] * _q(Q_T, s2, a2).min(0)
     q = _q(Q, s, a)
-    # Each head: the pair's squared errors, importance-weighted, summed over the 4 trained
+    # Each head: the pair's squared errors, importance-weighted, summed over the 3 trained
     # positions and divided by their count.
-    head_losses = (w[None, :, None] * (y - q) ** 2).sum((0, 1)) / 4
+    head_losses = (w[None, :, None] * (y - q) ** 2).sum((0, 1)) / 3
     assert out.metrics["critic_loss/a"] == pytest.approx(head_losses[0], rel=1e-5)
     assert out.metrics["critic_loss/b"] == pytest.approx(head_losses[1], rel=1e-5)
     assert out.metrics["q_mean"] == pytest.approx(q.mean(), rel=1e-5)
@@ -311,8 +313,9 @@ def test_recurrent_target_losses_and_priorities_by_hand_per_position():
     assert out.metrics["actor_loss"] == pytest.approx(actor_loss, rel=1e-5)
     # One priority per sequence: 0.9 max + 0.1 mean of its positions' |TD| (pair averaged,
     # heads weighted).
-    abs_td = ((np.abs(y - q).mean(0) * C).sum(-1) / C.sum()).reshape(2, 2)  # [T, B]
-    expected = 0.9 * abs_td.max(0) + 0.1 * abs_td.mean(0)
+    abs_td = (np.abs(y - q).mean(0) * C).sum(-1) / C.sum()  # (t, b) = (0, 0), (0, 1), (1, 0)
+    first = abs_td[[0, 2]]  # the first sequence's two positions; the second has one
+    expected = [0.9 * first.max() + 0.1 * first.mean(), abs_td[1]]
     np.testing.assert_allclose(out.td_error, expected, rtol=1e-5)
 
 
