@@ -72,6 +72,19 @@ def test_lambda_one_is_monte_carlo_to_the_episode_or_rollout_end():
     )
 
 
+@pytest.mark.parametrize("lam", [0.0, 0.95, 1.0])
+def test_a_one_step_rollout_is_one_step_td_whatever_lambda(lam):
+    """n_steps = 1: each rollout is one vector step, so G = r + .9 (1 - term) V(s') and
+    A = G - V(s) for every lambda; column 1 terminated."""
+    rewards, next_values = torch.tensor([[1.0, 2.0]]), torch.tensor([[10.0, 20.0]])
+    terminated = torch.tensor([[False, True]])
+    values = torch.tensor([[3.0, 4.0]])
+    target = lambda_returns(rewards, next_values, terminated, terminated, GAMMA, lam)
+    torch.testing.assert_close(target, torch.tensor([[10.0, 2.0]]))
+    adv = gae(rewards, values, next_values, terminated, terminated, GAMMA, lam)
+    torch.testing.assert_close(adv, torch.tensor([[7.0, -2.0]]))
+
+
 def _consistent_rollout(T: int, n: int, seed: int):
     """Random rewards, values and episode ends where V(s'_t) = V(s_{t+1}) inside an episode
     (the next observation is the next step's observation), as in a real rollout."""
