@@ -372,3 +372,27 @@ def test_relabel_gets_whole_batches_and_matches_a_vectorized_compute_reward() ->
         want = compute_reward(nag[i], b["obs"][i, 2:], None)
         assert b["reward"][i, 0] == want
     assert (b["reward"][rel, 0] == 0.0).any() and (b["reward"][rel, 0] == -1.0).any()
+
+
+def test_a_goal_step_stored_in_slot_0_is_used() -> None:
+    """Slot 0 is a slot like any other: an episode whose last step wrapped into slot 0 of the
+    ring gets its rows relabelled with that step's goal ("final"), at the usual k / (k + 1)."""
+    cfg = ReplayConfig(
+        capacity=8,
+        batch_size=512,
+        min_size=1,
+        updates_per_insert=0,
+        prioritized=False,
+        her=HerConfig("final", k=4),
+    )
+    layout = Layout(obs_dim=2, act_dim=1, num_heads=2, goal_dim=2)
+    with Replay.create(layout, cfg, gamma=GAMMA, relabel=relabel, seed=3) as replay:
+        # Absolute steps 0-8 in a ring of 8: episode 2 is steps 6-8, and step 8 sits in slot 0.
+        _encoded_fill(replay, episodes=3, length=3)
+        b = replay.sample()
+    ep, goal = b["obs"][:, 0].astype(int), b["obs"][:, 2:]
+    rows = ep == 2
+    rel = rows & (goal[:, 0] != -7.0)
+    assert rows.sum() > 100  # 3 of the 8 stored steps
+    assert abs(rel.sum() / rows.sum() - 0.8) < 0.15  # 5 standard deviations at ~190 rows
+    np.testing.assert_array_equal(goal[rel], np.tile([102.0, 2.0], (int(rel.sum()), 1)))
