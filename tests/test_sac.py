@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from offpolicy_runs import config, run_text
+from recurrent_seq import SEQ, positions
 
 from agents.nets import SquashedGaussianActor, squashed_log_prob
 from agents.sac import SAC, Params
@@ -289,29 +290,6 @@ def test_checkpoint_round_trip_restores_everything_and_the_next_step():
 # recurrent SAC (learn_sequences): with a silent core the losses are the feedforward ones per
 # trained position
 
-# Two sequences of T = 2 steps (no burn-in, one-step bootstraps), batch first; the second
-# one's episode ends after its first step, so its position 1 is padding, outside the loss.
-SEQ = dict(
-    obs=np.array([[[1.0, 0.0], [0.5, -1.0]], [[0.0, 1.0], [-1.0, 0.5]]], np.float32),
-    action=np.array([[[0.5], [0.2]], [[-0.5], [0.9]]], np.float32),
-    reward=np.array([[[1.0, 0.0], [0.5, 1.0]], [[0.0, 2.0], [1.0, -1.0]]], np.float32),
-    next_obs=np.array([[[1.0, 1.0], [0.0, 2.0]], [[2.0, 0.0], [1.0, -0.5]]], np.float32),
-    discount=np.array([[0.9, 0.8], [0.5, 0.7]], np.float32),
-    boot=np.array([[0, 1], [0, 1]]),
-    alive=np.array([[True, True], [True, False]]),
-    mask=np.array([[True, True], [True, False]]),
-    burn=np.array([0, 0]),
-    weight=np.array([1.0, 2.0], np.float32),
-    index=np.arange(2),
-)
-
-
-def _positions(key: str) -> np.ndarray:
-    """A ``SEQ`` array time-major, flattened (row t * B + b is position t of sequence b), at
-    the three trained positions."""
-    x = SEQ[key].swapaxes(0, 1)
-    return x.reshape(4, *x.shape[2:]).astype(np.float64)[:3]
-
 
 def _recurrent_linear_agent(**overrides) -> SAC:
     """``_linear_agent``'s nets behind GRU cores whose weights are all 0: from the zero state
@@ -339,8 +317,8 @@ def test_recurrent_soft_target_losses_and_priorities_by_hand_per_position():
     # The draws of learn: a' ~ pi(.|s') at the next observations, then a ~ pi(.|s), [T, B, A].
     eps_next, eps = (e.reshape(4, 1)[:3] for e in _draws(agent.gen, (2, 2, 1), (2, 2, 1)))
     out = agent.learn(Batch.from_numpy(SEQ, "cpu"))
-    s, a, r, s2 = (_positions(k) for k in ("obs", "action", "reward", "next_obs"))
-    discount, w = _positions("discount"), np.array([1.0, 2.0, 1.0])
+    s, a, r, s2 = (positions(k) for k in ("obs", "action", "reward", "next_obs"))
+    discount, w = positions("discount"), np.array([1.0, 2.0, 1.0])
     a2, logp2 = _policy_sample(s2, eps_next)
     soft = _q(Q_T, s2, a2).min(0) - SHARE[None] * 0.3 * logp2[:, None]
     y = r + discount[:, None] * soft

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from offpolicy_runs import config, run_text
+from recurrent_seq import SEQ, positions
 
 from agents.noise import KINDS
 from agents.offpolicy import actor_step, loss_step
@@ -240,29 +241,6 @@ def test_checkpoint_round_trip_restores_everything_and_the_next_step():
 # recurrent TD3 (learn_sequences): with a silent core the losses are the feedforward ones per
 # trained position
 
-# Two sequences of T = 2 steps (no burn-in, one-step bootstraps), batch first; the second
-# one's episode ends after its first step, so its position 1 is padding, outside the loss.
-SEQ = dict(
-    obs=np.array([[[1.0, 0.0], [0.5, -1.0]], [[0.0, 1.0], [-1.0, 0.5]]], np.float32),
-    action=np.array([[[0.5], [0.2]], [[-0.5], [0.9]]], np.float32),
-    reward=np.array([[[1.0, 0.0], [0.5, 1.0]], [[0.0, 2.0], [1.0, -1.0]]], np.float32),
-    next_obs=np.array([[[1.0, 1.0], [0.0, 2.0]], [[2.0, 0.0], [1.0, -0.5]]], np.float32),
-    discount=np.array([[0.9, 0.8], [0.5, 0.7]], np.float32),
-    boot=np.array([[0, 1], [0, 1]]),
-    alive=np.array([[True, True], [True, False]]),
-    mask=np.array([[True, True], [True, False]]),
-    burn=np.array([0, 0]),
-    weight=np.array([1.0, 2.0], np.float32),
-    index=np.arange(2),
-)
-
-
-def _positions(key: str) -> np.ndarray:
-    """A ``SEQ`` array time-major, flattened (row t * B + b is position t of sequence b), at
-    the three trained positions."""
-    x = SEQ[key].swapaxes(0, 1)
-    return x.reshape(4, *x.shape[2:]).astype(np.float64)[:3]
-
 
 def _recurrent_linear_agent(**overrides) -> TD3:
     """``_linear_agent``'s nets behind GRU cores whose weights are all 0: from the zero state
@@ -294,8 +272,8 @@ def test_recurrent_target_losses_and_priorities_by_hand_per_position():
     replay.set_state(agent.gen.get_state())
     z = torch.randn((2, 2, 1), generator=replay).numpy().reshape(4, 1)[:3]  # [T, B, A] drawn
     out = agent.learn(Batch.from_numpy(SEQ, "cpu"))
-    s, a, r, s2 = (_positions(k) for k in ("obs", "action", "reward", "next_obs"))
-    discount, w = _positions("discount"), np.array([1.0, 2.0, 1.0])
+    s, a, r, s2 = (positions(k) for k in ("obs", "action", "reward", "next_obs"))
+    discount, w = positions("discount"), np.array([1.0, 2.0, 1.0])
     # The smoothed target action, every noise draw clipped to +-0.5, then into [-1, 1].
     eps = np.clip(100.0 * z, -0.5, 0.5)
     assert np.all(np.abs(eps) == 0.5)
