@@ -116,7 +116,25 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--output", type=Path, default=ROOT / "experiments/results/ray_vs_local.md")
+    parser.add_argument(
+        "--table",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="JSONL",
+        help="run nothing: tabulate the rows these files hold (one JSON row per line, as printed)",
+    )
     args = parser.parse_args()
+    if args.table:
+        rows = [
+            json.loads(x)
+            for f in args.table
+            for x in f.read_text().splitlines()
+            if x.startswith("{")
+        ]
+        args.seeds = sorted({r["seed"] for r in rows})
+        write_table(rows, TEAM_CFG, None, args.seeds, args.output)
+        return
 
     tmp = Path(tempfile.mkdtemp(prefix="w2-ray-vs-local-"))
     cfg = args.config or (TEAM_CFG if TEAM_CFG.exists() else None)
@@ -130,12 +148,16 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
 
+    write_table(rows, cfg, tmp, args.seeds, args.output)
+
+
+def write_table(rows: list[dict], cfg: Path, tmp: Path | None, seeds: list[int], out: Path) -> None:
     lines = [
         "# Backend ray vs local",
         "",
         f"Config: `{cfg.name if cfg.parent == tmp else cfg.relative_to(ROOT)}`"
         + (" (the fallback team in experiments/ray_vs_local.py)" if cfg.parent == tmp else "")
-        + f"; seeds {args.seeds}; {time.strftime('%Y-%m-%d')}, this machine "
+        + f"; seeds {seeds}; {time.strftime('%Y-%m-%d')}, this machine "
         "(2 cores, CPU), runs one at a time, backends interleaved per seed.",
         "`wall_s`: the run's own clock (summary.json); `command s`: the whole `wheeler2 run` "
         "process, Ray's start and shutdown included.",
@@ -168,10 +190,21 @@ def main() -> None:
         "",
         f"Wall-clock ratio ray / local: run {agg['ray']['wall_s'] / agg['local']['wall_s']:.2f}x, "
         f"whole command {agg['ray']['command_s'] / agg['local']['command_s']:.2f}x.",
-        "",
     ]
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text("\n".join(lines))
+    by = {(r["backend"], r["seed"]): r for r in rows}
+    paired = [s for s in seeds if ("local", s) in by and ("ray", s) in by]
+    if paired:
+        per = {
+            k: statistics.median(by[("local", s)][k] / by[("ray", s)][k] for s in paired)
+            for k in ("wall_s", "command_s")
+        }
+        lines.append(
+            f"Median over seeds of local / ray (the same seed's pair): run {per['wall_s']:.2f}x, "
+            f"whole command {per['command_s']:.2f}x ({len(paired)} seeds)."
+        )
+    lines.append("")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines))
     print("\n".join(lines))
 
 
