@@ -135,8 +135,8 @@ class NumpyForward:
         self._ptrs = self._storage()
 
     def _storage(self) -> list[int]:
-        # Read through the layers' attributes rather than net.parameters(): walking the module
-        # tree was a third of an explorer's CPU per step (~35 µs of ~115 on Pendulum).
+        # Read through the layers' attributes rather than net.parameters(), which walks the
+        # module tree on every act (measured under load: ~14 µs here against ~25 µs).
         return [t.data_ptr() for m in self._linears for t in (m.weight, m.bias)]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:

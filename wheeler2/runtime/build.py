@@ -252,8 +252,7 @@ def set_niceness(plan: MemberPlan) -> None:
     """Raise this member process's niceness to its ``nice`` (a process of its own only)."""
     import os
 
-    want = int(getattr(plan.spec, "nice", 0))
-    now = os.nice(0)
+    want, now = plan.spec.nice, os.nice(0)
     if want > now:
         os.nice(want - now)
 
