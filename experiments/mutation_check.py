@@ -44,6 +44,8 @@ GATE = [
     "tests/test_buffer_gate.py::test_blocking_writer_waits_for_the_learner_and_times_out_clearly",
     "tests/test_buffer_gate.py::test_learner_starts_at_exactly_min_size_and_counts_its_updates",
     "tests/test_buffer_gate.py::test_learner_waits_for_a_late_insert_instead_of_timing_out",
+    "tests/test_buffer_gate.py::test_producers_may_insert_up_to_exactly_the_tolerance_ahead",
+    "tests/test_buffer_gate_rules.py",
 ]
 REDRAW = [
     "tests/test_buffer_concurrent.py::test_rows_overwritten_between_draw_and_gather_are_redrawn"
