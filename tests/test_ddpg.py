@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import numpy as np
 import pytest
 import torch
+from recurrent_seq import SEQ, positions
 
 from agents.ddpg import DDPG, Params
 from wheeler2.agent import ActOut, Batch, SpaceInfo, Transitions
@@ -14,6 +16,13 @@ from wheeler2.agent import ActOut, Batch, SpaceInfo, Transitions
 TWO_HEADS = SpaceInfo(
     obs_dim=2, act_dim=1, discrete=False, heads=("a", "b"), head_weights=(1.0, 0.5)
 )
+C = np.array([1.0, 0.5])  # the head weights
+
+# Linear nets (no hidden layers): mu(s) = tanh(W s + b), Q_h(s, a) = w_h . [s, a] + b_h.
+ACTOR = ([1.0, 0.0], 0.0)
+ACTOR_T = ([0.5, -0.5], 0.0)
+Q = (([0.5, 0.5, 0.5], 0.0), ([1.0, -1.0, 0.0], 0.2))
+Q_T = (([1.0, 0.0, 2.0], 0.1), ([0.0, 1.0, -1.0], 0.0))
 
 
 def _set(linear: torch.nn.Linear, weight: list[float], bias: float) -> None:
@@ -26,12 +35,11 @@ def _linear_agent(**overrides) -> DDPG:
     """Two heads, no hidden layers: mu(s) = tanh(W s + b), Q_h(s, a) = w_h . [s, a] + b_h."""
     params = Params(hidden=[], learning_starts=0, **overrides)
     agent = DDPG(TWO_HEADS, params)
-    _set(agent.actor_net.head, [1.0, 0.0], 0.0)
-    _set(agent.actor_target.head, [0.5, -0.5], 0.0)
-    _set(agent.critic.nets[0].head, [0.5, 0.5, 0.5], 0.0)
-    _set(agent.critic.nets[1].head, [1.0, -1.0, 0.0], 0.2)
-    _set(agent.critic_target.nets[0].head, [1.0, 0.0, 2.0], 0.1)
-    _set(agent.critic_target.nets[1].head, [0.0, 1.0, -1.0], 0.0)
+    _set(agent.actor_net.head, *ACTOR)
+    _set(agent.actor_target.head, *ACTOR_T)
+    for h in (0, 1):
+        _set(agent.critic.nets[h].head, *Q[h])
+        _set(agent.critic_target.nets[h].head, *Q_T[h])
     return agent
 
 
@@ -199,6 +207,123 @@ def test_normalize_heads_balances_scales():
     std = (agent.head_q_sq - agent.head_q_mean.pow(2)).clamp_min(0).sqrt().clamp_min(1e-3)
     expected = -(q_pi / std * torch.tensor([1.0, 0.5])).sum(-1).mean()
     assert out.metrics["actor_loss"] == pytest.approx(float(expected), rel=1e-5)
+
+
+def _q(table: tuple, s: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Q_h(s, a) of the linear critic ``table``, ``[N, H]``, in numpy."""
+    x = np.concatenate([s, a], axis=1)
+    return np.stack([x @ np.array(w) + b for w, b in table], axis=-1)
+
+
+def _mu(weights: tuple, s: np.ndarray) -> np.ndarray:
+    return np.tanh(s @ np.array(weights[0]) + weights[1])[:, None]
+
+
+def _recurrent_linear_agent(**overrides) -> DDPG:
+    """``_linear_agent``'s nets behind GRU cores whose weights are all 0: from the zero state
+    every core output is 0, so the MLPs on [core output, obs] see the feedforward inputs."""
+    params = Params(
+        hidden=[], learning_starts=0, core="gru", core_size=2, seq_length=2, seq_burn_in=0
+    )
+    agent = DDPG(TWO_HEADS, dataclasses.replace(params, **overrides))
+    with torch.no_grad():
+        for net in (agent.actor_net, agent.actor_target, agent.critic, agent.critic_target):
+            for w in net.core.parameters():
+                w.zero_()
+    silent = [0.0, 0.0]  # the weights of the core's two outputs
+    _set(agent.actor_net.mlp.head, silent + ACTOR[0], ACTOR[1])
+    _set(agent.actor_target.mlp.head, silent + ACTOR_T[0], ACTOR_T[1])
+    for h in (0, 1):
+        _set(agent.critic.q.nets[h].head, silent + Q[h][0], Q[h][1])
+        _set(agent.critic_target.q.nets[h].head, silent + Q_T[h][0], Q_T[h][1])
+    return agent
+
+
+def test_recurrent_losses_and_priorities_by_hand_per_position():
+    """The DDPG losses over the 3 trained positions of two sequences (the padded one left out),
+    and one priority per sequence: 0.9 max + 0.1 mean of its positions' |TD|."""
+    agent = _recurrent_linear_agent(lr_critic=0.0, lr_actor=0.0)
+    out = agent.learn(Batch.from_numpy(SEQ, "cpu"))
+    s, a, r, s2 = (positions(k) for k in ("obs", "action", "reward", "next_obs"))
+    discount, w = positions("discount"), np.array([1.0, 2.0, 1.0])  # (t, b) = 00, 01, 10
+    y = r + discount[:, None] * _q(Q_T, s2, _mu(ACTOR_T, s2))
+    q = _q(Q, s, a)
+    head_losses = (w[:, None] * (y - q) ** 2).sum(0) / 3
+    assert out.metrics["critic_loss/a"] == pytest.approx(head_losses[0], rel=1e-5)
+    assert out.metrics["critic_loss/b"] == pytest.approx(head_losses[1], rel=1e-5)
+    assert out.metrics["critic_loss"] == pytest.approx(head_losses.sum(), rel=1e-5)
+    assert out.metrics["q_mean"] == pytest.approx(q.mean(), rel=1e-5)
+    actor_loss = -(_q(Q, s, _mu(ACTOR, s)) * C).sum(-1).mean()
+    assert out.metrics["actor_loss"] == pytest.approx(actor_loss, rel=1e-5)
+    abs_td = (np.abs(y - q) * C).sum(-1) / C.sum()
+    first = abs_td[[0, 2]]  # the first sequence's two positions; the second has one
+    expected = [0.9 * first.max() + 0.1 * first.mean(), abs_td[1]]
+    np.testing.assert_allclose(out.td_error, expected, rtol=1e-5)
+
+
+def test_recurrent_normalize_heads_takes_statistics_of_trained_positions_only():
+    d = 0.5
+    agent = _recurrent_linear_agent(
+        normalize_heads=True, head_norm_decay=d, lr_critic=0.0, lr_actor=0.0
+    )
+    out = agent.learn(Batch.from_numpy(SEQ, "cpu"))
+    s = positions("obs")  # the padded position (t = 1 of sequence 1) is not among them
+    q_pi = _q(Q, s, _mu(ACTOR, s))  # [3, H]
+    mean, sq = q_pi.mean(0), (q_pi**2).mean(0)
+    # One EMA step from mean 0 and mean square 1.
+    np.testing.assert_allclose(agent.head_q_mean.numpy(), (1 - d) * mean, rtol=1e-5)
+    np.testing.assert_allclose(agent.head_q_sq.numpy(), d + (1 - d) * sq, rtol=1e-5)
+    std = np.sqrt(d + (1 - d) * sq - ((1 - d) * mean) ** 2)
+    actor_loss = -(q_pi / std * C).sum(-1).mean()
+    assert out.metrics["actor_loss"] == pytest.approx(actor_loss, rel=1e-5)
+
+
+def test_normalize_heads_floors_the_scale_of_a_head_with_no_spread():
+    """A head whose Q is the same everywhere has running std 0 with head_norm_decay = 0 (the
+    statistics are the last batch's): its scale is floored at 1e-3, not divided by 0."""
+    agent = _linear_agent(normalize_heads=True, head_norm_decay=0.0, lr_critic=0.0, lr_actor=0.0)
+    _set(agent.critic.nets[0].head, [0.0, 0.0, 0.0], 0.5)
+    _set(agent.critic.nets[1].head, [0.0, 0.0, 0.0], -0.25)
+    out = agent.learn(_batch())
+    np.testing.assert_array_equal(agent.head_q_mean.numpy(), [0.5, -0.25])
+    assert out.metrics["actor_loss"] == pytest.approx(-(0.5 * 1.0 - 0.25 * 0.5) / 1e-3)
+
+
+@pytest.mark.parametrize("core", ["none", "gru"])
+def test_actions_before_learning_starts_are_uniform_over_the_action_box(core):
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=False)
+    agent = DDPG(space, Params(hidden=[8], learning_starts=10**6, core=core, core_size=4))
+    a = agent.act(np.zeros((2000, 3), np.float32), explore=True).action
+    assert a.shape == (2000, 2) and a.min() >= -1.0 and a.max() <= 1.0
+    # The whole box, half the draws on each side of 0 (the count's std is ~32 of 4000).
+    assert a.min() < -0.99 and a.max() > 0.99
+    assert abs((a > 0).mean() - 0.5) < 0.05
+
+
+@pytest.mark.parametrize("core", ["none", "gru"])
+def test_ou_noise_is_added_to_the_greedy_action_step_by_step(core):
+    """Ornstein-Uhlenbeck, x_{k+1} = x_k - theta x_k dt + std sqrt(dt) N(0, 1) from x_0 = 0, its
+    normal draws replayed from the noise's seed (the agent's seed + 1), added to mu(s)."""
+    std, theta, dt = 0.5, 5.0, 0.1  # theta dt = 0.5: the pull toward 0 is plain to see
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=False)
+    params = Params(
+        hidden=[8], learning_starts=0, noise="ou", noise_std=std, ou_theta=theta, ou_dt=dt
+    )
+    agent = DDPG(space, dataclasses.replace(params, core=core, core_size=4), seed=0)
+    obs = np.array([[0.1, -0.2, 0.3], [1.0, 0.5, -1.0]], np.float32)
+    greedy = agent.act(obs, explore=False).action
+    draws = np.random.default_rng(1)
+    x = np.zeros((2, 2))
+    for _ in range(3):
+        x = x - theta * x * dt + std * draws.normal(0.0, np.sqrt(dt), (2, 2))
+        got = agent.act(obs, explore=True).action
+        np.testing.assert_allclose(got, np.clip(greedy + x, -1.0, 1.0), atol=1e-6)
+    assert np.abs(x).max() > 0.05  # the noise is there to be seen
+
+
+def test_a_core_with_an_option_it_does_not_combine_with_is_refused_by_name():
+    with pytest.raises(ValueError, match='^features: features = "rbf" encodes one observation'):
+        DDPG(TWO_HEADS, Params(hidden=[8], core="gru", features="rbf"))
 
 
 # ------------------------------------------------------------------------------------------
