@@ -7,8 +7,9 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
-from wheeler2.buffer import Layout, Replay, ReplayConfig
+from wheeler2.buffer import Layout, Replay, ReplayConfig, ReplayTimeout
 from wheeler2.buffer.storage import LEARNER_PID
 
 
@@ -98,3 +99,14 @@ def test_a_held_producer_is_let_in_by_the_update_that_makes_room() -> None:
             if thread.is_alive():  # after a failed assert: free the held producer
                 replay.release()
             thread.join()
+
+
+def test_a_learner_waits_its_whole_timeout_before_giving_up() -> None:
+    """The timeout counts from the last sign of life (here: the start of the wait, no insert
+    ever came): the learner gives up no sooner than ``timeout`` seconds."""
+    cfg = ReplayConfig(capacity=100, batch_size=4, updates_per_insert=1.0, min_size=10)
+    with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
+        started = time.time()
+        with pytest.raises(ReplayTimeout, match="no insert for"):
+            replay.sample(timeout=0.3)
+        assert time.time() - started >= 0.3

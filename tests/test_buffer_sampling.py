@@ -226,3 +226,43 @@ def test_sampling_and_priority_updates_from_two_threads() -> None:
         assert idx.min() >= 0 and idx.max() < 5000
         tree = r.sampler.tree
         assert tree.total == pytest.approx(tree.leaves[:5000].sum(), rel=1e-9)
+
+
+def test_a_draw_on_an_emptied_leaf_is_redrawn_proportionally() -> None:
+    """The sampler's redraw, against a naive sampler. A leaf set to 0 behind the inner rows'
+    back (what a torn read would show: the rows still count its mass) is drawn by the
+    stratified pass, gets weight 0 and the redraw mark, and is redrawn by one proportional draw
+    over the same rows; every row then holds the absolute number of its slot (12 inserts into 8
+    slots: slots 0-3 hold items 8-11) and weight ``(p / p_min) ** -beta`` of its fresh leaf."""
+    cfg = ReplayConfig(
+        capacity=8,
+        batch_size=16,
+        prioritized=True,
+        alpha=1.0,  # the leaves are the priorities themselves
+        beta=0.5,
+        eps=1e-9,
+        updates_per_insert=0,
+        min_size=1,
+    )
+    with Replay.create(Layout(obs_dim=3, act_dim=2, logp=True), cfg, gamma=0.9) as r:
+        _fill(r, 12)
+        r.sample()
+        p = np.array([3.0, 1.5, 4.0, 2.0, 5.0, 2.5, 6.0, 3.5])  # by slot; p_min = 1.5
+        r.update_priorities(np.arange(4, 12), p[np.arange(4, 12) % 8] - 1e-9)
+        tree = r.sampler.tree
+        np.testing.assert_allclose(tree.leaves[:8], p)
+        tree.leaves[2] = 0.0  # item 10's slot, emptied without refreshing the rows
+        r.sampler.rng = np.random.default_rng(0)
+        j, weight = r.sampler.draw(16, updates=5)
+
+        naive = np.random.default_rng(0)  # the same stream, spent the same way
+        csum = np.cumsum(p)  # the mass the rows still hold
+        slot = np.searchsorted(csum, (np.arange(16) + naive.random(16)) * csum[-1] / 16, "right")
+        bad = slot == 2
+        redo = np.searchsorted(csum, naive.random(int(bad.sum())) * csum[-1], "right")
+        assert bad.sum() == 2 and not np.any(redo == 2)  # the case this test is about
+        slot[bad] = redo
+        fresh = p.copy()
+        fresh[2] = 0.0
+        np.testing.assert_array_equal(j, np.where(slot < 4, slot + 8, slot))
+        np.testing.assert_allclose(weight, (fresh[slot] / 1.5) ** -0.5, rtol=1e-6)

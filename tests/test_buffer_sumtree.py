@@ -285,3 +285,29 @@ def test_absolute_numbers_in_draw_and_update() -> None:
     want[(total - 1) % capacity], want[(total - capacity) % capacity] = 1.0, 2.0
     np.testing.assert_array_equal(tree.leaves, want)  # the stale numbers changed nothing
     assert top == 2.0 and tree.total == pytest.approx(want.sum())
+
+
+def test_an_empty_tree_draws_empty_slots_marked_by_weight_0() -> None:
+    """An empty tree (never filled, or every leaf set back to 0) has total 0 and min inf; a
+    draw from it lands on slot 0 with weight 0, the mark by which the sampler finds and redraws
+    such rows, and counts every row as empty. Given 13 inserts into the 8-slot ring, slot 0
+    holds insert number 8."""
+    tree = SumMinTree(8)
+    for fill in (None, "update", "set_range"):
+        if fill == "update":
+            tree.update(np.arange(8), np.arange(1.0, 9.0))
+            assert tree.total == 36.0 and tree.min == 1.0
+            tree.update(np.arange(8), np.zeros(8))
+        elif fill == "set_range":
+            tree.set_range(2, 5, 0.5)
+            assert tree.total == 1.5 and tree.min == 0.5
+            tree.set_range(0, 8, 0.0)
+        assert tree.total == 0.0 and tree.min == math.inf
+        for beta in (0.0, 0.4):
+            slot, weight, empty = tree.draw(5, np.random.default_rng(0), beta)
+            np.testing.assert_array_equal(slot, np.zeros(5))
+            np.testing.assert_array_equal(weight, np.zeros(5))
+            assert empty == 5
+            number, weight, empty = tree.draw(5, np.random.default_rng(0), beta, total=13)
+            np.testing.assert_array_equal(number, np.full(5, 8))
+            assert empty == 5 and not weight.any()
