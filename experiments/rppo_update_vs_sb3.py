@@ -40,7 +40,8 @@ Items (max |ours - sb3| unless said otherwise):
   d. schedules over a 100k-step run, optimizer and loss settings, advantage normalization and
      the observation normalizer (same raw observation stream through both).
 
-Nothing learns for long here: three updates on each side. Needs the ``bench`` extra.
+Nothing learns for long here: a handful of updates from one shared rollout (~25 s on one core).
+Needs the ``bench`` extra.
 """
 
 from __future__ import annotations
