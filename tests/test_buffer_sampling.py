@@ -266,3 +266,61 @@ def test_a_draw_on_an_emptied_leaf_is_redrawn_proportionally() -> None:
         fresh[2] = 0.0
         np.testing.assert_array_equal(j, np.where(slot < 4, slot + 8, slot))
         np.testing.assert_allclose(weight, (fresh[slot] / 1.5) ** -0.5, rtol=1e-6)
+
+
+def _first_draw(replay: Replay, j: list[int]) -> list[int]:
+    """Make the sampler's next draw return the numbers ``j`` (weight 1) and later draws its
+    own; returns the list of batch sizes drawn."""
+    sampler = replay.sampler
+    draw, sizes = sampler.draw, []
+
+    def fixed_then_own(n: int, updates: int) -> tuple[np.ndarray, np.ndarray]:
+        sizes.append(n)
+        if len(sizes) == 1:
+            return np.array(j, dtype=np.int64), np.ones(len(j), np.float32)
+        return draw(n, updates)
+
+    sampler.draw = fixed_then_own
+    return sizes
+
+
+def test_broken_rows_are_discarded_and_overwritten_ones_keep_their_new_priority(
+    replay: Replay,
+) -> None:
+    """Rows that fail the validity check are redrawn. Item 4, the oldest the ring still holds
+    (12 inserts into 8 slots), found half-written (a dead writer's slot) is discarded: its leaf
+    goes to 0, so it is never drawn again. Item 2 was overwritten by item 10, which is intact:
+    its slot keeps item 10's priority."""
+    _fill(replay, 12)
+    replay.sample()
+    replay.update_priorities(np.arange(4, 12), np.arange(1.0, 9.0))
+    leaves = replay.sampler.tree.leaves
+    before = leaves[:8].copy()
+    replay.storage.arrays["abs"][4] = -1  # how a writer that died mid-copy leaves a slot
+    sizes = _first_draw(replay, [4, 2, 7])
+    batch = replay.sample(batch_size=3)
+    assert sizes == [3, 2]  # one redraw, of the two bad rows
+    assert leaves[4] == 0.0
+    want = before.copy()
+    want[4] = 0.0
+    np.testing.assert_array_equal(leaves[:8], want)  # item 10's slot 2 untouched
+    assert batch["index"][2] == 7 and not np.isin(batch["index"], [2, 4]).any()
+    np.testing.assert_array_equal(batch["obs"][:, 0], batch["index"])
+
+
+@pytest.mark.timeout(15)  # a redraw loop that never gives up fails here
+def test_sampling_gives_up_after_the_redraw_limit_when_nothing_is_valid(replay: Replay) -> None:
+    """Every stored row half-written: one draw and ``_MAX_REDRAWS`` (8) redraws, then a clear
+    error instead of a loop that never ends."""
+    from wheeler2.buffer import ReplayError
+    from wheeler2.buffer import replay as replay_module
+
+    assert replay_module._MAX_REDRAWS == 8
+    _fill(replay, 12)
+    replay.sample()
+    replay.storage.arrays["abs"][:] = -1
+    sizes = _first_draw(replay, [4, 9])
+    # Once every leaf is discarded the sampler draws from an empty tree (weight 0 ** -beta).
+    with np.errstate(divide="ignore"), pytest.raises(ReplayError, match="could not draw valid"):
+        replay.sample(batch_size=2)
+    assert sizes == [2] * 9
