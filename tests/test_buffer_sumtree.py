@@ -311,3 +311,12 @@ def test_an_empty_tree_draws_empty_slots_marked_by_weight_0() -> None:
             number, weight, empty = tree.draw(5, np.random.default_rng(0), beta, total=13)
             np.testing.assert_array_equal(number, np.full(5, 8))
             assert empty == 5 and not weight.any()
+
+
+def test_mismatched_index_and_value_counts_are_refused_by_name() -> None:
+    tree = SumMinTree(10)
+    with pytest.raises(ValueError, match="3 indices but 2 values"):
+        tree.update(np.array([1, 2, 3]), np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="2 indices but 3 errors"):
+        tree.update_priorities(np.array([1, 2]), np.array([1.0, 2.0, 3.0]), 0.1, 0.6, 1.0)
+    assert tree.total == 0.0
