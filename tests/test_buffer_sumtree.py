@@ -320,3 +320,13 @@ def test_mismatched_index_and_value_counts_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match="2 indices but 3 errors"):
         tree.update_priorities(np.array([1, 2]), np.array([1.0, 2.0, 3.0]), 0.1, 0.6, 1.0)
     assert tree.total == 0.0
+
+
+@pytest.mark.parametrize("bad", [-1, 100, 130])
+def test_out_of_range_errors_name_the_offending_index(bad: int) -> None:
+    tree = SumMinTree(100)
+    message = rf"leaf index {bad} outside \[0, 100\)"
+    with pytest.raises(IndexError, match=message):
+        tree.update(np.array([0, 5, bad, 99]), np.ones(4))
+    with pytest.raises(IndexError, match=message):
+        tree.update_priorities(np.array([0, 5, bad, 99]), np.ones(4), 0.1, 0.6, 1.0)
