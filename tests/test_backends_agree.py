@@ -64,6 +64,9 @@ def run_team(tmp_path: Path, backend: str) -> dict:
     # Each backend counts the budget its own way (ray: the Board actor's grants): spent exactly.
     summary = json.loads((run / "summary.json").read_text())
     assert summary["env_steps"] == 400, backend
+    # A run that spends its budget ends every member with its final state sent.
+    ended = {n: m["ended"] for n, m in summary["members"].items()}
+    assert ended == {"runner": "finished", "helper": "finished"}, (backend, ended)
     # CPU seconds only where a member has its process alone (not two members in serial's one).
     cpu = {n: "cpu_s" in m for n, m in summary["members"].items()}
     assert cpu == {n: backend != "serial" for n in summary["members"]}, (backend, cpu)

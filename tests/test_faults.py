@@ -291,17 +291,21 @@ def test_stopped_member_is_caught_by_the_heartbeat(tmp_path: Path, backend: str)
 
 @pytest.mark.parametrize("backend", MULTI_SLOW_RAY)
 def test_learner_that_dies_frees_producers(tmp_path: Path, backend: str) -> None:
-    """The explorers wait on the ratio gate for a learner that is gone: they must be let go
-    at once, not after the gate's 60 s timeout."""
+    """The explorers wait on the ratio gate for a learner that is gone: the stop must let them
+    go, so that each sends its final state within the stop's grace. Held in the gate (a gate
+    that ignores the release), they send nothing until its 60 s timeout, far past the 10 s
+    grace, and end "cut off". An event, not a clock: on a loaded machine the run itself may
+    take minutes before the learner reaches its fault."""
     _skip_without_ray(backend)
     run = Run(write_team(tmp_path, backend, learner_fault="exit"), tmp_path / "runs")
     run.wait_members({"target"})
-    t0 = time.monotonic()
     output = run.finish(timeout=240)
-    took = time.monotonic() - t0
     assert run.proc.returncode == 1, output
     assert "member 'target' died" in output, output
-    assert took < 40, f"the run took {took:.0f} s to end after its learner died"
+    assert "sent no final state" not in output, output
+    members = json.loads((run.run_dir / "summary.json").read_text())["members"]
+    ended = {name: figures["ended"] for name, figures in members.items()}
+    assert ended == {"target": "failed", "explorer-0": "finished", "explorer-1": "finished"}
     run.assert_clean()
 
 

@@ -129,10 +129,22 @@ class Coordinator:
         self.transport.stop()
         self.released.update(self.learners.values())
         self._drain(STOP_GRACE_S)
+        late = self._running()
+        for name in sorted(late):
+            # Its last reported state, not its final one, goes into the checkpoint.
+            print(
+                f"member {name!r} sent no final state within {STOP_GRACE_S:g} s of the stop; "
+                "the checkpoint keeps its last reported state",
+                flush=True,
+            )
         self.recorder.state.env_steps = self.transport.env_steps()
         self.recorder.save_checkpoint(self._payload())
         members = {
-            n: {**self.figures.get(n, {}), **(self.started[n].where if n in self.started else {})}
+            n: {
+                **self.figures.get(n, {}),
+                **(self.started[n].where if n in self.started else {}),
+                "ended": "failed" if n in self.errors else "cut off" if n in late else "finished",
+            }
             for n in self.names
         }
         summary = self.recorder.finish(members, interrupted=interrupted or failed is not None)
