@@ -324,3 +324,18 @@ def test_sampling_gives_up_after_the_redraw_limit_when_nothing_is_valid(replay: 
     with np.errstate(divide="ignore"), pytest.raises(ReplayError, match="could not draw valid"):
         replay.sample(batch_size=2)
     assert sizes == [2] * 9
+
+
+def test_gamma_from_0_to_1_inclusive() -> None:
+    """gamma = 0 (rewards only) and 1 (no discounting) are valid; outside [0, 1] is refused."""
+    from wheeler2.buffer import ReplayError
+
+    cfg = ReplayConfig(capacity=8, batch_size=4, updates_per_insert=0, min_size=1)
+    layout = Layout(obs_dim=3, act_dim=2, logp=True)
+    for gamma in (0.0, 1.0):
+        with Replay.create(layout, cfg, gamma=gamma) as r:
+            _fill(r, 3)
+            np.testing.assert_array_equal(r.sample()["discount"], np.full(4, gamma))
+    for gamma in (-0.1, 1.1):
+        with pytest.raises(ReplayError, match=r"gamma must lie in \[0, 1\]"):
+            Replay.create(layout, cfg, gamma=gamma)

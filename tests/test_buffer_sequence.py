@@ -305,3 +305,27 @@ def test_her_relabels_a_whole_sequence_with_one_future_goal() -> None:
 def test_sequence_settings_refused_with_random_her_goals() -> None:
     with pytest.raises(ReplayError, match="future, final or episode"):
         _seq_replay(her=HerConfig(strategy="random"))
+
+
+@pytest.mark.timeout(15)  # a redraw loop that never gives up fails here
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_sequence_sampling_gives_up_after_the_redraw_limit(prioritized: bool) -> None:
+    """Every stored step half-written (a dead writer's slots): one draw and 8 redraws, then a
+    clear error, never a batch gathered from rows that failed the check."""
+    with _seq_replay(prioritized=prioritized) as replay:
+        w = replay.writer(num_envs=1)
+        _add(w, 0, range(20), "term")
+        w.flush()
+        replay.sample()
+        replay.storage.arrays["abs"][:] = -1
+        sampler = replay.sampler
+        draw, sizes = sampler.draw, []
+
+        def counted(n: int, updates: int) -> tuple[np.ndarray, np.ndarray]:
+            sizes.append(n)
+            return draw(n, updates)
+
+        sampler.draw = counted
+        with np.errstate(divide="ignore"), pytest.raises(ReplayError, match="valid sequences"):
+            replay.sample()
+        assert sizes == [8] * 9
