@@ -94,6 +94,7 @@ TESTS: dict[str, list[str]] = {
     ],
     "wheeler2/buffer/replay.py": [
         "tests/test_buffer_sampling.py",
+        "tests/test_buffer_sequence.py",
         "tests/test_buffer_nstep.py",
         "tests/test_buffer_her.py",
         "tests/test_trainer.py",
