@@ -71,6 +71,7 @@ TESTS: dict[str, list[str]] = {
         *REDRAW,
     ],
     "wheeler2/buffer/storage.py": [
+        "tests/test_buffer_storage.py",
         "tests/test_buffer_nstep.py",
         "tests/test_buffer_sampling.py",
         "tests/test_buffer_her.py",
