@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agents.ppo import PPO, Params, clipped_surrogate, gae
-from wheeler2.agent import SpaceInfo, Transitions
+from wheeler2.agent import ActOut, SpaceInfo, Transitions
 
 
 def test_gae_by_hand_with_terminated_and_truncated_steps():
@@ -288,11 +288,16 @@ def test_ppo_solves_cartpole():
     assert 0 < steps <= 100_000
 
 
-def test_update_matches_the_ppo_loss_written_out():
+@pytest.mark.parametrize("absent", [True, False])
+@pytest.mark.parametrize("clip_range_vf", [0.05, 0.0])
+def test_update_matches_the_ppo_loss_written_out(absent, clip_range_vf):
     """Two epochs of one minibatch equal two Adam steps on the PPO loss written out here:
-    advantages from GAE, normalized over the real rows only, the clipped surrogate, the
-    pessimistically clipped value loss, the entropy bonus, all masked means over active rows
-    (one row absent at one step), and the gradient clipped to max_grad_norm."""
+    advantages from GAE, normalized per minibatch (over the real rows only, with their
+    population std, when a row is absent; with torch's sample std, as SB3, when none is), the
+    clipped surrogate, the value loss (pessimistically clipped when clip_range_vf > 0), the
+    entropy bonus, all masked means over active rows, and the gradient clipped to
+    max_grad_norm. The gradients themselves, the reported metrics (each the mean over the two
+    minibatches) and the explained variance are compared too."""
     from agents.nets import evaluate_actions
 
     space = SpaceInfo(obs_dim=3, act_dim=2, discrete=False)
@@ -302,18 +307,19 @@ def test_update_matches_the_ppo_loss_written_out():
         n_epochs=2,
         hidden=[8],
         clip_range=0.1,
-        clip_range_vf=0.05,
+        clip_range_vf=clip_range_vf,
         ent_coef=0.02,
         vf_coef=0.7,
         lr=3e-2,
     )
     agent, ref = PPO(space, params, seed=0), PPO(space, params, seed=0)
+    opt = torch.optim.Adam(ref.params_list, lr=3e-2, eps=1e-5)  # SB3's PPO optimizer
     rng = np.random.default_rng(3)
     obs = rng.normal(size=(3, 3)).astype(np.float32)
     metrics = None
     for t in range(4):
         step = _step(agent, obs, rng, 3)
-        if t == 2:
+        if t == 2 and absent:
             step.active = np.array([True, False, True])
         metrics = agent.observe(step)
         obs = step.reset_obs
@@ -328,26 +334,205 @@ def test_update_matches_the_ppo_loss_written_out():
         ).flatten()
     returns = adv + values.flatten()
     old_v, w = values.flatten(), buf["valid"].flatten()
-    assert w.sum() == 11  # the absent row is masked
+    assert w.sum() == (11 if absent else 12)  # the absent row is masked
 
     def mmean(x):  # noqa: ANN001, ANN202
         return (x * w).sum() / w.sum()
 
     mu = mmean(adv)
-    a = (adv - mu) / (mmean((adv - mu) ** 2).sqrt() + 1e-8)
+    if absent:
+        a = (adv - mu) / (mmean((adv - mu) ** 2).sqrt() + 1e-8)
+    else:
+        a = (adv - mu) / (((adv - mu) ** 2).sum() / 11).sqrt()  # the sample std, 1e-8 aside
     obs_all, act_all = buf["obs"].flatten(0, 1), buf["action"].flatten(0, 1)
+    stats = np.zeros(5)
     for _ in range(2):
         logp, ent = evaluate_actions(ref.policy, obs_all, act_all)
-        ratio = (logp - buf["logp"].flatten()).exp()
+        log_ratio = logp - buf["logp"].flatten()
+        ratio = log_ratio.exp()
         surr = torch.min(ratio * a, ratio.clamp(0.9, 1.1) * a)
         v = ref.critic(obs_all)
-        v_clip = old_v + (v - old_v).clamp(-0.05, 0.05)
-        v_err = torch.max((v - returns) ** 2, (v_clip - returns) ** 2)
+        v_err = (v - returns) ** 2
+        if clip_range_vf > 0:
+            v_clip = old_v + (v - old_v).clamp(-clip_range_vf, clip_range_vf)
+            v_err = torch.max(v_err, (v_clip - returns) ** 2)
         loss = -mmean(surr) + 0.7 * mmean(v_err) - 0.02 * mmean(ent)
-        ref.opt.zero_grad()
+        opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(ref.params_list, params.max_grad_norm)
-        ref.opt.step()
+        torch.nn.utils.clip_grad_norm_(ref.params_list, 0.5)
+        opt.step()
+        kl = mmean(ratio - 1 - log_ratio)
+        clipped = mmean(((ratio - 1).abs() > 0.1).float())
+        terms = (-mmean(surr), mmean(v_err), mmean(ent), kl, clipped)
+        stats += np.array([x.item() for x in terms]) / 2
+    # Adam's steps are nearly sign(gradient) * lr, blind to most changes of the loss: the
+    # (clipped) gradients of the second step are compared as well.
     for x, y in zip(agent.params_list, ref.params_list):
+        torch.testing.assert_close(x.grad, y.grad, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
     assert not torch.equal(agent.params_list[0], PPO(space, params, seed=0).params_list[0])
+    keys = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+    np.testing.assert_allclose([metrics[k] for k in keys], stats, rtol=1e-5, atol=1e-7)
+    assert stats[3] > 1e-4 and stats[4] > 0  # the second epoch moved and clipped something
+    # Explained variance of the values the advantages came from, over every stored row.
+    explained = 1 - (returns - old_v).var() / returns.var()
+    assert metrics["explained_variance"] == pytest.approx(float(explained), rel=1e-5)
+
+
+def test_actions_not_drawn_by_act_are_scored_under_the_current_policy():
+    """A step whose action came from elsewhere (no behaviour log-prob in its ActOut) stores the
+    log-prob of that action under the policy as it is: log softmax(logits)[a]."""
+    agent = PPO(SpaceInfo(obs_dim=3, act_dim=3, discrete=True), Params(n_steps=4, hidden=[8]))
+    obs = np.array([[0.5, -1.0, 2.0], [1.0, 0.0, -0.5]], np.float32)
+    action = np.array([2, 0])
+    z = np.zeros(2, bool)
+    step = Transitions(obs, action, np.ones((2, 1), np.float32), obs, z, z, obs, ActOut(action))
+    assert agent.observe(step) is None
+    with torch.no_grad():
+        logp_all = torch.log_softmax(agent.policy(torch.as_tensor(obs)), -1)
+    torch.testing.assert_close(agent.rollout["logp"][0], logp_all[[0, 1], [2, 0]])
+
+
+# One row has no variance: the explained variance's var() warns (and the agent reports 0).
+@pytest.mark.filterwarnings(r"ignore:var\(\):UserWarning")
+def test_a_one_row_minibatch_keeps_its_advantage_unnormalized():
+    """normalize_advantage needs two rows: one row's advantage is used as it is (normalizing
+    it would divide 0 by a std that does not exist). One step of one copy: ratio 1, so the
+    policy loss is -A = -(r + gamma V(s') - V(s))."""
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
+    agent = PPO(space, Params(n_steps=1, batch_size=1, n_epochs=1, hidden=[8]), seed=0)
+    obs, nxt = np.array([[0.5, -1.0, 2.0]], np.float32), np.array([[1.0, 1.0, 0.0]], np.float32)
+    with torch.no_grad():
+        v, v_next = agent.critic(torch.as_tensor(obs)).item(), agent.critic(torch.as_tensor(nxt))
+    adv = 2.0 + 0.99 * v_next.item() - v
+    out = agent.act(obs, explore=True)
+    z = np.zeros(1, bool)
+    metrics = agent.observe(Transitions(obs, out.action, np.full((1, 1), 2.0), nxt, z, z, nxt, out))
+    assert metrics["policy_loss"] == pytest.approx(-adv, rel=1e-5)
+
+
+@pytest.mark.parametrize("constant", [True, False])
+def test_explained_variance_by_hand_with_gamma_zero(constant):
+    """gamma = 0: every return is the step's reward, so the explained variance is
+    1 - Var[r - V] / Var[r] with V as the critic says before the update. Rewards of one value
+    and a critic that says 0 everywhere leave it without a denominator: it is reported as 0.
+    Otherwise the rewards are small (Var[r] < 1) and the critic the initial one."""
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
+    agent = PPO(space, Params(n_steps=2, batch_size=4, n_epochs=1, hidden=[8], gamma=0.0))
+    if constant:
+        with torch.no_grad():
+            for p in agent.critic.parameters():
+                p.zero_()
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(2, 3)).astype(np.float32)
+    z = np.zeros(2, bool)
+    metrics, rewards, values = None, [], []
+    for t in range(2):
+        out = agent.act(obs, explore=True)
+        nxt = rng.normal(size=(2, 3)).astype(np.float32)
+        r = np.ones((2, 1)) if constant else 0.1 * np.array([[t], [t + 2.5]])
+        with torch.no_grad():
+            values.append(agent.critic(torch.as_tensor(obs)).numpy())
+        rewards.append(r[:, 0])
+        step = Transitions(obs, out.action, r.astype(np.float32), nxt, z, z, nxt, out)
+        metrics = agent.observe(step)
+        obs = nxt
+    assert metrics is not None
+    if constant:
+        assert metrics["explained_variance"] == 0.0
+    else:
+        r, v = np.concatenate(rewards), np.concatenate(values).astype(np.float64)
+        assert 0 < r.var(ddof=1) < 1
+        expected = 1 - (r - v).var(ddof=1) / r.var(ddof=1)
+        assert metrics["explained_variance"] == pytest.approx(expected, rel=1e-4)
+
+
+def test_load_state_dict_restarts_the_rollout():
+    """The rollout in progress is not in the state: after a load the next update comes after
+    a whole n_steps of new steps, not after what was left of the old rollout."""
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
+    agent = PPO(space, Params(n_steps=4, batch_size=8, n_epochs=1, hidden=[8]))
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(2, 3)).astype(np.float32)
+    updated = []
+    for i in range(2 + 4):
+        if i == 2:  # halfway through the first rollout
+            agent.load_state_dict(agent.state_dict())
+        step = _step(agent, obs, rng, 2)
+        updated.append(agent.observe(step) is not None)
+        obs = step.reset_obs
+    assert updated == [False, False, False, False, False, True]
+    assert agent.updates == 1
+
+
+@pytest.mark.parametrize(
+    ("core", "batch_size", "sizes"),
+    [
+        ("none", 5, [5, 5, 2]),  # steps: T * n = 12 rows
+        ("gru", 3, [1, 1, 1]),  # whole copies, batch_size // T a minibatch, at least one
+        ("gru", 10, [2, 1]),
+    ],
+)
+def test_minibatches_take_every_row_once(core, batch_size, sizes):
+    T, n = 4, 3
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
+    agent = PPO(space, Params(n_steps=T, batch_size=batch_size, core=core, core_size=4))
+    mbs = agent._minibatches(T, n)
+    assert [len(m) for m in mbs] == sizes
+    assert sorted(torch.cat(mbs).tolist()) == list(range(T * n if core == "none" else n))
+
+
+@pytest.mark.parametrize("batch_size", [5, 10])  # one or two env copies per minibatch
+def test_recurrent_update_replays_what_the_policy_did(batch_size):
+    """Recurrent PPO stores each chunk's initial state and episode starts: replaying them
+    gives back, step by step, the behaviour log-probs and values, and the bootstrap value
+    of the chunk's last step is the critic's in the state after it. With one epoch at a
+    vanishing step size the ratio of every minibatch is then 1 (no KL, nothing clipped)."""
+    T, n = 5, 4
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
+    params = Params(
+        core="gru", core_size=4, hidden=[8], n_steps=T, batch_size=batch_size, n_epochs=1
+    )
+    params.lr = 1e-12
+    agent = PPO(space, params, seed=0)
+    seen = []
+    update = agent._update
+
+    def spy() -> dict[str, float]:
+        buf = agent.rollout
+        with torch.no_grad():
+            logp, _, v = agent._replay(buf, torch.arange(n), T)
+            sc0 = buf["state0"][:, agent.actor_state_dim :]
+            _, after = agent.critic.sequence(buf["obs"], sc0, buf["starts"])
+            v_last = agent.critic.step(buf["next_obs"][-1], after)[0]
+        seen.append({"logp": logp.view(T, n), "v": v.view(T, n), "v_last": v_last})
+        seen[-1]["buf"] = {k: x.clone() for k, x in buf.items()}
+        seen[-1]["metrics"] = update()
+        return seen[-1]["metrics"]
+
+    agent._update = spy
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(n, 3)).astype(np.float32)
+    state = agent.initial_state(n)
+    z = np.zeros(n, bool)
+    for _ in range(2 * T):
+        out = agent.act(obs, explore=True, state=state)
+        nxt = rng.normal(size=(n, 3)).astype(np.float32)
+        term = rng.random(n) < 0.2
+        reward = np.ones((n, 1), np.float32)
+        agent.observe(Transitions(obs, out.action, reward, nxt, term, z, nxt, out, state=state))
+        obs, state = nxt, out.state.copy()
+        state[term] = 0.0  # as the engine does at an episode end
+    assert len(seen) == 2
+    for s in seen:
+        buf = s["buf"]
+        torch.testing.assert_close(s["logp"], buf["logp"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(s["v"], buf["value"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(buf["next_value"][-1], s["v_last"], atol=1e-5, rtol=0)
+        assert s["metrics"]["approx_kl"] < 1e-9 and s["metrics"]["clip_fraction"] == 0.0
+    # The second chunk goes on from the first: its states are not the initial ones, and a
+    # copy whose episode ended at the first chunk's last step starts a new one.
+    first, second = seen[0]["buf"], seen[1]["buf"]
+    assert second["state0"].abs().sum() > 0
+    torch.testing.assert_close(second["starts"][0], first["done"][-1].bool())
+    assert first["starts"].any() and second["starts"].any()
