@@ -51,10 +51,15 @@ def test_updates_every_n_steps_without_reset(discrete):
     assert any(not torch.equal(b, a) for b, a in zip(before, agent.actor.parameters()))
 
 
-def test_update_matches_the_a2c_loss():
-    """One update equals one RMSprop step on the loss written out here from the paper."""
+@pytest.mark.parametrize(
+    ("normalize_advantage", "absent"), [(False, False), (True, False), (False, True), (True, True)]
+)
+def test_update_matches_the_a2c_loss(normalize_advantage, absent):
+    """One update equals one RMSprop step, written out, on the loss written out here from the
+    paper: means over the active rows only (one row absent at one step, where ``absent``),
+    advantages normalized with the mean and population std of those rows where asked."""
     space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
-    params = Params(n_steps=3, hidden=[8], ent_coef=0.01)
+    params = Params(n_steps=3, hidden=[8], ent_coef=0.01, normalize_advantage=normalize_advantage)
     agent, ref = A2C(space, params, seed=0), A2C(space, params, seed=0)
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(3, 2, 3)).astype(np.float32)
@@ -62,13 +67,17 @@ def test_update_matches_the_a2c_loss():
     actions = np.array([[0, 1], [1, 1], [0, 0]])
     rewards = np.array([[1.0, 0.0], [0.5, 1.0], [0.0, 2.0]], np.float32)
     term = np.array([[False, False], [False, True], [False, False]])
+    metrics = None
     for t in range(3):
         out = agent.act(obs[t], explore=True)
         out.action = actions[t]
         step = Transitions(
             obs[t], actions[t], rewards[t, :, None], nxt[t], term[t], np.zeros(2, bool), nxt[t], out
         )
-        agent.observe(step)
+        if absent and t == 2:
+            step.active = np.array([False, True])
+        metrics = agent.observe(step)
+    assert metrics is not None
 
     o = torch.as_tensor(obs).flatten(0, 1)
     with torch.no_grad():
@@ -80,21 +89,112 @@ def test_update_matches_the_a2c_loss():
     R[1, 1] = float(rewards[1, 1])  # terminated
     R[0] = torch.as_tensor(rewards[0]) + g * R[1]
     R = R.flatten()
+    w = torch.ones(6)
+    if absent:
+        w[4] = 0.0  # row (t = 2, copy 0): still in the returns, out of every mean
     logits = ref.policy(o)
     logp_all = torch.log_softmax(logits, -1)
     logp = logp_all.gather(-1, torch.as_tensor(actions).flatten()[:, None]).squeeze(-1)
     v = ref.critic(o)
-    entropy = -(logp_all.exp() * logp_all).sum(-1).mean()
-    loss = -((R - v.detach()) * logp).mean() + 0.5 * (R - v).pow(2).mean() - 0.01 * entropy
+    adv = (R - v).detach()
+    if normalize_advantage:
+        mu = (adv * w).sum() / w.sum()
+        adv = (adv - mu) / (((adv - mu) ** 2 * w).sum() / w.sum()).sqrt()
+    policy_loss = -(adv * logp * w).sum() / w.sum()
+    value_loss = ((R - v) ** 2 * w).sum() / w.sum()
+    entropy = (-(logp_all.exp() * logp_all).sum(-1) * w).sum() / w.sum()
+    loss = policy_loss + 0.5 * value_loss - 0.01 * entropy
     ref.opt.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(ref.params_list, params.max_grad_norm)
-    ref.opt.step()
-    # RMSprop's first step is nearly sign(gradient) * lr / sqrt(1 - alpha), blind to most
-    # changes of the loss: compare the (clipped) gradients themselves as well.
     for a, b in zip(agent.params_list, ref.params_list):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7)
-        torch.testing.assert_close(a, b)
+        # RMSprop's first step from a zero square average (alpha 0.99, eps 1e-5, lr 7e-4).
+        step = 7e-4 * b.grad / ((0.01 * b.grad**2).sqrt() + 1e-5)
+        torch.testing.assert_close(a, b.detach() - step)
+    expected = [policy_loss.item(), value_loss.item(), entropy.item()]
+    got = [metrics[k] for k in ("policy_loss", "value_loss", "entropy")]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_one_row_keeps_its_advantage_unnormalized():
+    """normalize_advantage needs two rows; a rollout of one step of one copy uses its
+    advantage as it is: policy loss -(R - V(s)) log pi(a|s), value loss (R - V(s))^2, with
+    R = r + gamma V(s'), each divided by its one active row."""
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
+    agent = A2C(space, Params(n_steps=1, hidden=[8], normalize_advantage=True), seed=0)
+    obs, nxt = np.array([[0.5, -1.0, 2.0]], np.float32), np.array([[1.0, 1.0, 0.0]], np.float32)
+    out = agent.act(obs, explore=True)
+    with torch.no_grad():
+        v, v_next = agent.critic(torch.as_tensor(obs)).item(), agent.critic(torch.as_tensor(nxt))
+        logits = agent.policy(torch.as_tensor(obs))
+        logp = torch.log_softmax(logits, -1)[0, int(out.action[0])].item()
+    adv = 2.0 + 0.99 * v_next.item() - v
+    z = np.zeros(1, bool)
+    metrics = agent.observe(Transitions(obs, out.action, np.full((1, 1), 2.0), nxt, z, z, nxt, out))
+    assert metrics["policy_loss"] == pytest.approx(-adv * logp, rel=1e-5)
+    assert metrics["value_loss"] == pytest.approx(adv**2, rel=1e-5)
+
+
+@pytest.mark.parametrize("critic_core", [True, False])
+def test_recurrent_rollout_replays_the_behaviour_log_probs_and_values(critic_core):
+    """Recurrent A2C keeps each rollout's initial state and episode starts: replaying them
+    gives back the log-probs the policy drew its actions with and the values seen while
+    acting, and the last step's bootstrap value is the critic's in the state after it."""
+    T, n = 4, 3
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
+    params = Params(core="gru", core_size=4, hidden=[8], n_steps=T, critic_core=critic_core)
+    agent = A2C(space, params, seed=0)
+    seen = []
+    update = agent._update
+
+    def spy(steps: list) -> dict[str, float]:
+        def stack(key: str) -> torch.Tensor:
+            return torch.as_tensor(np.stack([s[key] for s in steps]))
+
+        obs, starts, nxt = stack("obs"), stack("starts"), stack("next_obs")
+        state0 = torch.as_tensor(agent._state0)
+        sa, sc = state0[:, : agent.actor_state_dim], state0[:, agent.actor_state_dim :]
+        with torch.no_grad():
+            out, _ = agent.policy.sequence(obs, sa, starts)
+            logp = agent.policy.evaluate(out, stack("action").long())[0]
+            if critic_core:
+                v, after = agent.critic.sequence(obs, sc, starts)
+                v_last = agent.critic.step(nxt[-1], after)[0]
+            else:
+                v, v_last = agent.critic(obs), agent.critic(nxt[-1])
+        seen.append(
+            {"logp": logp, "v": v, "v_last": v_last, "starts": starts, "done": stack("done")}
+        )
+        seen[-1] |= {"value": stack("value"), "next_value": stack("next_value")}
+        return update(steps)
+
+    agent._update = spy
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(n, 3)).astype(np.float32)
+    state = agent.initial_state(n)
+    z = np.zeros(n, bool)
+    behaviour = []
+    for _ in range(2 * T):
+        out = agent.act(obs, explore=True, state=state)
+        behaviour.append(out.logp)
+        nxt = rng.normal(size=(n, 3)).astype(np.float32)
+        term = rng.random(n) < 0.25
+        reward = np.ones((n, 1), np.float32)
+        agent.observe(Transitions(obs, out.action, reward, nxt, term, z, nxt, out, state=state))
+        obs, state = nxt, out.state.copy()
+        state[term] = 0.0  # as the engine does at an episode end
+    assert len(seen) == 2
+    for k, s in enumerate(seen):
+        drawn = torch.as_tensor(np.stack(behaviour[k * T : (k + 1) * T]))
+        torch.testing.assert_close(s["logp"], drawn, atol=1e-5, rtol=0)
+        torch.testing.assert_close(s["v"], s["value"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(s["next_value"][-1], s["v_last"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(s["starts"][1:], s["done"][:-1].bool())
+    first, second = seen
+    torch.testing.assert_close(second["starts"][0], first["done"][-1].bool())
+    assert first["starts"].any() and second["starts"].any()
+    assert np.abs(agent._state0).sum() > 0  # the second rollout went on from the first
 
 
 def _assert_same(a, b, where: str = "") -> None:
