@@ -87,6 +87,8 @@ TESTS: dict[str, list[str]] = {
     "wheeler2/buffer/treejit.py": ["tests/test_buffer_sumtree.py", "tests/test_buffer_sampling.py"],
     "wheeler2/buffer/herjit.py": ["tests/test_buffer_her.py"],
     "wheeler2/buffer/writer.py": [
+        "tests/test_buffer_writer.py",
+        "tests/test_buffer_storage.py",
         "tests/test_buffer_nstep.py",
         "tests/test_buffer_her.py",
         "tests/test_buffer_sampling.py",
