@@ -67,12 +67,15 @@ def test_absent_rows_are_left_out_and_the_episode_continues_over_them() -> None:
 
 
 def test_a_one_dimensional_reward_is_one_head() -> None:
+    """Rewards [N] are read as one head, [N, 1]; the writer counts the rows it inserted."""
     with Replay.create(Layout(obs_dim=3, act_dim=1), _cfg(chunk=2), gamma=0.9) as replay:
         w = replay.writer(num_envs=2)
         obs, act, _, nxt, no = _zeros(2)
         w.add(obs, act, np.array([1.5, -2.0]), nxt, no, no)
+        assert w.inserted == 0  # staged, not inserted
         w.add(obs, act, np.array([[3.0], [4.0]]), nxt, no, no)
         np.testing.assert_array_equal(replay.storage.arrays["reward"][:4, 0], [1.5, 3, -2, 4])
+        assert w.inserted == 4
 
 
 def test_a_her_episode_longer_than_the_staging_is_stored_whole_and_in_order() -> None:
