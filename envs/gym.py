@@ -34,6 +34,13 @@ def _flat_dim(space: spaces.Space) -> int:
     )
 
 
+def scale_box_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """[N, d] float32: actions in [-1, 1] (clipped first, so an exploring policy never sends an
+    out-of-range action) mapped linearly onto the flat Box bounds ``low``, ``high`` [d]."""
+    a = np.clip(np.asarray(action, dtype=np.float64).reshape(-1, low.shape[0]), -1.0, 1.0)
+    return (low + (a + 1.0) * 0.5 * (high - low)).astype(np.float32)
+
+
 class _ObsFlattener:
     """Turns one copy's raw observation into a flat float32 row (one-hot for Discrete)."""
 
@@ -122,10 +129,9 @@ class GymVecEnv:
     def _to_env_action(self, action: np.ndarray) -> list[Any]:
         if self.discrete:
             return [int(a) + self._act_start for a in np.asarray(action).reshape(self.num_envs)]
-        a = np.clip(np.asarray(action, dtype=np.float64).reshape(self.num_envs, -1), -1.0, 1.0)
-        scaled = self._low + (a + 1.0) * 0.5 * (self._high - self._low)
+        scaled = scale_box_action(action, self._low, self._high)
         # One cast and reshape for all copies; the copies get row views of it.
-        return list(scaled.astype(np.float32).reshape(self.num_envs, *self._act_shape))
+        return list(scaled.reshape(self.num_envs, *self._act_shape))
 
     # -- VecEnv ----------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> EnvReset:
@@ -225,9 +231,13 @@ def _import_builtin_envs() -> None:
 
 def make(
     env_id: str, kwargs: dict[str, Any], num_envs: int, seed: int, vector: str = "sync"
-) -> GymVecEnv | AsyncGymVecEnv:
-    """Registry entry point for gymnasium ids: copies stepped in this process (``"sync"``) or
-    one subprocess each (``"async"``)."""
+) -> Any:
+    """Registry entry point for gymnasium ids: copies stepped in this process (``"sync"``),
+    one subprocess each (``"async"``) or by envpool's thread pool (``"envpool"``)."""
+    if vector == "envpool":
+        from envs.envpool_vec import EnvpoolVecEnv
+
+        return EnvpoolVecEnv(env_id, kwargs, num_envs, seed)
     cls = AsyncGymVecEnv if vector == "async" else GymVecEnv
     return cls(env_id, kwargs, num_envs, seed)
 

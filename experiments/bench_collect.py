@@ -7,13 +7,16 @@ Side by side in one run, on Pendulum-v1 with 8 copies:
 * ``member, random``: a Member whose agent returns uniform random actions, writing every row
   into a central Replay (what a member does in a run);
 * ``member, DDPG explorer``: a Member with a DDPG agent past ``learning_starts`` (its actor and
-  Gaussian noise in the loop), writing into a Replay; nobody samples the replay.
+  Gaussian noise in the loop), writing into a Replay; nobody samples the replay;
+* the same two Members with ``[env] vector = "envpool"`` (envpool's C++ pool, where installed).
+
+``--env HalfCheetah-v5`` runs the same loops on a MuJoCo task, where one env step costs more.
 
 The loops are interleaved round by round, and each ratio is the median over rounds of the
 ratio within a round: load from other jobs on this shared machine comes and goes, and a ratio
 of back-to-back loops cancels most of it.
 
-    python experiments/bench_collect.py [--steps 20000] [--rounds 5]
+    python experiments/bench_collect.py [--steps 20000] [--rounds 5] [--env HalfCheetah-v5]
 
 Writes experiments/results/bench_collect.md.
 """
@@ -36,7 +39,7 @@ ENV_ID = "Pendulum-v1"
 NUM_ENVS = 8
 
 
-def gym_loop(steps: int) -> float:
+def gym_loop(steps: int) -> float:  # ENV_ID: set by --env before any loop runs
     import gymnasium as gym
 
     envs = gym.make_vec(ENV_ID, num_envs=NUM_ENVS, vectorization_mode="sync")
@@ -68,14 +71,14 @@ class RandomAgent:
         return None
 
 
-def member_loop(kind: str, steps: int) -> float:
-    from envs.gym import GymVecEnv
+def member_loop(kind: str, steps: int, vector: str = "sync") -> float:
+    from envs.gym import make
     from wheeler2.agent import SpaceInfo
     from wheeler2.buffer import Layout, Replay, ReplayConfig
     from wheeler2.runtime.member import Member
     from wheeler2.task import Head, RewardHeads
 
-    env = GymVecEnv(ENV_ID, {}, NUM_ENVS, 0)
+    env = make(ENV_ID, {}, NUM_ENVS, 0, vector=vector)
     heads = RewardHeads([Head("env", 1.0, None)], None)
     if kind == "random":
         agent = RandomAgent(env.info.act_dim, 0)
@@ -101,11 +104,14 @@ def member_loop(kind: str, steps: int) -> float:
 
 
 def main() -> None:
+    global ENV_ID
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8_000, help="env steps per loop and round")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "bench_collect.md"))
+    ap.add_argument("--env", default="Pendulum-v1", help="a gymnasium id, Box actions")
     args = ap.parse_args()
+    ENV_ID = args.env
 
     from wheeler2.runtime.build import set_compute_threads
 
@@ -116,6 +122,14 @@ def main() -> None:
         "Member, DDPG explorer (actor + noise), into a Replay": lambda s: member_loop("ddpg", s),
     }
     targets = [None, 0.7, 0.5]
+    try:
+        import envpool  # noqa: F401
+
+        loops["Member, random actions, envpool"] = lambda s: member_loop("random", s, "envpool")
+        loops["Member, DDPG explorer, envpool"] = lambda s: member_loop("ddpg", s, "envpool")
+        targets += [None, None]
+    except ImportError:
+        print("envpool is not installed: its rows are left out")
     rates: dict[str, list[float]] = {k: [] for k in loops}
     for r in range(args.rounds):
         for name, fn in loops.items():
@@ -139,7 +153,8 @@ def main() -> None:
 
     text = (
         "# Collection throughput: Member vs gymnasium's vector loop\n\n"
-        f"`python experiments/bench_collect.py --steps {args.steps} --rounds {args.rounds}` "
+        f"`python experiments/bench_collect.py --steps {args.steps} --rounds {args.rounds} "
+        f"--env {ENV_ID}` "
         f"({platform.processor() or platform.machine()}, shared 2-core machine, one torch "
         "thread). Loops interleaved round by round; ratios are medians of per-round ratios.\n\n"
         + "\n".join(lines)

@@ -24,8 +24,9 @@ BACKENDS = ("serial", "local", "ray")
 ROLES = ("learner", "explorer", "actor")
 DEFAULT_TABLE = "main"
 # "sync": the copies step in the member's process; "async": one subprocess per copy, for envs
-# slow enough that stepping them in parallel beats the pipe round trips.
-VECTOR_MODES = ("sync", "async")
+# slow enough that stepping them in parallel beats the pipe round trips; "envpool": envpool's
+# C++ thread pool, for the gymnasium ids it covers.
+VECTOR_MODES = ("sync", "async", "envpool")
 
 __all__ = [
     "BACKENDS",

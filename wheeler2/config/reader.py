@@ -290,7 +290,30 @@ def _env(reader: Reader, data: Any) -> EnvConfig:
                 f"'{values['vector']}' is for gymnasium ids; the {prefix} adapter steps its "
                 f'copies itself (leave vector = "sync")',
             )
+    if values["vector"] == "envpool":
+        _check_envpool_id(reader, values["id"])
     return EnvConfig(**values)
+
+
+def _check_envpool_id(reader: Reader, env_id: str) -> None:
+    try:
+        import envpool
+    except ImportError:
+        raise reader.error(
+            "[env]",
+            "vector",
+            "\"envpool\" needs envpool: pip install 'wheeler2[envpool]' (`make setup` installs it)",
+        ) from None
+    ids = set(envpool.list_all_envs())
+    if env_id not in ids:
+        near = difflib.get_close_matches(env_id, ids, n=3)
+        hint = f"; close ones it builds: {', '.join(near)}" if near else ""
+        raise reader.error(
+            "[env]",
+            "vector",
+            f'"envpool" covers only the ids envpool builds, and {env_id!r} is not one of them'
+            f'{hint} (leave vector = "sync" for it)',
+        )
 
 
 def _resolve_spec(reader: Reader, table: str, key: str, spec: str) -> Any:
