@@ -62,6 +62,8 @@ HEADLINES = [
      r"Pendulum-v1 \| 8 \|", 3, "what 2 cores allow", None),
     ("member loop with a DDPG explorer vs gymnasium's vector loop", "bench_collect",
      r"Member, DDPG explorer", 3, ">= 0.5x", 0.5),
+    ("the same member on [env] vector = \"envpool\" vs gymnasium's vector loop", "bench_collect",
+     r"Member, DDPG explorer, envpool", 3, "an option, no target", None),
 ]
 # fmt: on
 
