@@ -396,3 +396,54 @@ def test_a_goal_step_stored_in_slot_0_is_used() -> None:
     assert rows.sum() > 100  # 3 of the 8 stored steps
     assert abs(rel.sum() / rows.sum() - 0.8) < 0.15  # 5 standard deviations at ~190 rows
     np.testing.assert_array_equal(goal[rel], np.tile([102.0, 2.0], (int(rel.sum()), 1)))
+
+
+def _discrete_her(relabel_fn) -> Replay:  # noqa: ANN001
+    """A bit-flipping-like buffer: discrete actions, 2-bit goals, one episode of 4 steps with
+    action = step; every row relabelled (k large)."""
+    cfg = ReplayConfig(
+        capacity=16, batch_size=32, min_size=1, updates_per_insert=0, her=HerConfig("final", k=1000)
+    )
+    layout = Layout(obs_dim=1, act_dim=4, discrete=True, goal_dim=2)
+    replay = Replay.create(layout, cfg, gamma=GAMMA, relabel=relabel_fn)
+    w = replay.writer(num_envs=1)
+    g = np.zeros((1, 2), np.float32)
+    for t in range(4):
+        obs = np.full((1, 1), t, np.float32)
+        w.add(
+            obs,
+            np.array([t]),
+            np.zeros(1),
+            obs + 1,
+            np.array([t == 3]),
+            np.zeros(1, bool),
+            achieved_goal=g,
+            desired_goal=g,
+            next_achieved_goal=g + t,
+        )
+    return replay
+
+
+def test_relabel_gets_discrete_actions_flat() -> None:
+    """Discrete actions reach ``relabel`` as a flat int64 [m] array (as a discrete env's
+    ``compute_reward`` or a bit-flipping reward expects), the stored action of each row."""
+    seen = []
+
+    def fn(obs, action, next_obs, achieved_goal, goal):  # noqa: ANN001, ANN202
+        seen.append((obs[:, 0].copy(), action))
+        return np.zeros(obs.shape[0], np.float32)
+
+    with _discrete_her(fn) as replay:
+        replay.sample()
+    obs, action = seen[0]
+    assert action.dtype == np.int64 and action.shape == obs.shape
+    np.testing.assert_array_equal(action, obs.astype(np.int64))
+
+
+def test_relabel_with_the_wrong_number_of_heads_is_refused_by_count() -> None:
+    def two_heads(obs, action, next_obs, achieved_goal, goal):  # noqa: ANN001, ANN202
+        return np.zeros((obs.shape[0], 2), np.float32)
+
+    with _discrete_her(two_heads) as replay:
+        with pytest.raises(ValueError, match="relabel returned 2 reward heads, expected 1"):
+            replay.sample()
