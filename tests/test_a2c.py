@@ -143,7 +143,8 @@ def test_recurrent_rollout_replays_the_behaviour_log_probs_and_values(critic_cor
     acting, and the last step's bootstrap value is the critic's in the state after it."""
     T, n = 4, 3
     space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
-    params = Params(core="gru", core_size=4, hidden=[8], n_steps=T, critic_core=critic_core)
+    # core_size 5: a state [n, 5] has another size than the values [T, n]
+    params = Params(core="gru", core_size=5, hidden=[8], n_steps=T, critic_core=critic_core)
     agent = A2C(space, params, seed=0)
     seen = []
     update = agent._update
