@@ -398,11 +398,16 @@ def test_a_goal_step_stored_in_slot_0_is_used() -> None:
     np.testing.assert_array_equal(goal[rel], np.tile([102.0, 2.0], (int(rel.sum()), 1)))
 
 
-def _discrete_her(relabel_fn) -> Replay:  # noqa: ANN001
+def _discrete_her(relabel_fn, n_step: int = 1) -> Replay:  # noqa: ANN001
     """A bit-flipping-like buffer: discrete actions, 2-bit goals, one episode of 4 steps with
     action = step; every row relabelled (k large)."""
     cfg = ReplayConfig(
-        capacity=16, batch_size=32, min_size=1, updates_per_insert=0, her=HerConfig("final", k=1000)
+        capacity=16,
+        batch_size=32,
+        min_size=1,
+        updates_per_insert=0,
+        n_step=n_step,
+        her=HerConfig("final", k=1000),
     )
     layout = Layout(obs_dim=1, act_dim=4, discrete=True, goal_dim=2)
     replay = Replay.create(layout, cfg, gamma=GAMMA, relabel=relabel_fn)
@@ -424,16 +429,18 @@ def _discrete_her(relabel_fn) -> Replay:  # noqa: ANN001
     return replay
 
 
-def test_relabel_gets_discrete_actions_flat() -> None:
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_relabel_gets_discrete_actions_flat(n_step: int) -> None:
     """Discrete actions reach ``relabel`` as a flat int64 [m] array (as a discrete env's
-    ``compute_reward`` or a bit-flipping reward expects), the stored action of each row."""
+    ``compute_reward`` or a bit-flipping reward expects), the stored action of each row, on
+    the one-step path and on the n-step one (every step of the windows)."""
     seen = []
 
     def fn(obs, action, next_obs, achieved_goal, goal):  # noqa: ANN001, ANN202
         seen.append((obs[:, 0].copy(), action))
         return np.zeros(obs.shape[0], np.float32)
 
-    with _discrete_her(fn) as replay:
+    with _discrete_her(fn, n_step) as replay:
         replay.sample()
     obs, action = seen[0]
     assert action.dtype == np.int64 and action.shape == obs.shape
