@@ -120,8 +120,9 @@ def test_update_matches_the_a2c_loss(normalize_advantage, absent):
 def test_one_row_keeps_its_advantage_unnormalized():
     """normalize_advantage needs two rows; a rollout of one step of one copy uses its
     advantage as it is: policy loss -(R - V(s)) log pi(a|s), value loss (R - V(s))^2, with
-    R = r + gamma V(s'), each divided by its one active row."""
-    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
+    R = r + gamma V(s'), each divided by its one active row; the two heads' rewards summed
+    with their weights."""
+    space = SpaceInfo(3, 2, True, heads=("a", "b"), head_weights=(1.0, 0.5))
     agent = A2C(space, Params(n_steps=1, hidden=[8], normalize_advantage=True), seed=0)
     obs, nxt = np.array([[0.5, -1.0, 2.0]], np.float32), np.array([[1.0, 1.0, 0.0]], np.float32)
     out = agent.act(obs, explore=True)
@@ -129,9 +130,10 @@ def test_one_row_keeps_its_advantage_unnormalized():
         v, v_next = agent.critic(torch.as_tensor(obs)).item(), agent.critic(torch.as_tensor(nxt))
         logits = agent.policy(torch.as_tensor(obs))
         logp = torch.log_softmax(logits, -1)[0, int(out.action[0])].item()
-    adv = 2.0 + 0.99 * v_next.item() - v
+    adv = 4.0 + 0.99 * v_next.item() - v  # two heads: r = 2 + 0.5 * 4
     z = np.zeros(1, bool)
-    metrics = agent.observe(Transitions(obs, out.action, np.full((1, 1), 2.0), nxt, z, z, nxt, out))
+    reward = np.array([[2.0, 4.0]], np.float32)
+    metrics = agent.observe(Transitions(obs, out.action, reward, nxt, z, z, nxt, out))
     assert metrics["policy_loss"] == pytest.approx(-adv * logp, rel=1e-5)
     assert metrics["value_loss"] == pytest.approx(adv**2, rel=1e-5)
 

@@ -110,10 +110,16 @@ def test_soft_update_formula():
 def test_policy_delay():
     agent = DDPG(TWO_HEADS, Params(hidden=[8], policy_delay=2))
     actor0 = [p.detach().clone() for p in agent.actor_params]
-    agent.learn(_batch())
+    out = agent.learn(_batch())
     assert all(torch.equal(a, b) for a, b in zip(actor0, agent.actor_params))
+    assert out.metrics["actor_loss"] == 0.0  # no actor step yet, so no actor loss
     agent.learn(_batch())
     assert any(not torch.equal(a, b) for a, b in zip(actor0, agent.actor_params))
+
+
+def test_a_policy_delay_below_one_is_refused():
+    with pytest.raises(ValueError, match="policy_delay must be >= 1, got 0"):
+        DDPG(TWO_HEADS, Params(hidden=[8], policy_delay=0))
 
 
 def test_random_actions_until_learning_starts_and_noise():
@@ -304,7 +310,8 @@ def test_actions_before_learning_starts_are_uniform_over_the_action_box(core):
 def test_ou_noise_is_added_to_the_greedy_action_step_by_step(core):
     """Ornstein-Uhlenbeck, x_{k+1} = x_k - theta x_k dt + std sqrt(dt) N(0, 1) from x_0 = 0, its
     normal draws replayed from the noise's seed (the agent's seed + 1), added to mu(s)."""
-    std, theta, dt = 0.5, 5.0, 0.1  # theta dt = 0.5: the pull toward 0 is plain to see
+    # theta dt = 0.5: the pull toward 0 is plain to see; std 5: some actions leave [-1, 1].
+    std, theta, dt = 5.0, 5.0, 0.1
     space = SpaceInfo(obs_dim=3, act_dim=2, discrete=False)
     params = Params(
         hidden=[8], learning_starts=0, noise="ou", noise_std=std, ou_theta=theta, ou_dt=dt
@@ -313,12 +320,43 @@ def test_ou_noise_is_added_to_the_greedy_action_step_by_step(core):
     obs = np.array([[0.1, -0.2, 0.3], [1.0, 0.5, -1.0]], np.float32)
     greedy = agent.act(obs, explore=False).action
     draws = np.random.default_rng(1)
-    x = np.zeros((2, 2))
-    for _ in range(3):
+    x, unclipped = np.zeros((2, 2)), []
+    for _ in range(4):
         x = x - theta * x * dt + std * draws.normal(0.0, np.sqrt(dt), (2, 2))
         got = agent.act(obs, explore=True).action
         np.testing.assert_allclose(got, np.clip(greedy + x, -1.0, 1.0), atol=1e-6)
-    assert np.abs(x).max() > 0.05  # the noise is there to be seen
+        unclipped.append(greedy + x)
+    # Both ends clipped somewhere, and some actions inside the box.
+    u = np.stack(unclipped)
+    assert (u > 1).any() and (u < -1).any() and (np.abs(u) < 1).any()
+
+
+@pytest.mark.parametrize("core", ["none", "gru"])
+def test_the_policy_acts_from_exactly_learning_starts_env_steps(core):
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=False)
+    params = Params(hidden=[8], learning_starts=4, noise="none", core=core, core_size=4)
+    agent = DDPG(space, params)
+    obs = np.array([[0.1, -0.2, 0.3], [1.0, 0.5, -1.0]], np.float32)
+    greedy = agent.act(obs, explore=False).action
+    z = np.zeros(2, bool)
+    for steps in (2, 4):
+        a = agent.act(obs, explore=True).action
+        step = Transitions(obs, a, np.zeros((2, 1), np.float32), obs, z, z, obs, ActOut(a))
+        assert not np.allclose(a, greedy)  # 0 and 2 env steps: uniform actions
+        agent.observe(step)
+        assert agent.env_steps == steps
+    np.testing.assert_array_equal(agent.act(obs, explore=True).action, greedy)
+
+
+def test_a_detached_explorer_trains_its_actor_from_exactly_learning_starts():
+    params = Params(hidden=[8], learning_starts=4, head="a", head_updates=1.0, head_batch=2)
+    agent = DDPG(TWO_HEADS, params)
+    obs = np.array([[0.1, -0.2], [1.0, 0.5]], np.float32)
+    a, z = np.zeros((2, 1), np.float32), np.zeros(2, bool)
+    step = Transitions(obs, a, np.zeros((2, 2), np.float32), obs, z, z, obs, ActOut(a))
+    assert agent.observe(step) is None  # 2 env steps
+    metrics = agent.observe(step)  # 4: two updates of the head's actor, one per step
+    assert metrics is not None and metrics["head_q"] == -metrics["head_actor_loss"]
 
 
 def test_a_core_with_an_option_it_does_not_combine_with_is_refused_by_name():

@@ -107,6 +107,7 @@ def test_linear_schedules():
     space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
     with pytest.raises(ValueError):
         PPO(space, Params(lr_schedule="linear"))
+    PPO(space, Params(hidden=[8], clip_schedule="linear", total_steps=1))  # any budget will do
     params = Params(
         n_steps=4,
         batch_size=8,
