@@ -329,3 +329,35 @@ def test_sequence_sampling_gives_up_after_the_redraw_limit(prioritized: bool) ->
         with np.errstate(divide="ignore"), pytest.raises(ReplayError, match="valid sequences"):
             replay.sample()
         assert sizes == [8] * 9
+
+
+def test_broken_sequence_starts_are_discarded_and_overwritten_ones_keep_their_slot() -> None:
+    """20 steps into 16 slots (steps 4-19 stored), every step a start. Start 4, the oldest
+    stored, found half-written (a dead writer's slot), is discarded: its leaf goes to 0. Start
+    2 was overwritten by step 18, which is intact: slot 2 keeps its leaf."""
+    with _seq_replay(capacity=16, prioritized=True, length=2, burn_in=0, stride=1) as replay:
+        w = replay.writer(num_envs=1)
+        _add(w, 0, range(20), None)
+        w.flush()
+        replay.sample()
+        leaves = replay.sampler.tree.leaves
+        before = leaves[:16].copy()
+        assert np.all(before > 0)
+        replay.storage.arrays["abs"][4] = -1
+        sampler = replay.sampler
+        draw, sizes = sampler.draw, []
+
+        def fixed_then_own(n: int, updates: int) -> tuple[np.ndarray, np.ndarray]:
+            sizes.append(n)
+            if len(sizes) == 1:
+                return np.array([4, 2, 6, 8, 10, 12, 14, 16]), np.ones(8, np.float32)
+            return draw(n, updates)
+
+        sampler.draw = fixed_then_own
+        batch = replay.sample()
+        assert sizes == [8, 2]
+        want = before.copy()
+        want[4] = 0.0
+        np.testing.assert_array_equal(leaves[:16], want)
+        np.testing.assert_array_equal(batch["index"][2:], [6, 8, 10, 12, 14, 16])
+        assert not np.isin(batch["index"], [2, 4]).any()
