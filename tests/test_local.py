@@ -109,26 +109,23 @@ def leftover_shm(pid: int) -> list[str]:
 
 
 def test_killed_explorer_stops_team_with_exit_1(tmp_path: Path) -> None:
-    """Issue 11's bound: a member that dies is named and the run exits 1 within 10 s."""
+    """Issue 11: a member that dies is named at once and the run exits 1. Asserted by events,
+    not by a clock (issue 19; a stress run saw the exit take 12 s at load 9): the death is seen
+    through the member's process (its pipe's EOF), not its heartbeat, and every other member
+    then sends its final state within the stop's grace, so nothing waits on a timeout."""
     out = tmp_path / "runs"
     proc = start(write_team(tmp_path, total=1_000_000), out)
     run, members = wait_running(out, proc)
     os.kill(members["explorer-1"], signal.SIGKILL)
-    t0 = time.monotonic()
-    seen = []
-    for line in proc.stdout:  # the coordinator says at once who died, then shuts the team down
-        seen.append(line)
-        if "stopping the team" in line:
-            break
-    detected_s = time.monotonic() - t0
-    output = "".join(seen) + proc.communicate(timeout=60)[0]
-    exited_s = time.monotonic() - t0
+    output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 1, output
-    assert "member 'explorer-1' died" in output, output
-    # The pipe's EOF is seen within one 0.1 s poll; 5 s and 10 s leave room for a loaded CI.
-    assert detected_s < 5, f"death noticed after {detected_s:.1f} s"
-    assert exited_s < 10, f"the run exited {exited_s:.1f} s after the member died"
-    assert "explorer-1" in output and "failed" in output
+    assert "member 'explorer-1' died; stopping the team" in output, output
+    assert "its process is gone" in output and "heartbeat_s" not in output, output
+    assert "sent no final state" not in output, output
+    ended = {
+        n: m["ended"] for n, m in json.loads((run / "summary.json").read_text())["members"].items()
+    }
+    assert ended == {"target": "finished", "explorer-0": "finished", "explorer-1": "failed"}
     assert not [n for n, pid in members.items() if alive(pid)], "member processes left behind"
     assert leftover_shm(proc.pid) == []
     assert (run / "checkpoints" / "latest.pt").exists()
@@ -167,13 +164,12 @@ def test_interrupt_checkpoints_and_resumes(
     proc = start(write_team(tmp_path, total=6_000), out)
     run, members = wait_running(out, proc)
     proc.send_signal(sig)
-    t0 = time.monotonic()
-    while any(alive(pid) for pid in members.values()) and time.monotonic() - t0 < 30:
-        time.sleep(0.05)
-    stopped_s = time.monotonic() - t0
-    output, _ = proc.communicate(timeout=60)
+    output, _ = proc.communicate(timeout=120)
     assert proc.returncode == code, output
-    assert stopped_s < 11, f"members took {stopped_s:.1f} s to stop (limit 10 s)"
+    # Each member stopped on its own and sent its final state within the stop's 10 s grace (an
+    # event, not a clock: issue 19); none was left to be ended from outside.
+    assert "sent no final state" not in output, output
+    assert not [n for n, pid in members.items() if alive(pid)], "member processes left behind"
     assert leftover_shm(proc.pid) == []
     payload = ckpt.load(run / "checkpoints" / "latest.pt")
     assert set(payload["members"]) == set(members)
@@ -181,6 +177,7 @@ def test_interrupt_checkpoints_and_resumes(
     assert 0 < stopped_at < 6_000
     summary = json.loads((run / "summary.json").read_text())
     assert summary["interrupted"] is True
+    assert {m["ended"] for m in summary["members"].values()} == {"finished"}, summary["members"]
     if not resume:
         return
 

@@ -92,6 +92,22 @@ def test_write_summary_is_strict_json_and_leaves_no_temp(tmp_path):
     assert runlog.read_summary(tmp_path)["env_steps"] == 5
 
 
+def test_a_json_file_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    """members.json and team.json are read while the run writes them (a stress run caught a
+    test reading an empty members.json): a write that fails part way leaves the old file."""
+    path = tmp_path / "members.json"
+    runlog.write_json_atomic(path, {"target": 1})
+
+    def fail(fd):  # noqa: ANN001, ANN202
+        raise OSError("disk full")
+
+    monkeypatch.setattr(runlog.os, "fsync", fail)
+    with pytest.raises(OSError, match="disk full"):
+        runlog.write_json_atomic(path, {"target": 2})
+    assert json.loads(path.read_text()) == {"target": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["members.json"]
+
+
 def test_live_table_leads_with_return_and_loss_and_fits_80_columns(tmp_path):
     """Issue 16: the table shows episode return (per head too) and each member's main loss,
     not the alphabetically first figures (actor_loss, approx_kl, ...), in 80 columns."""

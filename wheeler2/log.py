@@ -316,9 +316,14 @@ def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
     """Write ``run_dir/summary.json`` atomically (readers never see half a file)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / SUMMARY_FILE
-    text = json.dumps(_json_safe(summary), indent=2, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".summary.", suffix=".tmp")
+    return write_json_atomic(run_dir / SUMMARY_FILE, _json_safe(summary), indent=2)
+
+
+def write_json_atomic(path: Path, obj: Any, indent: int = 1) -> Path:
+    """``path`` holds the whole of ``obj`` as JSON or its previous content, never half a file:
+    a run's files are read from outside while it runs (by people, tools and the tests)."""
+    text = json.dumps(obj, indent=indent, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text + "\n")

@@ -11,13 +11,13 @@ checkpoint and summary first.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from wheeler2.log import write_json_atomic
 from wheeler2.runtime import build
 from wheeler2.runtime.experiment import (
     MemberFailed,
@@ -265,9 +265,7 @@ class Coordinator:
         test) looking at the run from outside."""
         run_dir = self.recorder.run_dir
         started = self.started
-        (run_dir / "members.json").write_text(
-            json.dumps({n: s.pid for n, s in started.items()}, indent=1)
-        )
+        write_json_atomic(run_dir / "members.json", {n: s.pid for n, s in started.items()})
         team = {
             n: {
                 "pid": s.pid,
@@ -277,7 +275,7 @@ class Coordinator:
             }
             for n, s in started.items()
         }
-        (run_dir / "team.json").write_text(json.dumps(team, indent=1))
+        write_json_atomic(run_dir / "team.json", team)
 
 
 class _Opened(Transport, Protocol):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from wheeler2.log import write_json_atomic
 from wheeler2.runtime import build
 from wheeler2.runtime.coordinator import prepare, run_team
 from wheeler2.runtime.experiment import (
@@ -190,9 +191,7 @@ class RayTransport:
         return out
 
     def start(self, run_dir: Path, next_eval: int) -> None:
-        import json
-
-        (run_dir / "placement.json").write_text(json.dumps(self.placed, indent=1))
+        write_json_atomic(run_dir / "placement.json", self.placed)
         from wheeler2.sync import source_shapes
 
         table = self.setup.tables[0]
