@@ -86,6 +86,25 @@ def test_actor_loss_is_the_weighted_sum_of_head_values():
     assert agent.actor_net.head.weight.grad[0, 0].item() == pytest.approx(grad_w0, abs=1e-6)
 
 
+def test_actor_loss_sums_the_heads_and_averages_the_samples():
+    """Three samples and two heads: -mean_i sum_h c_h Q_h(s_i, mu(s_i)) (with as many samples
+    as heads, summing over the samples and averaging over the heads gives the same number)."""
+    agent = _linear_agent(lr_critic=0.0, lr_actor=0.0)
+    s = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, -1.0]])
+    batch = Batch(
+        obs=torch.tensor(s, dtype=torch.float32),
+        action=torch.zeros(3, 1),
+        reward=torch.zeros(3, 2),
+        next_obs=torch.zeros(3, 2),
+        discount=torch.zeros(3),
+        weight=torch.ones(3),
+        index=np.arange(3),
+    )
+    out = agent.learn(batch)
+    expected = -(_q(Q, s, _mu(ACTOR, s)) * C).sum(-1).mean()
+    assert out.metrics["actor_loss"] == pytest.approx(expected, rel=1e-6)
+
+
 def test_shared_critic_has_one_output_per_head():
     agent = DDPG(TWO_HEADS, Params(hidden=[8], critic="shared"))
     assert len(agent.critic.nets) == 1 and agent.critic.nets[0].head.out_features == 2
