@@ -55,6 +55,11 @@ class RunningNorm:
         self.count = total
         self._refresh()
 
+    def start(self, x: np.ndarray) -> None:
+        """Fold in ``x`` only if nothing has been seen yet (an agent's first acting batch)."""
+        if self.count == 0:
+            self.update(x)
+
     def _refresh(self) -> None:
         # Cached tensors: normalize runs on every act and every update, update far less often.
         self._mean_t = torch.as_tensor(self.mean, dtype=torch.float32, device=self.device)
@@ -98,6 +103,9 @@ class IdentityNorm:
     """Stands in for :class:`RunningNorm` when ``normalize_obs = false``: no cost, no state."""
 
     def update(self, x: np.ndarray) -> None:
+        pass
+
+    def start(self, x: np.ndarray) -> None:
         pass
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:

@@ -134,6 +134,11 @@ class PPO(RecurrentOnPolicy, Agent):
         return self.policy
 
     def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
+        if explore:
+            # VecNormalize's order: a batch is folded into the statistics before it is
+            # normalized. Later batches are folded in by observe (as reset_obs); the very first
+            # only here, or it would be normalized by empty statistics (as given).
+            self.obs_norm.start(obs)
         x = self.obs_norm.normalize(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
         if self.recurrent:
             return self.act_recurrent(x, explore, state)
@@ -152,7 +157,12 @@ class PPO(RecurrentOnPolicy, Agent):
             self.t = 0
         buf, t = self.rollout, self.t
         norm = self.obs_norm.normalize
+        active = np.ones(n, bool) if step.active is None else step.active
+        # The statistics have not moved since act: the rows are stored as the policy saw them.
         buf["obs"][t] = norm(torch.as_tensor(step.obs, dtype=torch.float32, device=dev))
+        # Then, as VecNormalize does on each step, the observations acted on next are folded
+        # in first and the next observations normalized with the result.
+        self.obs_norm.update(step.reset_obs if step.active is None else step.reset_obs[active])
         buf["next_obs"][t] = norm(torch.as_tensor(step.next_obs, dtype=torch.float32, device=dev))
         raw = step.act_out.extras.get("raw_action", step.action)
         buf["action"][t] = torch.as_tensor(raw, device=dev)
@@ -169,11 +179,8 @@ class PPO(RecurrentOnPolicy, Agent):
         buf["done"][t] = torch.as_tensor(step.terminated | step.truncated, device=dev)
         # Absent rows stay in the rollout (it must be rectangular for GAE) with weight 0; their
         # own done flag at the leaving step already cut the advantage chain.
-        active = np.ones(n, bool) if step.active is None else step.active
         buf["valid"][t] = torch.as_tensor(active, device=dev)
         self.env_steps += n if step.active is None else int(active.sum())
-        # After storing: the stored rows are normalized as the policy saw them.
-        self.obs_norm.update(step.obs if step.active is None else step.obs[active])
         self.t += 1
         if self.t < self.params.n_steps:
             return None

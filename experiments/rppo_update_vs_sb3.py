@@ -571,48 +571,52 @@ def main(argv: list[str] | None = None) -> int:
 
 def compare_normalizers(seed: int, steps: int = 4000) -> None:
     """The same raw CartPoleNoVel-v1 stream (8 copies, random actions, autoreset) through sb3's
-    VecNormalize (update with the step's observations, then normalize them) and wheeler2's
-    RunningNorm as PPO uses it (act and store on the normalized observation, then update with
-    it: agents/ppo.py's act and observe)."""
+    VecNormalize (update with the step's observations, then normalize them) and through a
+    wheeler2 PPO agent with ``normalize_obs`` acting on it (``act`` and ``observe`` as a member
+    calls them; the input its policy sees is read by a forward hook)."""
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
     import envs.novel  # noqa: F401
-    from agents.normalize import make_obs_norm
+    from agents.ppo import PPO
+    from agents.ppo import Params as PPOParams
+    from wheeler2.agent import SpaceInfo, Transitions
 
     venv = VecNormalize(make_vec_env(ENV_ID, n_envs=N_ENVS, seed=seed), norm_obs=True,
                         norm_reward=False)  # fmt: skip
-    ours = make_obs_norm(True, 2, 10.0, "cpu")
-    same_order = make_obs_norm(True, 2, 10.0, "cpu")  # update first, as VecNormalize does
+    # Feedforward: the normalizer's calls are the recurrent agent's; no update within the stream.
+    agent = PPO(SpaceInfo(2, 2, True), PPOParams(hidden=[8], n_steps=steps + 1,
+                                                 normalize_obs=True), seed=seed)  # fmt: skip
+    seen: list[np.ndarray] = []
+    agent.policy.register_forward_pre_hook(lambda _m, args: seen.append(args[0].numpy().copy()))
     rng = np.random.default_rng(seed)
     theirs_t = venv.reset()
-    diffs, diffs_same = [], []
+    diffs = []
+    no = np.zeros(N_ENVS, bool)
     for _ in range(steps):
         raw = venv.get_original_obs()
-        mine = ours.normalize(torch.as_tensor(raw, dtype=torch.float32)).numpy()
-        ours.update(raw)
-        same_order.update(raw)
-        mine_same = same_order.normalize(torch.as_tensor(raw, dtype=torch.float32)).numpy()
-        diffs.append(np.abs(mine - theirs_t).max())
-        diffs_same.append(np.abs(mine_same - theirs_t).max())
-        theirs_t, *_ = venv.step(rng.integers(0, 2, N_ENVS))
-    d, ds = np.array(diffs), np.array(diffs_same)
+        out = agent.act(raw, explore=True)
+        diffs.append(np.abs(seen.pop() - theirs_t).max())
+        theirs_t, _, done, _ = venv.step(rng.integers(0, 2, N_ENVS))
+        nxt = venv.get_original_obs()  # where a copy ended: its next episode's first
+        reward = np.zeros((N_ENVS, 1), np.float32)
+        agent.observe(Transitions(raw, out.action, reward, nxt, done, no, nxt, out))
+    d = np.array(diffs)
     spans = ((0, 1), (1, T), (T, 4 * T), (4 * T, 40 * T), (40 * T, steps))
+    cells = ", ".join(
+        f"{a * N_ENVS}-{b * N_ENVS - 1}: {d[a:b].max():.1e} / {np.median(d[a:b]):.1e}"
+        for a, b in spans
+    )
     print(
         f"   observation normalizer: one raw stream of {steps * N_ENVS} env steps (8 copies, "
         "random actions) through both; per vector step the max |diff| of the normalized inputs "
-        "the policy sees, its max / median over each span of env steps:"
+        f"the policy sees, its max / median over each span of env steps:\n     {cells}"
     )
-    for label, x in (("as run (ours normalizes, then updates)", d), ("ours updated first", ds)):
-        cells = ", ".join(
-            f"{a * N_ENVS}-{b * N_ENVS - 1}: {x[a:b].max():.1e} / {np.median(x[a:b]):.1e}"
-            for a, b in spans
-        )
-        print(f"     {label}: {cells}")
+    norm = agent.obs_norm
     print(
         f"     sb3: clip {venv.clip_obs}, epsilon {venv.epsilon} inside the sqrt, running "
-        f"statistics from mean 0, var 1, count 1e-4; ours: clip {ours.clip}, std floored at "
-        f"{ours.eps}, statistics from the samples alone"
+        f"statistics from mean 0, var 1, count 1e-4; ours: clip {norm.clip}, std floored at "
+        f"{norm.eps}, statistics from the samples alone"
     )
 
 

@@ -136,3 +136,56 @@ def test_off_by_default() -> None:
     agent = DDPG(SpaceInfo(**SPACE_C), DDPGParams(hidden=[8]))
     assert isinstance(agent.obs_norm, IdentityNorm)
     assert agent.state_dict()["obs_norm"] == {}
+
+
+def _vecnormalize(batches: list[np.ndarray], x: np.ndarray, clip: float) -> np.ndarray:
+    """SB3 VecNormalize's normalization of ``x`` after folding in ``batches`` (population
+    variance over every row seen; RunningNorm's std floor of 1e-2 in place of its epsilon)."""
+    rows = np.concatenate(batches).astype(np.float64)
+    std = np.maximum(rows.std(0), 1e-2)
+    return np.clip((x - rows.mean(0)) / std, -clip, clip).astype(np.float32)
+
+
+def test_ppo_folds_each_batch_in_before_normalizing_it_as_vecnormalize_does() -> None:
+    """The first acting batch is normalized by its own statistics (not by empty ones), the
+    stored rows are what the policy saw, next_obs and the next acting batch use statistics that
+    include it, and evaluation never moves them (sb3-contrib's RecurrentPPO on VecNormalize,
+    experiments/results/rppo_update_vs_sb3.md)."""
+    from agents.ppo import PPO
+    from agents.ppo import Params as PPOParams
+    from wheeler2.agent import ActOut, SpaceInfo
+
+    agent = PPO(SpaceInfo(**SPACE_C), PPOParams(hidden=[8], n_steps=4, normalize_obs=True), seed=0)
+    seen: list[torch.Tensor] = []
+    agent.policy.register_forward_pre_hook(lambda _m, args: seen.append(args[0].clone()))
+    rng = np.random.default_rng(0)
+    obs0, obs1, final = (rng.normal(5.0, 2.0, (4, 3)).astype(np.float32) for _ in range(3))
+    agent.act(rng.normal(-50.0, 9.0, (4, 3)).astype(np.float32), explore=False)
+    assert agent.obs_norm.count == 0  # evaluation folds nothing in
+    seen.clear()
+    out = agent.act(obs0, explore=True)
+    np.testing.assert_allclose(seen[0].numpy(), _vecnormalize([obs0], obs0, 10.0), atol=1e-5)
+    # Copy 2 ended: its next_obs is the true last one, and it acts on obs1[2] next.
+    next_obs = obs1.copy()
+    next_obs[2] = final[2]
+    done = np.array([False, False, True, False])
+    agent.observe(
+        Transitions(
+            obs=obs0,
+            action=out.action,
+            reward=np.zeros((4, 1), np.float32),
+            next_obs=next_obs,
+            terminated=done,
+            truncated=np.zeros(4, bool),
+            reset_obs=obs1,
+            act_out=ActOut(out.action, out.logp, out.extras),
+        )
+    )
+    buf = agent.rollout
+    np.testing.assert_allclose(buf["obs"][0].numpy(), seen[0].numpy(), atol=1e-6)
+    expected_next = _vecnormalize([obs0, obs1], next_obs, 10.0)
+    np.testing.assert_allclose(buf["next_obs"][0].numpy(), expected_next, atol=1e-5)
+    seen.clear()
+    agent.act(obs1, explore=True)
+    np.testing.assert_allclose(seen[0].numpy(), _vecnormalize([obs0, obs1], obs1, 10.0), atol=1e-5)
+    assert agent.obs_norm.count == 8  # the first batch was not folded in twice

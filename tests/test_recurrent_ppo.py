@@ -268,21 +268,22 @@ def test_a_team_with_a_recurrent_explorer_runs_and_syncs(tmp_path: Path, backend
 
 
 def test_normalize_obs_feeds_the_policy_normalized_observations() -> None:
-    # The running statistics come from the observed rows (after acting), and the rollout
-    # stores the observations as the policy saw them.
+    # VecNormalize's order: each acting batch is folded into the statistics before it is
+    # normalized (the first by act, later ones as the previous step's reset_obs), and the
+    # rollout stores the observations as the policy saw them.
     agent = PPO(SpaceInfo(2, 2, True), Params(normalize_obs=True, n_steps=4, hidden=[8]))
     rng = np.random.default_rng(0)
-    rows = [rng.normal(5.0, 2.0, size=(3, 2)).astype(np.float32) for _ in range(3)]
+    rows = [rng.normal(5.0, 2.0, size=(3, 2)).astype(np.float32) for _ in range(4)]
     zeros, no = np.zeros((3, 1), np.float32), np.zeros(3, bool)
-    for obs in rows:
+    for obs, nxt in zip(rows[:3], rows[1:]):
         out = agent.act(obs, explore=True)
-        agent.observe(Transitions(obs, out.action, zeros, obs, no, no, obs, out))
+        agent.observe(Transitions(obs, out.action, zeros, nxt, no, no, nxt, out))
     seen = np.concatenate(rows).astype(np.float64)
     np.testing.assert_allclose(agent.obs_norm.mean, seen.mean(0), rtol=1e-6)
     np.testing.assert_allclose(agent.obs_norm.std, seen.std(0), rtol=1e-6)
-    # The third batch was stored normalized by the statistics of the first two.
-    first_two = np.concatenate(rows[:2]).astype(np.float64)
-    expected = (rows[2] - first_two.mean(0)) / first_two.std(0)
+    # The third batch was stored normalized by the statistics of the first three.
+    first_three = np.concatenate(rows[:3]).astype(np.float64)
+    expected = (rows[2] - first_three.mean(0)) / first_three.std(0)
     np.testing.assert_allclose(agent.rollout["obs"][2].numpy(), expected, rtol=1e-4, atol=1e-5)
     assert "obs_norm" in agent.state_dict()
 
