@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from envs.gym import scale_box_action
+from envs.gym import box_bounds, scale_box_action
 from wheeler2.env import EnvInfo, EnvReset, EnvStep
 
 # Per-copy keys of envpool's info that say nothing about the transition.
@@ -56,12 +56,7 @@ class EnvpoolVecEnv:
         if isinstance(act_space, spaces.Box):
             self.discrete = False
             act_dim = int(np.prod(act_space.shape))
-            self._low = act_space.low.astype(np.float64).reshape(-1)
-            self._high = act_space.high.astype(np.float64).reshape(-1)
-            if not (np.all(np.isfinite(self._low)) and np.all(np.isfinite(self._high))):
-                raise ValueError(
-                    f"{env_id}: an unbounded Box action space cannot be scaled from [-1, 1]"
-                )
+            self._low, self._high = box_bounds(env_id, act_space)
         elif isinstance(act_space, spaces.Discrete):
             self.discrete = True
             act_dim = int(act_space.n)

@@ -34,6 +34,15 @@ def _flat_dim(space: spaces.Space) -> int:
     )
 
 
+def box_bounds(env_id: str, space: spaces.Box) -> tuple[np.ndarray, np.ndarray]:
+    """The flat float64 bounds of a Box action space, onto which [-1, 1] actions are scaled."""
+    low = space.low.astype(np.float64).reshape(-1)
+    high = space.high.astype(np.float64).reshape(-1)
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+        raise ValueError(f"{env_id}: an unbounded Box action space cannot be scaled from [-1, 1]")
+    return low, high
+
+
 def scale_box_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
     """[N, d] float32: actions in [-1, 1] (clipped first, so an exploring policy never sends an
     out-of-range action) mapped linearly onto the flat Box bounds ``low``, ``high`` [d]."""
@@ -82,12 +91,7 @@ class GymVecEnv:
         if isinstance(act_space, spaces.Box):
             self.discrete = False
             act_dim = int(np.prod(act_space.shape))
-            self._low = act_space.low.astype(np.float64).reshape(-1)
-            self._high = act_space.high.astype(np.float64).reshape(-1)
-            if not (np.all(np.isfinite(self._low)) and np.all(np.isfinite(self._high))):
-                raise ValueError(
-                    f"{env_id}: an unbounded Box action space cannot be scaled from [-1, 1]"
-                )
+            self._low, self._high = box_bounds(env_id, act_space)
             self._act_shape = act_space.shape
         elif isinstance(act_space, spaces.Discrete):
             self.discrete = True

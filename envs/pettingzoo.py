@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from envs.gym import box_bounds
 from wheeler2.env import EnvInfo, EnvReset, EnvStep
 
 REWARD_MODES = ("row", "sum", "heads")
@@ -144,10 +145,7 @@ class PettingZooVecEnv:
         if isinstance(act_space, spaces.Box):
             self.discrete = False
             act_dim = int(np.prod(act_space.shape))
-            self._low = act_space.low.astype(np.float64).reshape(-1)
-            self._high = act_space.high.astype(np.float64).reshape(-1)
-            if not (np.all(np.isfinite(self._low)) and np.all(np.isfinite(self._high))):
-                raise ValueError(f"{self.env_id}: unbounded Box actions cannot be scaled")
+            self._low, self._high = box_bounds(self.env_id, act_space)
         elif isinstance(act_space, spaces.Discrete):
             self.discrete = True
             act_dim = int(act_space.n)

@@ -37,6 +37,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -63,9 +64,35 @@ class Outcome:
     total_wall_s: float
 
 
+def zoo_kwargs() -> dict[str, Any]:
+    """rl-zoo's ppo_lstm.yml values for CartPoleNoVel-v1 as sb3-contrib's RecurrentPPO takes
+    them (also used by rppo_update_vs_sb3.py)."""
+    import torch
+
+    def linear(start: float) -> Any:
+        return lambda progress: progress * start
+
+    return dict(
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        ent_coef=0.0,
+        learning_rate=linear(1e-3),
+        clip_range=linear(0.2),
+        policy_kwargs=dict(
+            ortho_init=False,
+            activation_fn=torch.nn.ReLU,
+            lstm_hidden_size=64,
+            enable_critic_lstm=True,
+            net_arch=dict(pi=[64], vf=[64]),
+        ),
+    )
+
+
 def run_sb3(seed: int) -> Outcome:
     import gymnasium as gym
-    import torch
     from sb3_contrib import RecurrentPPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -103,30 +130,7 @@ def run_sb3(seed: int) -> Outcome:
                 return False
             return True
 
-    def linear(start: float):
-        return lambda progress: progress * start
-
-    model = RecurrentPPO(
-        "MlpLstmPolicy",
-        train,
-        n_steps=32,
-        batch_size=256,
-        gae_lambda=0.8,
-        gamma=0.98,
-        n_epochs=20,
-        ent_coef=0.0,
-        learning_rate=linear(1e-3),
-        clip_range=linear(0.2),
-        policy_kwargs=dict(
-            ortho_init=False,
-            activation_fn=torch.nn.ReLU,
-            lstm_hidden_size=64,
-            enable_critic_lstm=True,
-            net_arch=dict(pi=[64], vf=[64]),
-        ),
-        seed=seed,
-        device="cpu",
-    )
+    model = RecurrentPPO("MlpLstmPolicy", train, **zoo_kwargs(), seed=seed, device="cpu")
     cb = Evaluator()
     model.learn(total_timesteps=BUDGET, callback=cb)
     hit = cb.hit

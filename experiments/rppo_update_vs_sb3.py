@@ -57,6 +57,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "experiments"))
 
 ENV_ID = "CartPoleNoVel-v1"
 CFG = ROOT / "cfg" / "cartpole_novel_rppo.toml"
@@ -160,30 +161,11 @@ def build_sb3(seed: int) -> tuple[Any, Any, Splits]:
     )
     env = Recorder(VecNormalize(venv, norm_obs=True, norm_reward=False))
 
-    def linear(start: float) -> Any:
-        return lambda progress: progress * start
+    from recurrent_ppo_vs_sb3 import zoo_kwargs  # the values the learning comparison runs
 
-    model = RecurrentPPO(
-        "MlpLstmPolicy",
-        env,
-        n_steps=T,
-        batch_size=256,
-        gae_lambda=0.8,
-        gamma=0.98,
-        n_epochs=20,
-        ent_coef=0.0,
-        learning_rate=linear(1e-3),
-        clip_range=linear(0.2),
-        policy_kwargs=dict(
-            ortho_init=False,
-            activation_fn=torch.nn.ReLU,
-            lstm_hidden_size=HID,
-            enable_critic_lstm=True,
-            net_arch=dict(pi=[64], vf=[64]),
-        ),
-        seed=seed,
-        device="cpu",
-    )
+    kwargs = zoo_kwargs()
+    assert kwargs["n_steps"] == T and kwargs["policy_kwargs"]["lstm_hidden_size"] == HID
+    model = RecurrentPPO("MlpLstmPolicy", env, **kwargs, seed=seed, device="cpu")
     model.set_logger(configure(None, []))
     splits = Splits()
     rbuf.np = _NumpyProxy(splits)
