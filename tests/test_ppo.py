@@ -537,3 +537,23 @@ def test_recurrent_update_replays_what_the_policy_did(batch_size):
     assert second["state0"].abs().sum() > 0
     torch.testing.assert_close(second["starts"][0], first["done"][-1].bool())
     assert first["starts"].any() and second["starts"].any()
+
+
+def test_a_minibatch_with_one_active_row_averages_over_that_row():
+    """Masked means divide by the number of active rows: with one row present and one absent
+    the losses are that row's own, -A and A^2 (ratio 1, advantages not normalized)."""
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
+    params = Params(n_steps=1, batch_size=2, n_epochs=1, hidden=[8], normalize_advantage=False)
+    agent = PPO(space, params, seed=0)
+    obs = np.array([[0.5, -1.0, 2.0], [0.0, 0.0, 1.0]], np.float32)
+    nxt = np.array([[1.0, 1.0, 0.0], [2.0, -2.0, 0.0]], np.float32)
+    with torch.no_grad():
+        v, v_next = agent.critic(torch.as_tensor(obs)), agent.critic(torch.as_tensor(nxt))
+    adv = (2.0 + 0.99 * v_next[0] - v[0]).item()
+    out = agent.act(obs, explore=True)
+    z = np.zeros(2, bool)
+    step = Transitions(obs, out.action, np.full((2, 1), 2.0), nxt, z, z, nxt, out)
+    step.active = np.array([True, False])
+    metrics = agent.observe(step)
+    assert metrics["policy_loss"] == pytest.approx(-adv, rel=1e-5)
+    assert metrics["value_loss"] == pytest.approx(adv**2, rel=1e-5)
