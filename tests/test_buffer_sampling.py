@@ -97,20 +97,22 @@ def test_beta_anneals_linearly_to_one() -> None:
             np.testing.assert_allclose(batch["weight"], want, rtol=1e-5)
 
 
-def test_uniform_sampling_has_unit_weights_and_uniform_frequencies() -> None:
+@pytest.mark.parametrize("inserted", [14, 6])  # wrapped: items 4..13 stored; not yet: 0..5
+def test_uniform_sampling_has_unit_weights_and_uniform_frequencies(inserted: int) -> None:
     cfg = ReplayConfig(
         capacity=10, batch_size=500, prioritized=False, updates_per_insert=0, min_size=1
     )
     with Replay.create(Layout(obs_dim=3, act_dim=2, logp=True), cfg, gamma=0.9) as r:
-        _fill(r, 14)  # wrapped: items 4..13 are stored
-        counts = np.zeros(14)
+        _fill(r, inserted)
+        oldest = max(0, inserted - 10)
+        counts = np.zeros(inserted)
         for _ in range(20):
             batch = r.sample()
             assert np.all(batch["weight"] == 1.0)
             np.add.at(counts, batch["index"], 1)
             np.testing.assert_array_equal(batch["obs"][:, 0], batch["index"])
-        assert counts[:4].sum() == 0
-        assert counts[4:].min() > 0.7 * counts[4:].mean()
+        assert counts[:oldest].sum() == 0
+        assert counts[oldest:].min() > 0.7 * counts[oldest:].mean()
 
 
 def test_sample_keys_and_dtypes(replay: Replay) -> None:
