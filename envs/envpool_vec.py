@@ -86,8 +86,9 @@ class EnvpoolVecEnv:
         except (TypeError, ValueError, RuntimeError) as exc:
             raise ValueError(f"{self.env_id}: envpool could not build it: {exc}") from exc
 
-    def _flat(self, obs: np.ndarray) -> np.ndarray:
-        return np.asarray(obs, dtype=np.float32).reshape(self.num_envs, -1)
+    @staticmethod
+    def _flat(obs: np.ndarray) -> np.ndarray:
+        return np.asarray(obs, dtype=np.float32).reshape(obs.shape[0], -1)
 
     def reset(self, seed: int | None = None) -> EnvReset:
         if not self._fresh or (seed is not None and seed != self._seed):
@@ -113,7 +114,7 @@ class EnvpoolVecEnv:
         if ended.size:
             first, reset_info = self._pool.reset(ended.astype(np.int32))
             obs = final_obs.copy()
-            obs[np.asarray(reset_info["env_id"])] = self._flat_rows(first)
+            obs[np.asarray(reset_info["env_id"])] = self._flat(first)
         return EnvStep(
             obs=obs,
             reward=np.asarray(reward, np.float32),
@@ -122,9 +123,6 @@ class EnvpoolVecEnv:
             final_obs=final_obs,
             infos=infos,
         )
-
-    def _flat_rows(self, obs: np.ndarray) -> np.ndarray:
-        return np.asarray(obs, dtype=np.float32).reshape(obs.shape[0], -1)
 
     def close(self) -> None:
         close = getattr(self._pool, "close", None)
