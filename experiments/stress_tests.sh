@@ -14,9 +14,18 @@ for _ in $(seq "$(nproc)"); do
   load+=($!)
 done
 trap 'kill "${load[@]}" 2>/dev/null' EXIT
+# Every default test that starts processes, threads or a team on the local or ray backend.
 tests=(tests/test_faults.py tests/test_local.py tests/test_buffer_gate.py
        tests/test_buffer_concurrent.py tests/test_sync.py tests/test_shm_sweep.py
-       tests/test_buffer_lifecycle.py tests/test_runtime.py tests/test_resume_runtime.py)
+       tests/test_buffer_lifecycle.py tests/test_runtime.py tests/test_resume_runtime.py
+       tests/test_backends_agree.py tests/test_vector.py tests/test_run_dir.py tests/test_api.py
+       tests/test_task_path.py::test_run_eval_and_resume_from_other_folders
+       "tests/test_finite_guard.py::test_a_nan_reward_head_stops_the_run_naming_head_and_step[local]"
+       tests/test_detached.py::test_local_team_with_a_detached_explorer_per_head_runs
+       tests/test_tables.py::test_local_two_tables_each_explorer_syncs_from_its_own_tables_learner
+       tests/test_cli.py::test_check_exit_codes_via_python_m
+       "tests/test_recurrent_ppo.py::test_a_team_with_a_recurrent_explorer_runs_and_syncs[local]"
+       tests/test_buffer_sequence.py::test_state_written_in_one_process_is_read_back_in_another)
 failed=0
 for i in $(seq "$rounds"); do
   start=$(date +%s)
