@@ -16,7 +16,8 @@ done
 trap 'kill "${load[@]}" 2>/dev/null' EXIT
 # Every default test that starts processes, threads or a team on the local or ray backend.
 tests=(tests/test_faults.py tests/test_local.py tests/test_buffer_gate.py
-       tests/test_buffer_concurrent.py tests/test_sync.py tests/test_shm_sweep.py
+       tests/test_buffer_concurrent.py tests/test_buffer_gate_rules.py tests/test_buffer_sampling.py
+       tests/test_sync.py tests/test_shm_sweep.py tests/test_ray.py
        tests/test_buffer_lifecycle.py tests/test_runtime.py tests/test_resume_runtime.py
        tests/test_backends_agree.py tests/test_vector.py tests/test_run_dir.py tests/test_api.py
        tests/test_task_path.py::test_run_eval_and_resume_from_other_folders
@@ -26,13 +27,29 @@ tests=(tests/test_faults.py tests/test_local.py tests/test_buffer_gate.py
        tests/test_cli.py::test_check_exit_codes_via_python_m
        "tests/test_recurrent_ppo.py::test_a_team_with_a_recurrent_explorer_runs_and_syncs[local]"
        tests/test_buffer_sequence.py::test_state_written_in_one_process_is_read_back_in_another)
+# What a round leaves behind counts as a failure too: shared memory whose creating process is
+# gone (names carry the creator's pid: w2r_<pid>_...), and any process of this checkout's venv.
+leftovers() {
+  local seg pid found=()
+  for seg in /dev/shm/w2r_* /dev/shm/sem.w2r_*; do
+    [ -e "$seg" ] || continue
+    pid=${seg#*w2r_}
+    pid=${pid%%_*}
+    kill -0 "$pid" 2>/dev/null || found+=("$(basename "$seg")")
+  done
+  pgrep -f "^$PWD/.venv/bin/python|^.venv/bin/python -m pytest|raylet|gcs_server" > /dev/null \
+    && found+=("processes: $(pgrep -f "^$PWD/.venv/bin/python|raylet|gcs_server" | tr '\n' ' ')")
+  echo "${found[*]}"
+}
 failed=0
 for i in $(seq "$rounds"); do
   start=$(date +%s)
   .venv/bin/python -m pytest -q -p no:warnings "${tests[@]}" > "/tmp/wheeler2_stress_$i.log" 2>&1
   rc=$?
-  [ "$rc" -ne 0 ] && failed=$((failed + 1))
-  echo "round $i: exit $rc, $(( $(date +%s) - start )) s, $(tail -1 "/tmp/wheeler2_stress_$i.log")"
+  sleep 5  # let the last team's processes exit before looking for what is left
+  left=$(leftovers)
+  { [ "$rc" -ne 0 ] || [ -n "$left" ]; } && failed=$((failed + 1))
+  echo "round $i: exit $rc, $(( $(date +%s) - start )) s, $(tail -1 "/tmp/wheeler2_stress_$i.log")${left:+, LEFT BEHIND: $left}"
 done
 echo "$((rounds - failed)) of $rounds rounds passed"
 [ "$failed" -eq 0 ]
