@@ -147,6 +147,26 @@ def test_member_that_raises_is_named_with_its_traceback(tmp_path: Path) -> None:
     assert leftover_shm(proc.pid) == []
 
 
+def test_no_member_steps_before_the_slowest_has_started(tmp_path: Path, monkeypatch) -> None:
+    """The team's start line: an explorer that takes 3 s to come up (a Unity build's launch,
+    say) still gets its share, because nobody claims a step before every member has reported
+    Started. Without the line the learner spends the whole 300-step budget (well under 3 s of
+    Pendulum even on a loaded machine) before the explorer exists."""
+    from wheeler2.config import load
+    from wheeler2.runtime import run_experiment
+
+    text = TEAM.format(
+        total=300, explorer="w2_faults:SlowStartDDPG", explorer_params="start_delay = 3.0"
+    )
+    cfg = tmp_path / "team.toml"
+    cfg.write_text(text.replace("count = 2", "count = 1").replace("learning_starts = 200", ""))
+    monkeypatch.setenv("W2_DRIVER_PID", str(os.getpid()))
+    run = run_experiment(load(cfg, overrides=[f'experiment.out="{tmp_path / "runs"}"']))
+    members = json.loads((run / "summary.json").read_text())["members"]
+    assert members["explorer"]["env_steps"] > 0, members
+    assert members["target"]["env_steps"] + members["explorer"]["env_steps"] == 300
+
+
 # SIGINT alone: test_faults.py's Ctrl-C on every backend. SIGTERM runs here; resuming the local
 # backend's interrupted run is slow (test_resume_runtime.py resumes in the default run).
 @pytest.mark.parametrize(

@@ -76,3 +76,21 @@ def nan_after_300(obs, action, next_obs, achieved_goal, desired_goal, info) -> n
 def huge(obs, action, next_obs, achieved_goal, desired_goal, info) -> np.ndarray:
     """A finite reward so large that the critic's squared TD error overflows to inf."""
     return np.full(len(obs), 3e38, np.float32)
+
+
+@dataclass
+class SlowStartDDPGParams(DDPGParams):
+    start_delay: float = 0.0  # seconds this member takes to come up (a slow env build, say)
+
+
+class SlowStartDDPG(DDPG):
+    """A member whose construction takes ``start_delay`` seconds, as a Unity build's launch
+    does: the team's start line must hold the others until it is up. Not in the process named
+    by ``W2_DRIVER_PID`` (the driver builds each member's agent once to check the team)."""
+
+    Params = SlowStartDDPGParams
+
+    def __init__(self, space, params, device: str = "cpu", seed: int = 0) -> None:  # noqa: ANN001
+        if str(os.getpid()) != os.environ.get("W2_DRIVER_PID"):
+            time.sleep(params.start_delay)
+        super().__init__(space, params, device=device, seed=seed)

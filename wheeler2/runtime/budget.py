@@ -2,9 +2,12 @@
 
 ``block[GRANTED]`` counts env steps handed out, ``block[STEPS + i]`` the steps member ``i``
 took; claims take the lock, so the run ends at exactly ``total_steps`` (or as close as a whole
-vector step of the last member allows). The same class serves one process (a numpy array and no
-lock) and many (a ``multiprocess`` shared array and lock). The Ray backend's budget is claimed
-from its board instead (``runtime.ray_member``).
+vector step of the last member allows). ``block[OPEN]`` is the start line: members take no step
+before the coordinator has heard every one of them start, so a member whose process, imports or
+env take longer to come up still gets its share of the run. The same class serves one process
+(a numpy array and no lock) and many (a ``multiprocess`` shared array and lock). The Ray
+backend's budget is claimed from its board instead (``runtime.ray_member``), behind the same
+start line.
 """
 
 from __future__ import annotations
@@ -14,13 +17,14 @@ from typing import Any
 
 import numpy as np
 
-GRANTED, REQUEST, STOP, STEPS = 0, 1, 2, 3
+GRANTED, REQUEST, STOP, OPEN, STEPS = 0, 1, 2, 3, 4
 
 
-def new_block(member_steps: list[int], shared: Any | None = None) -> Any:
+def new_block(member_steps: list[int], shared: Any | None = None, opened: bool = True) -> Any:
     """Counters for a team whose members took ``member_steps`` so far (resume); ``shared`` is a
-    multiprocess context for a block the member processes can see, None for one process."""
-    values = [sum(member_steps), 0, 0, *member_steps]
+    multiprocess context for a block the member processes can see, None for one process;
+    ``opened``: whether members may step at once (else once ``block[OPEN]`` is set)."""
+    values = [sum(member_steps), 0, 0, int(opened), *member_steps]
     if shared is None:
         return np.array(values, np.int64)
     return shared.Array("q", values, lock=False)
@@ -54,6 +58,9 @@ class CountingBudget:
 
     def stopped(self) -> bool:
         return bool(self.block[STOP])
+
+    def opened(self) -> bool:
+        return bool(self.block[OPEN])
 
     def request(self) -> int:
         return int(self.block[REQUEST])

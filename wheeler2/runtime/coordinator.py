@@ -63,6 +63,9 @@ class Transport(Protocol):
     def request_states(self) -> int:
         """Ask every member for its state (a checkpoint); returns the request number."""
 
+    def open(self) -> None:
+        """Every member has started: they may take env steps (the start line)."""
+
     def release(self, table: str) -> None:
         """Nobody samples ``table`` any more: its producers waiting on the ratio gate may go."""
 
@@ -201,6 +204,8 @@ class Coordinator:
         elif isinstance(message, Started):
             self.started[name] = message
             self._write_members()
+            if len(self.started) == len(self.names):
+                self.transport.open()
         elif isinstance(message, Failed):
             self.errors.setdefault(name, message)
 

@@ -23,7 +23,7 @@ import multiprocess as mp
 from multiprocess.connection import wait
 
 from wheeler2.runtime import build
-from wheeler2.runtime.budget import REQUEST, STOP, CountingBudget, new_block, run_steps
+from wheeler2.runtime.budget import OPEN, REQUEST, STOP, CountingBudget, new_block, run_steps
 from wheeler2.runtime.coordinator import prepare, run_team
 from wheeler2.runtime.messages import Message
 
@@ -146,7 +146,7 @@ class LocalTransport:
         self.replays: dict[str, Any] = {}  # table -> replay (an on-policy learner's table: none)
         self.publishers: dict[str, Any] = {}  # table -> its learner's weights
         steps = [build.member_payload(payload, p.name)[1] for p in setup.plans]
-        self.block = new_block(steps, shared=self.ctx)
+        self.block = new_block(steps, shared=self.ctx, opened=False)
         self.lock = self.ctx.Lock()
         try:
             for table in setup.tables:
@@ -221,6 +221,9 @@ class LocalTransport:
     def request_states(self) -> int:
         self.block[REQUEST] += 1
         return int(self.block[REQUEST])
+
+    def open(self) -> None:
+        self.block[OPEN] = 1
 
     def release(self, table: str) -> None:
         if table in self.replays:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from wheeler2.config import Config
 
 REPORT_EVERY_S = 2.0  # figures, which are also the member's heartbeat
+START_POLL_S = 0.01  # how often a member at the start line looks whether the team is up
 
 
 class NonFiniteError(RuntimeError):
@@ -386,6 +387,9 @@ class Budget(Protocol):
     def stopped(self) -> bool:
         """The coordinator asked every member to stop (Ctrl-C, a failure, the threshold)."""
 
+    def opened(self) -> bool:
+        """Every member has started: steps may be claimed (the team's start line)."""
+
     def request(self) -> int:
         """The coordinator's checkpoint request counter: a change asks for this member's state."""
 
@@ -511,6 +515,7 @@ class MemberLoop:
         self.next_publish = PUBLISH_EVERY
         self.seen_request = self.budget.request()
         self.next_report = time.perf_counter() + REPORT_EVERY_S
+        self.running = False  # past the team's start line (Budget.opened)
         self.link.send(
             Started(
                 member=plan.name,
@@ -528,6 +533,13 @@ class MemberLoop:
         if budget.stopped():
             self.stopped = True
             return False
+        if not self.running:
+            if not budget.opened():
+                time.sleep(START_POLL_S)
+                self._report_when_due()  # a heartbeat while the slowest member starts
+                return True
+            self.running = True
+            self.member.stats.started = time.perf_counter()  # rates count from the start line
         want = self.member.env.num_envs
         if not budget.claim(want):
             self.stopped = budget.stopped()

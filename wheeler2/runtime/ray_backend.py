@@ -249,6 +249,9 @@ class RayTransport:
     def request_states(self) -> int:
         return int(ray.get(self.board.ask_states.remote()))
 
+    def open(self) -> None:
+        self.board.open.remote()
+
     def release(self, table: str) -> None:
         # One table on ray (the config refuses more): its shards are all there is to release.
         for shard in self.shards:

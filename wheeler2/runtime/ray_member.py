@@ -43,6 +43,7 @@ class Board:
         self.granted = int(sum(member_steps.values()))
         self.steps = dict(member_steps)  # env steps each member reported having taken
         self.stopped = False
+        self.opened = False  # the start line: no steps before every member has started
         self.request = 0
         self.weights: tuple[int, list[Any]] | None = None
         self.messages: list[Message] = []
@@ -55,12 +56,14 @@ class Board:
         checkpoint request and newer weights."""
         self.steps[name] = int(steps_done)
         self.granted -= int(give_back)
-        granted = 0 if self.stopped else max(0, min(want, self.total_steps - self.granted))
+        closed = self.stopped or not self.opened
+        granted = 0 if closed else max(0, min(want, self.total_steps - self.granted))
         self.granted += granted
         reply: dict[str, Any] = {
             "granted": granted,
             "total": self.granted,
             "stop": self.stopped,
+            "open": self.opened,
             "request": self.request,
             "others": sum(v for k, v in self.steps.items() if k != name),
         }
@@ -87,6 +90,13 @@ class Board:
     def stop(self) -> None:
         self.stopped = True
 
+    def open(self) -> None:
+        self.opened = True
+
+    def gate(self) -> tuple[bool, bool]:
+        """(open, stopped): what a member at the start line waits on."""
+        return self.opened, self.stopped
+
     def ping(self) -> bool:
         return True
 
@@ -110,12 +120,14 @@ class BoardBudget:
             "granted": 0,
             "total": 0,
             "stop": False,
+            "open": False,
             "request": 0,
             "others": 0,
         }
         self.weights: tuple[int, list[Any]] | None = None
         self.in_flight: Any = None
         self.done = False
+        self.is_open = False
 
     def _send_claim(self) -> None:
         version = self.weights[0] if self.weights else 0
@@ -133,8 +145,11 @@ class BoardBudget:
         if "weights" in reply:
             self.weights = reply["weights"]
         self.left += reply["granted"]
-        if reply["stop"] or not reply["granted"]:
+        if reply["stop"]:
             return False
+        if not reply["granted"]:
+            # Nothing left, unless the claim was answered before the start line opened.
+            return not reply["open"]
         self._send_claim()
         return True
 
@@ -162,6 +177,12 @@ class BoardBudget:
 
     def stopped(self) -> bool:
         return bool(self.reply["stop"])
+
+    def opened(self) -> bool:
+        if not self.is_open:
+            self.is_open, stop = ray.get(self.board.gate.remote())
+            self.reply["stop"] = self.reply["stop"] or stop
+        return self.is_open
 
     def request(self) -> int:
         return int(self.reply["request"])

@@ -168,6 +168,9 @@ class SerialTransport:
         self.block[REQUEST] += 1
         return int(self.block[REQUEST])
 
+    def open(self) -> None:
+        pass  # every loop is built in start(), before the first tick: the block starts open
+
     def release(self, table: str) -> None:
         pass  # one process: nobody waits on the gate
 

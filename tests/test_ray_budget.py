@@ -1,0 +1,67 @@
+"""The ray board's budget and start line, without a cluster: the board's own class behind a
+handle whose ``.remote`` calls run at once, and ``ray.get`` / ``ray.wait`` as identities."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+ray_member = pytest.importorskip(
+    "wheeler2.runtime.ray_member", reason="backend ray needs the optional extra"
+)
+
+
+class Handle:
+    """An actor handle whose method calls return their results instead of references."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __getattr__(self, name: str) -> SimpleNamespace:
+        return SimpleNamespace(remote=getattr(self.obj, name))
+
+
+@pytest.fixture
+def board(monkeypatch: pytest.MonkeyPatch) -> Handle:
+    monkeypatch.setattr(ray_member.ray, "get", lambda ref: ref)
+    monkeypatch.setattr(ray_member.ray, "wait", lambda refs, timeout=None: (refs, []))
+    return Handle(ray_member.Board.__ray_actor_class__(100, {"a": 0, "b": 0}))
+
+
+def test_the_board_grants_nothing_before_the_start_line(board: Handle) -> None:
+    assert board.claim.remote("a", 30, 0, 0, 0)["granted"] == 0
+    assert board.gate.remote() == (False, False)
+    board.open.remote()
+    assert board.claim.remote("a", 30, 0, 0, 0)["granted"] == 30
+    assert board.gate.remote() == (True, False)
+
+
+def test_a_claim_answered_before_the_line_does_not_end_the_member(
+    board: Handle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An explorer's first weight pull polls the board while the team is still starting: the
+    # board answers that claim with nothing granted, and the answer is still unread (not ready
+    # at the poll) when the line opens. Read at the first claim, it must not mean "spent".
+    monkeypatch.setattr(ray_member.ray, "wait", lambda refs, timeout=None: ([], refs))
+    a = ray_member.BoardBudget(board, "a", 16, 0)
+    a.poll()
+    assert a.in_flight is not None
+    assert not a.opened()
+    board.open.remote()
+    assert a.opened()
+    taken = 0
+    while a.claim(4):
+        a.settle(4, 4)
+        taken += 4
+    assert taken == 100  # the whole budget, exactly: nothing lost to the early claim
+    assert not a.stopped()
+
+
+def test_a_stop_reaches_a_member_waiting_at_the_line(board: Handle) -> None:
+    b = ray_member.BoardBudget(board, "b", 16, 0)
+    assert not b.opened() and not b.stopped()
+    board.stop.remote()
+    assert not b.opened()
+    assert b.stopped()
