@@ -232,7 +232,10 @@ def start(cfg: Path, out: Path, *args: str, env: dict[str, str] | None = None) -
     )  # fmt: skip
 
 
-def wait_running(out: Path, proc: subprocess.Popen, timeout: float = 120) -> tuple[Path, dict]:
+# A wait for an event, not a speed bound: a team that never reports fails here. 240 s (under
+# the 300 s per-test limit) because a loaded two-core machine took over 120 s to bring up a
+# ray team (experiments/stress_tests.sh, 2026-11-25).
+def wait_running(out: Path, proc: subprocess.Popen, timeout: float = 240) -> tuple[Path, dict]:
     """Until every member has reported figures at least once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -27,6 +27,7 @@ class Handle:
 def board(monkeypatch: pytest.MonkeyPatch) -> Handle:
     monkeypatch.setattr(ray_member.ray, "get", lambda ref: ref)
     monkeypatch.setattr(ray_member.ray, "wait", lambda refs, timeout=None: (refs, []))
+    monkeypatch.setattr(ray_member, "GATE_POLL_S", 0.0)  # every opened() asks the board
     return Handle(ray_member.Board.__ray_actor_class__(100, {"a": 0, "b": 0}))
 
 
@@ -65,3 +66,19 @@ def test_a_stop_reaches_a_member_waiting_at_the_line(board: Handle) -> None:
     board.stop.remote()
     assert not b.opened()
     assert b.stopped()
+
+
+def test_a_member_at_the_line_asks_the_board_at_most_every_gate_poll(
+    board: Handle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ray_member, "GATE_POLL_S", 3600.0)
+    asked = []
+    gate = board.obj.gate
+    monkeypatch.setattr(board.obj, "gate", lambda: asked.append(1) or gate())
+    a = ray_member.BoardBudget(board, "a", 16, 0)
+    assert not a.opened() and not a.opened()
+    assert len(asked) == 1
+    a.next_gate = 0.0  # the hour is up
+    board.open.remote()
+    assert a.opened() and a.opened()
+    assert len(asked) == 2  # open for good: never asked again

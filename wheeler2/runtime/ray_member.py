@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from typing import Any
 
 import ray
 
 from wheeler2.runtime import build
 from wheeler2.runtime.messages import Message
+
+GATE_POLL_S = 0.1  # how often a member at the start line asks the board whether it is open
 
 
 def where() -> dict[str, Any]:
@@ -128,6 +131,7 @@ class BoardBudget:
         self.in_flight: Any = None
         self.done = False
         self.is_open = False
+        self.next_gate = 0.0  # when a member at the start line may ask the board again
 
     def _send_claim(self) -> None:
         version = self.weights[0] if self.weights else 0
@@ -179,7 +183,10 @@ class BoardBudget:
         return bool(self.reply["stop"])
 
     def opened(self) -> bool:
-        if not self.is_open:
+        now = time.monotonic()
+        if not self.is_open and now >= self.next_gate:
+            # A round trip to the board: not every tick, while the slowest member still starts.
+            self.next_gate = now + GATE_POLL_S
             self.is_open, stop = ray.get(self.board.gate.remote())
             self.reply["stop"] = self.reply["stop"] or stop
         return self.is_open
