@@ -4,13 +4,14 @@
     python experiments/bench_all.py --quick    # fewer rounds: a smoke run, not figures to quote
 
 Runs, one after another (never side by side: each is a timing), ``bench_replay.py`` (central
-replay vs cpprb, HER vs a plain sample), ``bench_learner.py`` (DDPG gradient steps/s vs SB3's
-``train()``), ``bench_scaling.py`` (explorers' env steps/s with 1-8 explorer processes, the
-learner's updates/s meanwhile) and ``bench_collect.py`` (a member's collection loop vs
-gymnasium's). Each writes its full table to ``experiments/results/performance/<name>.md``;
-this script then rewrites ``experiments/results/performance.md``: machine, date, load, and one
-row per headline figure, with the target and whether it is met. The hand-annotated result files
-beside them (``bench_replay.md`` and so on) are left alone.
+replay vs cpprb, with 8 producers inserting, HER vs a plain sample), ``bench_learner.py`` (DDPG
+gradient steps/s vs SB3's ``train()``), ``bench_scaling.py`` (explorers' env steps/s with 1-8
+explorer processes, the learner's updates/s meanwhile) and ``bench_collect.py`` (a member's
+collection loop vs gymnasium's). Each writes its full table to
+``experiments/results/performance/<name>.md``; this script then rewrites
+``experiments/results/performance.md``: machine, date, load, and one row per headline figure,
+with the target and whether it is met. The hand-annotated result files beside them
+(``bench_replay.md`` and so on) are left alone.
 """
 
 from __future__ import annotations
@@ -44,12 +45,16 @@ HEADLINES = [
      r"wheeler2 Replay, vs cpprb", 3, ">= 2.0x", 2.0),
     ("learner sampling with 2 producer processes, vs cpprb's", "bench_replay",
      r"wheeler2 Replay \(inserts", 3, ">= 5.0x", 5.0),
+    ("learner sample + update with 8 producer processes inserting vs paused", "bench_replay",
+     r"8 inserting", 3, ">= 0.8x", 0.8),
     ("HER future k=4 sample vs a plain prioritized sample", "bench_replay",
      r"wheeler2 HER future k=4 \|", 3, ">= 0.8x", 0.8),
     ("DDPG gradient steps/s vs SB3 train(), HalfCheetah shapes", "bench_learner",
      r"halfcheetah .* wheeler2 prioritized", 4, ">= 1.5x", 1.5),
     ("DDPG gradient steps/s vs SB3 train(), Pendulum shapes", "bench_learner",
      r"pendulum .* wheeler2 prioritized", 4, ">= 1.5x", 1.5),
+    ("the DDPG step's matrix products alone vs SB3 train(), HalfCheetah shapes", "bench_learner",
+     r"halfcheetah .* matrix products", 4, "the ceiling of the row above", None),
     ("8 explorers' env steps/s vs 1, 2 ms env step", "bench_scaling",
      r"2 ms step \| 8 \|", 3, ">= 6.0x", 6.0),
     ("learner updates/s with 8 explorers vs alone, 2 ms env step", "bench_scaling",

@@ -14,9 +14,17 @@ Pendulum (obs 3, act 1) and HalfCheetah (obs 17, act 6). Rows:
   sample the central shared-memory replay, move the batch to torch, ``DDPG.learn``), with
   ``prioritized = false``, SB3's sampling;
 * ``wheeler2 prioritized``: the same with PER (sample by priority, importance weights, write
-  the new priorities back), what the shipped configs run: a separate row, SB3 has no PER.
+  the new priorities back), what the shipped configs run: a separate row, SB3 has no PER;
+* ``wheeler2 prioritized, prefetch off``: that step with ``[buffer] prefetch = false``: the
+  next batch sampled after the step instead of during it, in the same thread. The rows above
+  use the default (prefetch on: sampling in a second thread, so on a second core);
+* ``matrix products alone``: only the matrix products of one wheeler2 DDPG step (the
+  forwards, the backwards that the step asks for), on the same tensors again and again, so on
+  hot caches: no autograd, no optimizer, no sampling. Not an arm: a ceiling. SB3's time over
+  this one bounds what any implementation of the step on this core can reach.
 
-Arms alternate within each round (machine load hits all alike); the table gives the median
+Arms alternate within each round, the order rotating from round to round (machine load hits
+all alike); the table gives the median
 steps/s over rounds and each wheeler2 row's ratio to SB3's median. Writes
 ``experiments/results/bench_learner.md``.
 """
@@ -31,7 +39,6 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -42,10 +49,11 @@ sys.path.insert(0, str(ROOT))
 from agents.ddpg import DDPG, Params  # noqa: E402
 from wheeler2.agent import SpaceInfo  # noqa: E402
 from wheeler2.buffer import Layout, Replay, ReplayConfig  # noqa: E402
-from wheeler2.runtime.member import Trainer  # noqa: E402
+from wheeler2.runtime.trainer import Trainer  # noqa: E402
 
 BATCH, HIDDEN, FILL, CAPACITY = 256, [256, 256], 100_000, 200_000
 SHAPES = {"pendulum": (3, 1), "halfcheetah": (17, 6)}
+FLOOR = "matrix products alone, hot caches"
 
 
 def sb3_arm(obs_dim: int, act_dim: int) -> Callable[[int], None]:
@@ -83,7 +91,10 @@ def sb3_arm(obs_dim: int, act_dim: int) -> Callable[[int], None]:
     return run
 
 
-def wheeler_arm(obs_dim: int, act_dim: int, prioritized: bool) -> tuple[Callable[[int], None], Any]:
+def wheeler_arm(
+    obs_dim: int, act_dim: int, prioritized: bool, prefetch: bool = True
+) -> tuple[Callable[[int], None], Callable[[], None]]:
+    """(take N learner steps, close)."""
     cfg = ReplayConfig(
         capacity=CAPACITY,
         batch_size=BATCH,
@@ -106,13 +117,51 @@ def wheeler_arm(obs_dim: int, act_dim: int, prioritized: bool) -> tuple[Callable
         )
     writer.flush()
     params = Params(hidden=HIDDEN, gamma=0.99, tau=0.005, learning_starts=0)
-    trainer = Trainer(DDPG(SpaceInfo(obs_dim, act_dim, False), params), replay)
+    agent = DDPG(SpaceInfo(obs_dim, act_dim, False), params)
+    trainer = Trainer(agent, replay, prefetch=prefetch)
 
     def run(steps: int) -> None:
         done = trainer.train_available(max_updates=steps)
         assert done == steps, done
 
-    return run, replay
+    def close() -> None:
+        trainer.close()
+        replay.close()
+
+    return run, close
+
+
+def matmul_floor(obs_dim: int, act_dim: int) -> Callable[[int], None]:
+    """The matrix products of one wheeler2 DDPG step, alone, on hot caches (a ceiling)."""
+    b, (h1, h2) = BATCH, HIDDEN
+    r = torch.randn
+    actor = [r(h1, obs_dim), r(h2, h1), r(act_dim, h2)]
+    critic = [r(h1, obs_dim + act_dim), r(h2, h1), r(1, h2)]
+    bias = [r(h1), r(h2)]
+    xa, xc = r(b, obs_dim), r(b, obs_dim + act_dim)
+    g1, g2, gq, ga = r(b, h1), r(b, h2), r(b, 1), r(b, act_dim)
+    a1, a2 = r(b, h1), r(b, h2)
+
+    def forward(x: torch.Tensor, w: list[torch.Tensor]) -> None:
+        y = torch.addmm(bias[0], x, w[0].t())
+        y = torch.addmm(bias[1], y, w[1].t())
+        y @ w[2].t()
+
+    def step() -> None:
+        forward(xa, actor)  # target actor
+        forward(xc, critic)  # target critic
+        forward(xc, critic)  # critic
+        gq.t() @ a2, gq @ critic[2], g2.t() @ a1, g2 @ critic[1], g1.t() @ xc  # its backward
+        forward(xa, actor)  # actor
+        forward(xc, critic)  # critic of the actor loss
+        gq @ critic[2], g2 @ critic[1], g1 @ critic[0]  # input gradients only
+        ga.t() @ a2, ga @ actor[2], g2.t() @ a1, g2 @ actor[1], g1.t() @ xa  # actor backward
+
+    def run(steps: int) -> None:
+        for _ in range(steps):
+            step()
+
+    return run
 
 
 def rate(run: Callable[[int], None], steps: int) -> float:
@@ -147,24 +196,33 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for shape in args.shapes:
         obs_dim, act_dim = SHAPES[shape]
-        uniform, r1 = wheeler_arm(obs_dim, act_dim, prioritized=False)
-        per, r2 = wheeler_arm(obs_dim, act_dim, prioritized=True)
-        arms = {"sb3": sb3_arm(obs_dim, act_dim), "wheeler2 uniform": uniform}
-        arms["wheeler2 prioritized"] = per
+        arms = {"sb3": sb3_arm(obs_dim, act_dim)}
+        closers = []
+        for name, prioritized, prefetch in (
+            ("wheeler2 uniform", False, True),
+            ("wheeler2 prioritized", True, True),
+            ("wheeler2 prioritized, prefetch off", True, False),
+        ):
+            arms[name], close = wheeler_arm(obs_dim, act_dim, prioritized, prefetch)
+            closers.append(close)
+        arms[FLOOR] = matmul_floor(obs_dim, act_dim)
         try:
             for run in arms.values():  # warm-up: first-call allocations and compiles
                 run(20)
             rates: dict[str, list[float]] = {name: [] for name in arms}
-            for _ in range(args.rounds):
-                for name, run in arms.items():
-                    rates[name].append(rate(run, args.steps))
+            for i in range(args.rounds):
+                names = list(arms)
+                for name in names[i % len(names) :] + names[: i % len(names)]:
+                    rates[name].append(rate(arms[name], args.steps))
         finally:
-            r1.close()
-            r2.close()
+            for close in closers:
+                close()
         base = float(np.median(rates["sb3"]))
         for name, xs in rates.items():
             med = float(np.median(xs))
             ratio = "1" if name == "sb3" else f"{med / base:.2f}x"
+            if name == FLOOR:
+                ratio = f"{ratio} (ceiling)"
             lines.append(
                 f"| {shape} ({obs_dim}/{act_dim}) | {name} | {med:,.0f} | "
                 f"{min(xs):,.0f}-{max(xs):,.0f} | {ratio} |"

@@ -5,7 +5,7 @@
 Capacity 1M, obs 17, act 6, batch 256 (TorchRL's own replay benchmark settings). Every case
 runs its arms in interleaved rounds (the order rotating each round) and reports the median
 rate per arm and the median of the per-round ratios, so that load from other processes on the
-machine hits every arm alike. Three cases:
+machine hits every arm alike. Four cases:
 
 (a) one process, prioritized sample + update_priorities in a loop: wheeler2 vs cpprb's
     PrioritizedReplayBuffer vs TorchRL's PrioritizedReplayBuffer (LazyTensorStorage, one torch
@@ -16,6 +16,12 @@ machine hits every arm alike. Three cases:
     vector step of 8 envs at a time, paced to the same rate for both libraries (--insert-rate
     transitions/s each, a fast simulator's pace), so the learner's throughput is what differs;
     one round per library (each needs its own processes);
+(d) the learner alternating sample -> update_priorities while 8 producer processes insert,
+    against its own rate while those processes are paused (target: >= 0.8x): what inserting
+    costs the learner (locks, the tree's new leaves, cache traffic), not cpprb. The producers
+    are paced at --many-rate transitions/s each (an env-bound explorer's pace: 1,000/s is 8
+    copies of a 8 ms simulator step); they run in every round and only pause in the "none"
+    arm, which alternates with the "8 inserting" arm round by round;
 (c) HER future k=4 sample vs a plain prioritized sample on the same goal buffer (target:
     >= 0.8x). The relabel function is a vectorized distance threshold, as gymnasium-robotics'
     compute_reward; a third arm relabels with a function that returns zeros, to show the
@@ -33,6 +39,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +50,7 @@ from wheeler2.buffer import HerConfig, Layout, Replay, ReplayConfig  # noqa: E40
 
 OBS, ACT, BATCH, GOAL = 17, 6, 256, 3
 PRODUCERS, PRODUCER_ENVS = 2, 8
+MANY_PRODUCERS = 8  # case d
 
 
 # -- filling -------------------------------------------------------------------------------
@@ -248,6 +256,33 @@ def produce_cpprb(rb: object, rate: float, stop: object, out: object, seed: int)
     out.put(n / (time.perf_counter() - t0))
 
 
+def produce_paused(
+    handle: object, rate: float, go: object, stop: object, out: object, seed: int
+) -> None:
+    """Like :func:`produce_wheeler`, but inserting only while ``go`` is set."""
+    replay = Replay.attach(handle)
+    rng = np.random.default_rng(seed)
+    w = replay.writer(PRODUCER_ENVS)
+    obs = rng.standard_normal((PRODUCER_ENVS, OBS)).astype(np.float32)
+    act = rng.uniform(-1, 1, (PRODUCER_ENVS, ACT)).astype(np.float32)
+    rew = rng.standard_normal((PRODUCER_ENVS, 1)).astype(np.float32)
+    zeros = np.zeros(PRODUCER_ENVS, dtype=bool)
+    n, active = 0, 0.0
+    while not stop.is_set():
+        if not go.wait(0.05):
+            continue
+        t0 = time.perf_counter()
+        w.add(obs, act, rew, obs, rng.random(PRODUCER_ENVS) < 0.005, zeros)
+        n += PRODUCER_ENVS
+        left = PRODUCER_ENVS / rate - (time.perf_counter() - t0)
+        if left > 0:
+            time.sleep(left)
+        active += time.perf_counter() - t0
+    w.flush()
+    out.put(n / max(active, 1e-9))
+    replay.close()
+
+
 def run_with_producers(
     ctx: object, target: object, arg: object, rate: float, learn: object, seconds: float
 ) -> tuple[float, float]:
@@ -400,6 +435,62 @@ def case_c(capacity: int, seconds: float, rounds: int) -> list[tuple]:
     ]
 
 
+def case_d(capacity: int, seconds: float, rounds: int, rate: float) -> list[tuple]:
+    import multiprocess
+
+    layout = Layout(obs_dim=OBS, act_dim=ACT)
+    cfg = ReplayConfig(
+        capacity=capacity, batch_size=BATCH, prioritized=True, updates_per_insert=0, min_size=1
+    )
+    mp = multiprocess.get_context("spawn")
+    go, stop, out = mp.Event(), mp.Event(), mp.Queue()
+    with Replay.create(layout, cfg, gamma=0.99) as replay:
+        fill_wheeler(replay, capacity)
+        procs = [
+            mp.Process(target=produce_paused, args=(replay.handle(), rate, go, stop, out, 20 + i))
+            for i in range(MANY_PRODUCERS)
+        ]
+        for p in procs:
+            p.start()
+        time.sleep(3.0)  # spawned processes import numpy and attach before the first round
+
+        def with_producers(on: bool) -> Callable[[float], float]:
+            def arm(s: float) -> float:
+                if on:
+                    go.set()
+                    time.sleep(0.2)  # every producer past its pause
+                else:
+                    go.clear()
+                    time.sleep(0.1)  # an insert in progress ends
+                return loop_wheeler(replay, s)
+
+            return arm
+
+        try:
+            rates = interleaved(
+                {"none": with_producers(False), "many": with_producers(True)}, seconds, rounds
+            )
+        finally:
+            go.clear()
+            stop.set()
+            inserted = [out.get(timeout=60) for _ in procs]
+            for p in procs:
+                p.join(timeout=30)
+    speed, ratio, spread = summary(rates, "none", "many")
+    label = f"(d) learner, {MANY_PRODUCERS} producer processes inserting vs paused"
+    return [
+        (label, "wheeler2 Replay, producers paused", float(np.median(rates["none"])), 1.0, "", ""),
+        (
+            "",
+            f"wheeler2 Replay, {MANY_PRODUCERS} inserting ({sum(inserted):,.0f}/s in all)",
+            speed,
+            ratio,
+            spread,
+            ">= 0.8x",
+        ),
+    ]
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -423,7 +514,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="per arm and round")
     parser.add_argument("--capacity", type=int, default=1_000_000)
     parser.add_argument("--insert-rate", type=float, default=20_000.0)
-    parser.add_argument("--cases", default="abc", help="which cases to run, e.g. ac")
+    parser.add_argument(
+        "--many-rate", type=float, default=1_000.0, help="case d: each producer's transitions/s"
+    )
+    parser.add_argument("--cases", default="abdc", help="which cases to run, e.g. ac")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_replay.md"))
     args = parser.parse_args()
 
@@ -440,6 +534,8 @@ def main() -> None:
         notes += why
     if "b" in args.cases:
         rows += case_b(args.capacity, 2 * args.seconds, args.insert_rate)
+    if "d" in args.cases:
+        rows += case_d(args.capacity, args.seconds, args.rounds, args.many_rate)
     if "c" in args.cases:
         rows += case_c(args.capacity, args.seconds, args.rounds)
     command = "python experiments/bench_replay.py " + " ".join(sys.argv[1:])
@@ -452,7 +548,7 @@ def main() -> None:
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {load0} at the "
         f"start, {load()} at the end (shared machine); {args.rounds} interleaved rounds of "
         f"{args.seconds:g} s per arm; producers paced at {args.insert_rate:,.0f} transitions/s "
-        "each",
+        f"each in case b, {args.many_rate:,.0f}/s each in case d",
         "",
         "| case | implementation | samples/s (median) | ratio (median of rounds) "
         "| range over rounds | target |",

@@ -82,7 +82,7 @@ def learner_replay() -> tuple[Any, Any]:
     from agents.ddpg import DDPG, Params
     from wheeler2.agent import SpaceInfo
     from wheeler2.buffer import Layout, Replay, ReplayConfig
-    from wheeler2.runtime.member import Trainer
+    from wheeler2.runtime.trainer import Trainer
 
     cfg = ReplayConfig(
         capacity=200_000, batch_size=256, prioritized=True, updates_per_insert=0.0, min_size=256

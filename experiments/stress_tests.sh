@@ -17,6 +17,7 @@ trap 'kill "${load[@]}" 2>/dev/null' EXIT
 # Every default test that starts processes, threads or a team on the local or ray backend.
 tests=(tests/test_faults.py tests/test_local.py tests/test_buffer_gate.py
        tests/test_buffer_concurrent.py tests/test_buffer_gate_rules.py tests/test_buffer_sampling.py
+       tests/test_trainer.py
        tests/test_sync.py tests/test_shm_sweep.py tests/test_ray.py
        tests/test_buffer_lifecycle.py tests/test_runtime.py tests/test_resume_runtime.py
        tests/test_backends_agree.py tests/test_vector.py tests/test_run_dir.py tests/test_api.py

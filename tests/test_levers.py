@@ -137,18 +137,19 @@ def test_an_actor_acts_with_synced_weights_and_never_learns(tmp_path):
 def test_own_share_draws_that_fraction_of_each_batch_from_the_learners_own_table(
     tmp_path, monkeypatch
 ):
-    from wheeler2.runtime.member import Trainer
+    from wheeler2.runtime.trainer import Trainer
 
     seen: list[tuple[int, int, int, int]] = []
-    sample = Trainer._sample
+    prepare = Trainer._prepare
 
     def spy(self):  # noqa: ANN001, ANN202
-        batch, shared = sample(self)
+        out = prepare(self)
+        _, batch, shared = out
         own = self.own.stats()["inserts"] if self.own is not None else -1
         seen.append((len(batch["index"]), shared, own, int(self.replay.stats()["inserts"])))
-        return batch, shared
+        return out
 
-    monkeypatch.setattr(Trainer, "_sample", spy)
+    monkeypatch.setattr(Trainer, "_prepare", spy)
     config = _load(tmp_path, count=1, overrides=["buffer.own_share=0.25"])
     setup = build.prepare_team(config, {})
     spec = build.own_replay_spec(config, setup.tables[0])

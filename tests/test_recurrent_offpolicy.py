@@ -638,22 +638,22 @@ def test_own_share_batches_are_sequences_from_both_tables(tmp_path, capsys) -> N
     sequences followed by the learner's own table's (2 of 8 here), all of one shape, and the
     learner trains on them."""
     from tests.offpolicy_runs import run_text
-    from wheeler2.runtime.member import Trainer
+    from wheeler2.runtime.trainer import Trainer
 
     seen: list[tuple[dict[str, np.ndarray], int]] = []
-    sample = Trainer._sample
+    prepare = Trainer._prepare
 
     def spy(self: Trainer):  # noqa: ANN202
-        out = sample(self)
-        seen.append(out)
+        out = prepare(self)
+        seen.append(out[1:])
         return out
 
     text = RUN.replace("n_step = 2", "n_step = 2\nown_share = 0.25")
-    Trainer._sample = spy  # type: ignore[method-assign]
+    Trainer._prepare = spy  # type: ignore[method-assign]
     try:
         _, summary = run_text(tmp_path, capsys, text)
     finally:
-        Trainer._sample = sample  # type: ignore[method-assign]
+        Trainer._prepare = prepare  # type: ignore[method-assign]
     assert summary["env_steps"] >= 600 and seen
     arrays, shared = seen[-1]
     assert shared == 6  # 8 - round(0.25 * 8): the own table gives the last 2 sequences

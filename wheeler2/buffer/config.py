@@ -112,6 +112,9 @@ class BufferConfig:
     # Fraction of every learner batch drawn from the learner's own transitions, kept in a
     # private table (Zheng & Cheng, GECCO 2023: other agents' data alone can destabilise it).
     own_share: float = bounded(0.0, ge=0, lt=1)
+    # Sample the learner's next batch in a thread while the current one trains (its draws see
+    # priorities one update older); false: sample, step, write priorities, one after another.
+    prefetch: bool = True
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """One team member: its env copies, its agent, its replay writer, and the loop that runs it.
 
-:class:`Member` is the actor half of Acme's split and :class:`Trainer` the learner half;
+:class:`Member` is the actor half of Acme's split and :class:`Trainer` (``runtime/trainer.py``)
+the learner half;
 :class:`MemberLoop` (and :func:`run_member`) is the one loop every backend runs a member with.
 The backend only supplies what differs between placements, behind small interfaces: the replay
 (shared memory or Ray shards), a :class:`Budget` (step budget, stop, checkpoint requests), a
@@ -10,7 +11,6 @@ a :class:`WeightSource` on syncing explorers).
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections import deque
@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 from torch import nn
 
-from wheeler2.agent import Agent, Batch, Transitions
+from wheeler2.agent import Agent, Transitions
+from wheeler2.buffer import Replay
 from wheeler2.env import EnvStep, VecEnv, policy_obs
 from wheeler2.runtime import build
 from wheeler2.runtime.evaluation import evaluate
@@ -34,6 +35,7 @@ from wheeler2.runtime.messages import (
     Started,
     StateReply,
 )
+from wheeler2.runtime.trainer import NonFiniteError, Trainer, check_losses
 from wheeler2.sync import publish_view, pull_target, sink_pulls
 from wheeler2.task import RewardHeads
 
@@ -44,25 +46,6 @@ REPORT_EVERY_S = 2.0  # figures, which are also the member's heartbeat
 START_POLL_S = 0.01  # how often a member at the start line looks whether the team is up
 
 
-class NonFiniteError(RuntimeError):
-    """A reward head or a loss turned NaN or infinite: learning from it would poison every
-    network and the replay, so the member stops before the value is stored or applied again."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.member = ""
-        self.env_steps: int | None = None
-        super().__init__(what)
-
-    def __str__(self) -> str:
-        at = "" if self.env_steps is None else f" at env step {self.env_steps:,}"
-        who = f"member {self.member!r}: " if self.member else ""
-        return (
-            f"{who}non-finite value: {self.what}{at}; the run stopped and kept the last "
-            f"checkpoint from before it"
-        )
-
-
 def failed(member: str, exc: BaseException) -> Failed:
     """What a member that raised tells the coordinator: one line for a non-finite value (its
     own message says everything), the traceback otherwise."""
@@ -71,13 +54,6 @@ def failed(member: str, exc: BaseException) -> Failed:
     if isinstance(exc, NonFiniteError):
         return Failed(member, str(exc), how="produced a non-finite value")
     return Failed(member, "".join(traceback.format_exception(exc)))
-
-
-def _check_losses(metrics: dict[str, float]) -> None:
-    # Losses only: a statistic such as explained variance is legitimately NaN on a flat batch.
-    for key, value in metrics.items():
-        if "loss" in key and not math.isfinite(value):
-            raise NonFiniteError(f"loss {key!r} is {value}")
 
 
 PUBLISH_EVERY = 50  # learner updates (on-policy: env steps) between weight publishes
@@ -190,7 +166,7 @@ class Member:
             )
         )
         if metrics:
-            _check_losses(metrics)
+            check_losses(metrics)
             self.last_metrics.update(metrics)
         if self.writer is not None:
             logp = out.logp
@@ -293,79 +269,6 @@ class TeeWriter:
     def flush(self) -> None:
         self.shared.flush()
         self.own.flush()
-
-
-class Trainer:
-    """The learner half: samples the central replay and takes gradient steps.
-
-    With ``own`` (``[buffer] own_share``), every batch is the shared table's rows followed by
-    the learner's own table's rows, and each table gets back the priorities of its rows.
-    """
-
-    def __init__(self, agent: Agent, replay: Any, own: Any | None = None) -> None:
-        self.agent = agent
-        self.replay = replay
-        self.own = own
-        self.updates = 0
-        self._sums: dict[str, float] = {}
-        self._count = 0
-
-    def _sample(self) -> tuple[dict[str, np.ndarray], int]:
-        """A batch and how many of its rows (the first) came from the shared table."""
-        sample = self.replay.sample()
-        shared = len(sample["index"])
-        if self.own is not None and self.own.can_sample():
-            mine = self.own.sample()
-            sample = {k: np.concatenate([v, mine[k]]) for k, v in sample.items() if k in mine}
-        return sample, shared
-
-    def _step(self, sample: dict[str, np.ndarray], shared: int) -> None:
-        out = self.agent.learn(Batch.from_numpy(sample, self.agent.device))
-        # Metrics are host floats already (one sync per update), so the check costs microseconds.
-        _check_losses(out.metrics)
-        if out.td_error is not None:
-            if not np.isfinite(out.td_error).all():
-                raise NonFiniteError("the TD error is not finite")
-            index, td = sample["index"], out.td_error
-            self.replay.update_priorities(index[:shared], td[:shared])
-            if len(index) > shared:
-                self.own.update_priorities(index[shared:], td[shared:])
-        self.updates += 1
-        for k, v in out.metrics.items():
-            self._sums[k] = self._sums.get(k, 0.0) + float(v)
-        self._count += 1
-
-    def train_available(self, max_updates: int | None = None) -> int:
-        """Take the gradient steps the ratio gate allows now (at most ``max_updates``), without
-        blocking: the caller also acts, evaluates and publishes between calls."""
-        done = 0
-        while (max_updates is None or done < max_updates) and self.replay.can_sample():
-            self._step(*self._sample())
-            done += 1
-        return done
-
-    def train_owed(self, heartbeat: Callable[[], None] | None = None, every: int = 32) -> int:
-        """The budget is spent: take every update the gate still owes (producers run at most
-        its tolerance ahead), including batches a remote replay still has in flight.
-
-        ``heartbeat`` is called after every ``every`` updates: the owed updates (up to the
-        gate's tolerance, 2,048 by default) can take longer than ``heartbeat_s`` on a busy
-        machine, and a learner silent that long is declared hung."""
-        self.replay.finish()
-        done = 0
-        while n := self.train_available(max_updates=every):
-            done += n
-            if heartbeat is not None:
-                heartbeat()
-        return done
-
-    def pop_metrics(self) -> dict[str, float]:
-        """Mean of each metric since the last call (keeps logging off the per-update path)."""
-        out = {k: v / self._count for k, v in self._sums.items()} if self._count else {}
-        out["updates"] = float(self.updates)
-        self._sums.clear()
-        self._count = 0
-        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -494,7 +397,12 @@ class MemberLoop:
         self.cpu_from = time.process_time() if alone else None
         self.member = Member(plan.name, plan.role, agent, env, heads, writer, seed)
         self.member.stats.resume_from(wiring.env_steps)
-        self.trainer = Trainer(agent, replay, own) if self.learner and replay is not None else None
+        self.trainer = None
+        if self.learner and replay is not None:
+            # Ray's sharded replay already keeps sample calls in flight: nothing to hide there.
+            prefetch = config.buffer.prefetch and isinstance(replay, Replay)
+            self.trainer = Trainer(agent, replay, own, prefetch=prefetch)
+            self._closing.append(self.trainer)
         self.sink = wiring.sink if self.learner else None
         # The actor, or with it the modules the table's explorers pull by name (sync.ModuleSet).
         self.published = None if self.sink is None else publish_view(agent, sink_pulls(self.sink))
