@@ -15,9 +15,9 @@ Pendulum (obs 3, act 1) and HalfCheetah (obs 17, act 6). Rows:
   ``prioritized = false``, SB3's sampling;
 * ``wheeler2 prioritized``: the same with PER (sample by priority, importance weights, write
   the new priorities back), what the shipped configs run: a separate row, SB3 has no PER;
-* ``wheeler2 prioritized, prefetch off``: that step with ``[buffer] prefetch = false``: the
-  next batch sampled after the step instead of during it, in the same thread. The rows above
-  use the default (prefetch on: sampling in a second thread, so on a second core);
+* ``wheeler2 prioritized, prefetch``: that step with ``[buffer] prefetch = true``: the next
+  batch sampled in a second thread (so on the second core) during the step instead of after
+  it. The rows above use the default (prefetch off);
 * ``matrix products alone``: only the matrix products of one wheeler2 DDPG step (the
   forwards, the backwards that the step asks for), on the same tensors again and again, so on
   hot caches: no autograd, no optimizer, no sampling. Not an arm: a ceiling. SB3's time over
@@ -92,7 +92,7 @@ def sb3_arm(obs_dim: int, act_dim: int) -> Callable[[int], None]:
 
 
 def wheeler_arm(
-    obs_dim: int, act_dim: int, prioritized: bool, prefetch: bool = True
+    obs_dim: int, act_dim: int, prioritized: bool, prefetch: bool = False
 ) -> tuple[Callable[[int], None], Callable[[], None]]:
     """(take N learner steps, close)."""
     cfg = ReplayConfig(
@@ -199,9 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         arms = {"sb3": sb3_arm(obs_dim, act_dim)}
         closers = []
         for name, prioritized, prefetch in (
-            ("wheeler2 uniform", False, True),
-            ("wheeler2 prioritized", True, True),
-            ("wheeler2 prioritized, prefetch off", True, False),
+            ("wheeler2 uniform", False, False),
+            ("wheeler2 prioritized", True, False),
+            ("wheeler2 prioritized, prefetch", True, True),
         ):
             arms[name], close = wheeler_arm(obs_dim, act_dim, prioritized, prefetch)
             closers.append(close)

@@ -31,6 +31,7 @@ kwargs = {{ num_agents = 2, behaviors = ["Runner", "Helper"] }}
 [buffer]
 capacity = 2_000
 batch_size = 16
+prefetch = true  # the learner's prefetch thread on every backend that has one (not ray)
 
 [[team]]
 name = "runner"
