@@ -107,22 +107,30 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# Performance: today's ratios against their targets",
         "",
-        f"`python experiments/bench_all.py{' --quick' if args.quick else ''}` on "
+        f"`python experiments/bench_all.py{' --quick' if args.quick else ''}"
+        f"{' --only ' + ' '.join(args.only) if args.only != sorted(BENCHES) else ''}` on "
         f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()}, "
         f"{os.cpu_count()} cores, load average {load0:.1f} at the start and "
         f"{os.getloadavg()[0]:.1f} at the end, {minutes:.0f} min. Every figure is a ratio of two "
-        "arms measured side by side in one run; full tables in `performance/`.",
+        "arms measured side by side in one run; full tables in `performance/`; `measured` is "
+        "when the table's benchmark last ran.",
         "",
-        "| figure | ratio | target | met | table |",
-        "| --- | --- | --- | --- | --- |",
+        "| figure | ratio | target | met | table | measured |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for what, bench, pattern, column, target, minimum in HEADLINES:
         path = OUT_DIR / f"{bench}.md"
         value = cell(path.read_text(), pattern, column) if path.is_file() else None
         ratio = ratio_of(value)
         met = "" if minimum is None or ratio is None else ("yes" if ratio >= minimum else "**no**")
+        when = (
+            f"{datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC):%Y-%m-%d %H:%M}"
+            if path.is_file()
+            else ""
+        )
         lines.append(
-            f"| {what} | {value or 'not run'} | {target} | {met} | `performance/{bench}.md` |"
+            f"| {what} | {value or 'not run'} | {target} | {met} | `performance/{bench}.md` "
+            f"| {when} |"
         )
     (RESULTS / "performance.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
