@@ -223,8 +223,8 @@ def _paced(rate: float, stop: object, step_fn: object) -> int:
     return n
 
 
-def produce_wheeler(handle: object, rate: float, stop: object, out: object, seed: int) -> None:
-    replay = Replay.attach(handle)
+def _vector_steps(replay: Replay, seed: int) -> Callable[[], None]:
+    """One vector step of PRODUCER_ENVS rows into ``replay`` per call (episodes end at random)."""
     rng = np.random.default_rng(seed)
     w = replay.writer(PRODUCER_ENVS)
     obs = rng.standard_normal((PRODUCER_ENVS, OBS)).astype(np.float32)
@@ -235,6 +235,12 @@ def produce_wheeler(handle: object, rate: float, stop: object, out: object, seed
     def step() -> None:
         w.add(obs, act, rew, obs, rng.random(PRODUCER_ENVS) < 0.005, zeros)
 
+    return step
+
+
+def produce_wheeler(handle: object, rate: float, stop: object, out: object, seed: int) -> None:
+    replay = Replay.attach(handle)
+    step = _vector_steps(replay, seed)
     t0 = time.perf_counter()
     n = _paced(rate, stop, step)
     out.put(n / (time.perf_counter() - t0))
@@ -261,24 +267,18 @@ def produce_paused(
 ) -> None:
     """Like :func:`produce_wheeler`, but inserting only while ``go`` is set."""
     replay = Replay.attach(handle)
-    rng = np.random.default_rng(seed)
-    w = replay.writer(PRODUCER_ENVS)
-    obs = rng.standard_normal((PRODUCER_ENVS, OBS)).astype(np.float32)
-    act = rng.uniform(-1, 1, (PRODUCER_ENVS, ACT)).astype(np.float32)
-    rew = rng.standard_normal((PRODUCER_ENVS, 1)).astype(np.float32)
-    zeros = np.zeros(PRODUCER_ENVS, dtype=bool)
+    step = _vector_steps(replay, seed)
     n, active = 0, 0.0
     while not stop.is_set():
         if not go.wait(0.05):
             continue
         t0 = time.perf_counter()
-        w.add(obs, act, rew, obs, rng.random(PRODUCER_ENVS) < 0.005, zeros)
+        step()
         n += PRODUCER_ENVS
         left = PRODUCER_ENVS / rate - (time.perf_counter() - t0)
         if left > 0:
             time.sleep(left)
         active += time.perf_counter() - t0
-    w.flush()
     out.put(n / max(active, 1e-9))
     replay.close()
 

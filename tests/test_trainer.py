@@ -34,8 +34,8 @@ class ScriptedAgent:
         return LearnOut(metrics={"loss": float(obs0.mean())}, td_error=td)
 
 
-@pytest.fixture
-def replay():
+def _filled(inserts: int, seed: int = 0) -> Replay:
+    """A PER buffer of capacity 64 holding ``inserts`` items; item i's obs[:, 0] is i."""
     cfg = ReplayConfig(
         capacity=64,
         batch_size=8,
@@ -45,12 +45,18 @@ def replay():
         updates_per_insert=0,
         min_size=1,
     )
-    r = Replay.create(Layout(obs_dim=2, act_dim=1), cfg, gamma=0.9, seed=0)
+    r = Replay.create(Layout(obs_dim=2, act_dim=1), cfg, gamma=0.9, seed=seed)
     w = r.writer(num_envs=1)
-    for t in range(20):
+    for t in range(inserts):
         obs = np.array([[t, 0]], np.float32)
         w.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool), np.zeros(1, bool))
     w.flush()
+    return r
+
+
+@pytest.fixture
+def replay():
+    r = _filled(20)
     yield r
     r.close()
 
@@ -112,25 +118,6 @@ def test_owed_updates_beat_the_heart_between_chunks() -> None:
 # -- prefetch ([buffer] prefetch) ----------------------------------------------------------
 
 
-def _filled(seed: int = 0, capacity: int = 64) -> Replay:
-    cfg = ReplayConfig(
-        capacity=capacity,
-        batch_size=8,
-        prioritized=True,
-        alpha=ALPHA,
-        eps=EPS,
-        updates_per_insert=0,
-        min_size=1,
-    )
-    r = Replay.create(Layout(obs_dim=2, act_dim=1), cfg, gamma=0.9, seed=seed)
-    w = r.writer(num_envs=1)
-    for t in range(40):
-        obs = np.array([[t, 0]], np.float32)
-        w.add(obs, np.zeros((1, 1)), np.zeros((1, 1)), obs, np.zeros(1, bool), np.zeros(1, bool))
-    w.flush()
-    return r
-
-
 def _td(sample: dict) -> np.ndarray:
     return -(10.0 * sample["obs"][:, 0].astype(np.float64) + 1.0)  # ScriptedAgent's TD error
 
@@ -140,7 +127,7 @@ def test_prefetch_draws_each_batch_before_the_last_priorities_are_written() -> N
     the batches equal those of that order done by hand on a twin buffer (same seed, same
     contents), and differ from the plain order's, whose draws see every priority."""
     steps = 12
-    by_hand = _filled()
+    by_hand = _filled(40)
     try:
         expected = [by_hand.sample()]
         for t in range(steps - 1):
@@ -148,7 +135,7 @@ def test_prefetch_draws_each_batch_before_the_last_priorities_are_written() -> N
             by_hand.update_priorities(expected[t]["index"], _td(expected[t]))
     finally:
         by_hand.close()
-    plain_replay, plain = _filled(), []
+    plain_replay, plain = _filled(40), []
     try:
         for _ in range(steps):
             s = plain_replay.sample()
@@ -156,7 +143,7 @@ def test_prefetch_draws_each_batch_before_the_last_priorities_are_written() -> N
             plain_replay.update_priorities(s["index"], _td(s))
     finally:
         plain_replay.close()
-    replay = _filled()
+    replay = _filled(40)
     agent = ScriptedAgent()
     trainer = Trainer(agent, replay, prefetch=True)
     try:
