@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.func import functional_call
 
 from agents.detached import HeadActorTrainer, head_problem
 from agents.nets import (
@@ -91,6 +92,9 @@ class Params(SequenceParams):
     obs_clip: float = bounded(5.0, gt=0)  # normalized inputs are clipped to [-obs_clip, obs_clip]
     head_norm_decay: float = bounded(0.99, ge=0, lt=1)  # EMA decay of those running Q statistics
     device: str = "cpu"  # "cpu" | "cuda"
+    # torch.compile the feedforward learner's two losses, forward and backward (inductor: a
+    # C++ compiler on the CPU, triton on CUDA); the first steps wait for the compile.
+    compile: bool = False
     # Parameter-space exploration (NoisyNet, Fortunato et al. 2018): the actor's last layer is a
     # factorized-Gaussian NoisyLinear, its noise redrawn per act batch and per learn step; it
     # replaces the action noise (`noise` is then unused); the target actor uses mean weights.
@@ -212,6 +216,17 @@ class DDPG(ActorCriticSteps, Agent):
                 device=dev,
             )
 
+        # Views of the critic's weights without autograd history (they share storage, so
+        # optimizer steps, syncs and loads, all in place, are seen).
+        self._critic_consts = {n: w.detach() for n, w in self.critic.named_parameters()}
+        # One code path for both: the compiled functions are these two, traced.
+        self._critic_losses = self._critic_td
+        self._actor_values = self._q_of_actor
+        if p.compile:  # (core_problem refused it with a recurrent core)
+            # Shapes are fixed (one batch size), so no dynamic-shape guards; one graph each.
+            self._critic_losses = torch.compile(self._critic_td, fullgraph=True, dynamic=False)
+            self._actor_values = torch.compile(self._q_of_actor, fullgraph=True, dynamic=False)
+
     @property
     def actor(self) -> nn.Module:
         return self.actor_net
@@ -310,18 +325,14 @@ class DDPG(ActorCriticSteps, Agent):
             return self.learn_sequences(batch)  # type: ignore[arg-type]
         obs, action = self.obs_norm.normalize(batch.obs), batch.action
         next_obs = self.obs_norm.normalize(batch.next_obs)
-        with torch.no_grad():
-            q_next = self.critic_target(next_obs, self.actor_target(next_obs))  # [B, H]
-            y = batch.reward + batch.discount.unsqueeze(-1) * q_next
-        q = self.critic(obs, action)  # [B, H]
-        td = y - q
-        head_losses = (batch.weight.unsqueeze(-1) * td.pow(2)).mean(0)  # [H]
-        critic_loss = head_losses.sum()
+        critic_loss, head_losses, td, q_mean = self._critic_losses(
+            obs, action, next_obs, batch.reward, batch.discount, batch.weight
+        )
 
         self._critic_step(critic_loss)
 
         if self.updates % p.policy_delay == 0:
-            q_pi = self.critic(obs, self.actor_net(obs))  # [B, H]
+            q_pi = self._actor_values(obs)  # [B, H]
             if p.normalize_heads:
                 q_pi = q_pi / self._head_scale(q_pi.detach())
             self._actor_step(-(q_pi * self.head_w).sum(-1).mean())
@@ -330,8 +341,32 @@ class DDPG(ActorCriticSteps, Agent):
             abs_td = td.detach().abs()
             # One priority per sample: the heads' |TD| averaged with the task's head weights.
             td_error = (abs_td * self.head_w).sum(-1) / self.head_w.sum()
-            stats = torch.stack([critic_loss.detach(), q.detach().mean()]).tolist()
+            stats = torch.stack([critic_loss.detach(), q_mean.detach()]).tolist()
         return LearnOut(metrics=self._metrics(stats, head_losses), td_error=td_error.cpu().numpy())
+
+    def _critic_td(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        next_obs: torch.Tensor,
+        reward: torch.Tensor,
+        discount: torch.Tensor,
+        weight: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(critic loss, each head's loss [H], TD errors [B, H], mean Q) of a feedforward batch."""
+        with torch.no_grad():
+            q_next = self.critic_target(next_obs, self.actor_target(next_obs))  # [B, H]
+            y = reward + discount.unsqueeze(-1) * q_next
+        q = self.critic(obs, action)  # [B, H]
+        td = y - q
+        head_losses = (weight.unsqueeze(-1) * td.pow(2)).mean(0)  # [H]
+        return head_losses.sum(), head_losses, td, q.detach().mean()
+
+    def _q_of_actor(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q_h(s, mu(s)) [B, H], what the actor climbs. The critic's weights enter as constants:
+        eager autograd would skip their gradients anyway, but a compiled backward computes the
+        gradient of every input that requires one (a 256 x 256 x 256 product wasted)."""
+        return functional_call(self.critic, self._critic_consts, (obs, self.actor_net(obs)))
 
     def learn_sequences(self, batch: SequenceBatch) -> LearnOut:
         """The DDPG step on B sequences, time-major inside: positions t of ``mask`` are the

@@ -86,6 +86,12 @@ def core_problem(params: Any) -> tuple[str, str] | None:
             f"a detached explorer (head = {params.head!r}) trains its actor on single states "
             f'against a feedforward critic; it has no core = "{params.core}" yet: leave core out',
         )
+    if getattr(params, "compile", False):
+        return (
+            "compile",
+            f'compile = true compiles the feedforward learner step; with core = "{params.core}" '
+            "leave compile out",
+        )
     return None
 
 

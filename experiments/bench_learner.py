@@ -92,7 +92,7 @@ def sb3_arm(obs_dim: int, act_dim: int) -> Callable[[int], None]:
 
 
 def wheeler_arm(
-    obs_dim: int, act_dim: int, prioritized: bool, prefetch: bool = False
+    obs_dim: int, act_dim: int, prioritized: bool, prefetch: bool = False, compile: bool = False
 ) -> tuple[Callable[[int], None], Callable[[], None]]:
     """(take N learner steps, close)."""
     cfg = ReplayConfig(
@@ -116,7 +116,7 @@ def wheeler_arm(
             np.zeros(n, bool),
         )
     writer.flush()
-    params = Params(hidden=HIDDEN, gamma=0.99, tau=0.005, learning_starts=0)
+    params = Params(hidden=HIDDEN, gamma=0.99, tau=0.005, learning_starts=0, compile=compile)
     agent = DDPG(SpaceInfo(obs_dim, act_dim, False), params)
     trainer = Trainer(agent, replay, prefetch=prefetch)
 
@@ -198,12 +198,13 @@ def main(argv: list[str] | None = None) -> int:
         obs_dim, act_dim = SHAPES[shape]
         arms = {"sb3": sb3_arm(obs_dim, act_dim)}
         closers = []
-        for name, prioritized, prefetch in (
-            ("wheeler2 uniform", False, False),
-            ("wheeler2 prioritized", True, False),
-            ("wheeler2 prioritized, prefetch", True, True),
+        for name, prioritized, prefetch, compile in (
+            ("wheeler2 uniform", False, False, False),
+            ("wheeler2 prioritized", True, False, False),
+            ("wheeler2 prioritized, prefetch", True, True, False),
+            ("wheeler2 prioritized, compile", True, False, True),
         ):
-            arms[name], close = wheeler_arm(obs_dim, act_dim, prioritized, prefetch)
+            arms[name], close = wheeler_arm(obs_dim, act_dim, prioritized, prefetch, compile)
             closers.append(close)
         arms[FLOOR] = matmul_floor(obs_dim, act_dim)
         try:

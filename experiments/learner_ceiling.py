@@ -9,6 +9,7 @@ is not what is asked here), SB3's own buffer for SB3. Arms:
 
 * ``sb3``: ``DDPG.train(gradient_steps=N)``, sampling included (as in bench_learner.py);
 * ``agents.ddpg``: wheeler2's ``DDPG.learn`` on the fixed batch;
+* ``agents.ddpg, compile = true``: the same with its two losses compiled (the ``compile`` param);
 * ``by hand``: the step written out with no autograd: each forward keeps its activations,
   each gradient is the matrix product the chain rule asks for (ReLU masks applied with
   ``threshold_backward``, the action gradient through the critic's action columns only), fused
@@ -58,8 +59,8 @@ def fixed_batch(obs_dim: int, act_dim: int) -> Batch:
     )
 
 
-def make_agent(obs_dim: int, act_dim: int) -> DDPG:
-    params = Params(hidden=HIDDEN, gamma=GAMMA, tau=TAU, learning_starts=0)
+def make_agent(obs_dim: int, act_dim: int, compile: bool = False) -> DDPG:
+    params = Params(hidden=HIDDEN, gamma=GAMMA, tau=TAU, learning_starts=0, compile=compile)
     return DDPG(SpaceInfo(obs_dim, act_dim, False), params)
 
 
@@ -278,14 +279,17 @@ def main(argv: list[str] | None = None) -> int:
     worst = check_by_hand(obs_dim, act_dim, b)
     assert worst < 1e-4, f"the step by hand is not DDPG.learn's: {worst:.2e}"
     learn_agent = make_agent(obs_dim, act_dim)
+    compiled_agent = make_agent(obs_dim, act_dim, compile=True)
     sb3 = sb3_arm(obs_dim, act_dim)
     t0 = time.perf_counter()
     compiled = compiled_arm(make_agent(obs_dim, act_dim), b)
     compiled()
+    compiled_agent.learn(b)
     compile_s = time.perf_counter() - t0
     arms: dict[str, Callable[[int], None]] = {
         "sb3": sb3,  # one train(gradient_steps=n) call, as bench_learner.py times it
         "agents.ddpg": repeat(lambda: learn_agent.learn(b)),
+        "agents.ddpg, compile = true": repeat(lambda: compiled_agent.learn(b)),
         "by hand": repeat(by_hand_arm(make_agent(obs_dim, act_dim), b)),
         "torch.compile": repeat(compiled),
     }

@@ -383,6 +383,67 @@ def test_a_core_with_an_option_it_does_not_combine_with_is_refused_by_name():
         DDPG(TWO_HEADS, Params(hidden=[8], core="gru", features="rbf"))
 
 
+def test_the_actor_climbs_the_current_critic_after_steps_and_loads():
+    """The actor loss reads the critic's weights through views made once; a critic step and a
+    checkpoint load, both in place, must show through them."""
+    agent = DDPG(TWO_HEADS, Params(hidden=[8], learning_starts=0), seed=1)
+    other = DDPG(TWO_HEADS, Params(hidden=[8], learning_starts=0), seed=2)
+    obs = torch.randn(5, 2, generator=torch.Generator().manual_seed(0))
+
+    def q_now(a: DDPG) -> torch.Tensor:
+        return a.critic(obs, a.actor_net(obs)).detach()
+
+    before = q_now(agent)
+    agent.learn(_batch())
+    torch.testing.assert_close(agent._q_of_actor(obs).detach(), q_now(agent))
+    agent.load_state_dict(other.state_dict())
+    torch.testing.assert_close(agent._q_of_actor(obs).detach(), q_now(other))
+    assert not torch.allclose(q_now(other), before)  # the loads changed what it reads
+
+
+def test_a_recurrent_core_refuses_compile_by_name():
+    with pytest.raises(ValueError, match="^compile: compile = true compiles the feedforward"):
+        DDPG(TWO_HEADS, Params(hidden=[8], core="gru", compile=True))
+
+
+def _random_batch(g: torch.Generator, size: int = 16) -> Batch:
+    return Batch(
+        obs=torch.randn(size, 2, generator=g),
+        action=torch.rand(size, 1, generator=g) * 2 - 1,
+        reward=torch.randn(size, 2, generator=g),
+        next_obs=torch.randn(size, 2, generator=g),
+        discount=torch.where(torch.rand(size, generator=g) < 0.2, 0.0, 0.99),
+        weight=torch.rand(size, generator=g) + 0.5,
+        index=np.arange(size),
+    )
+
+
+@pytest.mark.slow  # inductor compiles C++ kernels: ~50 s on two busy cores
+@pytest.mark.timeout(900)
+def test_the_compiled_step_is_the_eager_step():
+    """compile = true traces the same two losses: same weights, priorities and metrics after
+    steps that take both the critic-only (policy_delay) and the actor branch."""
+    kw = dict(hidden=[8, 8], normalize_heads=True, policy_delay=2, learning_starts=0)
+    eager = DDPG(TWO_HEADS, Params(**kw), seed=3)
+    compiled = DDPG(TWO_HEADS, Params(compile=True, **kw), seed=3)
+    assert compiled._critic_losses is not compiled._critic_td  # the compiled path is taken
+    g = torch.Generator().manual_seed(0)
+    for step in range(4):
+        batch = _random_batch(g)
+        a, b = eager.learn(batch), compiled.learn(batch)
+        np.testing.assert_allclose(b.td_error, a.td_error, rtol=1e-5, atol=1e-6)
+        assert b.metrics.keys() == a.metrics.keys()
+        for k in a.metrics:
+            assert b.metrics[k] == pytest.approx(a.metrics[k], rel=1e-5, abs=1e-6), (step, k)
+    for net in ("actor_net", "critic", "actor_target", "critic_target"):
+        for (name, x), y in zip(
+            getattr(eager, net).named_parameters(), getattr(compiled, net).parameters()
+        ):
+            torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6, msg=f"{net}.{name}")
+    torch.testing.assert_close(compiled.head_q_sq, eager.head_q_sq)
+    assert compiled.updates == eager.updates == 4
+
+
 # ------------------------------------------------------------------------------------------
 # learning check
 
