@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call
+from torch.func import functional_call, grad_and_value
 
 from agents.detached import HeadActorTrainer, head_problem
 from agents.nets import (
@@ -60,6 +61,8 @@ from agents.recurrent import (
 )
 from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SequenceBatch, SpaceInfo, Transitions
 from wheeler2.schema import bounded, choice, sizes
+
+Net = Callable[..., torch.Tensor]
 
 
 @dataclass
@@ -216,16 +219,23 @@ class DDPG(ActorCriticSteps, Agent):
                 device=dev,
             )
 
-        # Views of the critic's weights without autograd history (they share storage, so
-        # optimizer steps, syncs and loads, all in place, are seen).
-        self._critic_consts = {n: w.detach() for n, w in self.critic.named_parameters()}
-        # One code path for both: the compiled functions are these two, traced.
-        self._critic_losses = self._critic_td
-        self._actor_values = self._q_of_actor
+        # compile = true: the two losses' gradients by torch.func over the nets' weights, each
+        # traced whole (forward and backward in one graph, no autograd engine in between). The
+        # weights enter as views without autograd history: they share storage, so optimizer
+        # steps, syncs and loads, all in place, are seen; and only the differentiated net's
+        # gradients are computed (autograd prunes the critic's under the actor loss, a compiled
+        # backward of module parameters would not).
+        self._views = {
+            name: {n: w.detach() for n, w in getattr(self, name).named_parameters()}
+            for name in ("actor_net", "critic", "actor_target", "critic_target")
+        }
+        self._compiled: tuple[Any, Any] | None = None
         if p.compile:  # (core_problem refused it with a recurrent core)
-            # Shapes are fixed (one batch size), so no dynamic-shape guards; one graph each.
-            self._critic_losses = torch.compile(self._critic_td, fullgraph=True, dynamic=False)
-            self._actor_values = torch.compile(self._q_of_actor, fullgraph=True, dynamic=False)
+            # One batch size, so no dynamic-shape guards: one graph each.
+            self._compiled = (
+                torch.compile(self._critic_grads, fullgraph=True, dynamic=False),
+                torch.compile(self._actor_grads, fullgraph=True, dynamic=False),
+            )
 
     @property
     def actor(self) -> nn.Module:
@@ -325,48 +335,89 @@ class DDPG(ActorCriticSteps, Agent):
             return self.learn_sequences(batch)  # type: ignore[arg-type]
         obs, action = self.obs_norm.normalize(batch.obs), batch.action
         next_obs = self.obs_norm.normalize(batch.next_obs)
-        critic_loss, head_losses, td, q_mean = self._critic_losses(
-            obs, action, next_obs, batch.reward, batch.discount, batch.weight
-        )
-
-        self._critic_step(critic_loss)
+        args = (obs, action, next_obs, batch.reward, batch.discount, batch.weight)
+        if self._compiled is not None:
+            grads, (critic_loss, (head_losses, td, q_mean)) = self._compiled[0](*args)
+            self._critic_step(critic_loss, list(grads.values()))
+        else:
+            critic_loss, (head_losses, td, q_mean) = self._critic_objective(
+                self.critic, self.actor_target, self.critic_target, *args
+            )
+            self._critic_step(critic_loss)
 
         if self.updates % p.policy_delay == 0:
-            q_pi = self._actor_values(obs)  # [B, H]
+            stats = (self.head_q_mean, self.head_q_sq)
+            if self._compiled is not None:
+                grads, (actor_loss, stats) = self._compiled[1](obs, *stats)
+                self._actor_step(actor_loss, list(grads.values()))
+            else:
+                actor_loss, stats = self._actor_objective(self.actor_net, self.critic, obs, stats)
+                self._actor_step(actor_loss)
             if p.normalize_heads:
-                q_pi = q_pi / self._head_scale(q_pi.detach())
-            self._actor_step(-(q_pi * self.head_w).sum(-1).mean())
+                self.head_q_mean.copy_(stats[0])
+                self.head_q_sq.copy_(stats[1])
 
         with torch.no_grad():
             abs_td = td.detach().abs()
             # One priority per sample: the heads' |TD| averaged with the task's head weights.
             td_error = (abs_td * self.head_w).sum(-1) / self.head_w.sum()
-            stats = torch.stack([critic_loss.detach(), q_mean.detach()]).tolist()
+            stats = torch.stack([critic_loss.detach(), q_mean]).tolist()
         return LearnOut(metrics=self._metrics(stats, head_losses), td_error=td_error.cpu().numpy())
 
-    def _critic_td(
+    # The two losses of a feedforward batch, written once for both ways of taking their
+    # gradients: the nets come in as callables (the modules, or their weights bound by
+    # functional_call).
+    def _critic_objective(
         self,
+        critic: Net,
+        actor_target: Net,
+        critic_target: Net,
         obs: torch.Tensor,
         action: torch.Tensor,
         next_obs: torch.Tensor,
         reward: torch.Tensor,
         discount: torch.Tensor,
         weight: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(critic loss, each head's loss [H], TD errors [B, H], mean Q) of a feedforward batch."""
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """(critic loss, (each head's loss [H], TD errors [B, H], mean Q))."""
         with torch.no_grad():
-            q_next = self.critic_target(next_obs, self.actor_target(next_obs))  # [B, H]
+            q_next = critic_target(next_obs, actor_target(next_obs))  # [B, H]
             y = reward + discount.unsqueeze(-1) * q_next
-        q = self.critic(obs, action)  # [B, H]
+        q = critic(obs, action)  # [B, H]
         td = y - q
         head_losses = (weight.unsqueeze(-1) * td.pow(2)).mean(0)  # [H]
-        return head_losses.sum(), head_losses, td, q.detach().mean()
+        return head_losses.sum(), (head_losses, td, q.detach().mean())
 
-    def _q_of_actor(self, obs: torch.Tensor) -> torch.Tensor:
-        """Q_h(s, mu(s)) [B, H], what the actor climbs. The critic's weights enter as constants:
-        eager autograd would skip their gradients anyway, but a compiled backward computes the
-        gradient of every input that requires one (a 256 x 256 x 256 product wasted)."""
-        return functional_call(self.critic, self._critic_consts, (obs, self.actor_net(obs)))
+    def _actor_objective(
+        self, actor: Net, critic: Net, obs: torch.Tensor, stats: tuple[torch.Tensor, torch.Tensor]
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """(actor loss, the heads' running Q statistics: updated by this batch with
+        ``normalize_heads``, else ``stats`` as they came)."""
+        q_pi = critic(obs, actor(obs))  # [B, H]
+        if self.params.normalize_heads:
+            scale, *stats = running_scale(q_pi.detach(), *stats, self.params.head_norm_decay)
+            q_pi = q_pi / scale
+        return -(q_pi * self.head_w).sum(-1).mean(), tuple(stats)
+
+    def _bound(self, name: str, weights: dict[str, torch.Tensor] | None = None) -> Net:
+        """Net ``name`` as a function of ``weights`` (default: views of its own)."""
+        net, w = getattr(self, name), self._views[name] if weights is None else weights
+        return lambda *x: functional_call(net, w, x)
+
+    def _critic_grads(self, *args: torch.Tensor) -> Any:
+        def loss(w: dict[str, torch.Tensor]) -> Any:
+            nets = (self._bound("critic", w), self._bound("actor_target"))
+            return self._critic_objective(*nets, self._bound("critic_target"), *args)
+
+        return grad_and_value(loss, has_aux=True)(self._views["critic"])
+
+    def _actor_grads(self, obs: torch.Tensor, *stats: torch.Tensor) -> Any:
+        def loss(w: dict[str, torch.Tensor]) -> Any:
+            return self._actor_objective(
+                self._bound("actor_net", w), self._bound("critic"), obs, stats
+            )
+
+        return grad_and_value(loss, has_aux=True)(self._views["actor_net"])
 
     def learn_sequences(self, batch: SequenceBatch) -> LearnOut:
         """The DDPG step on B sequences, time-major inside: positions t of ``mask`` are the
@@ -404,11 +455,12 @@ class DDPG(ActorCriticSteps, Agent):
 
     def _head_scale(self, q_pi: torch.Tensor) -> torch.Tensor:
         """Running std of each head's Q, so heads of different reward scales pull equally."""
-        d = self.params.head_norm_decay
-        self.head_q_mean.lerp_(q_pi.mean(0), 1 - d)
-        self.head_q_sq.lerp_(q_pi.pow(2).mean(0), 1 - d)
-        var = (self.head_q_sq - self.head_q_mean.pow(2)).clamp_min(0.0)
-        return var.sqrt().clamp_min(1e-3)
+        scale, mean, sq = running_scale(
+            q_pi, self.head_q_mean, self.head_q_sq, self.params.head_norm_decay
+        )
+        self.head_q_mean.copy_(mean)
+        self.head_q_sq.copy_(sq)
+        return scale
 
     def state_dict(self) -> dict[str, Any]:
         # Tensors and plain values only: checkpoints load with weights_only=True.
@@ -439,6 +491,16 @@ class DDPG(ActorCriticSteps, Agent):
         self.env_steps = int(state["env_steps"])
         self.updates = int(state["updates"])
         self.obs_norm.load_state_dict(state.get("obs_norm", {}))
+
+
+def running_scale(
+    q: torch.Tensor, mean: torch.Tensor, sq: torch.Tensor, decay: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(each head's running std of Q floored at 1e-3, the updated running mean, mean square):
+    an EMA of the batch's per-head statistics ``q`` [N, H]; pure, so it also runs traced."""
+    mean = mean.lerp(q.mean(0), 1 - decay)
+    sq = sq.lerp(q.pow(2).mean(0), 1 - decay)
+    return (sq - mean.pow(2)).clamp_min(0.0).sqrt().clamp_min(1e-3), mean, sq
 
 
 def _frozen_copy(net: nn.Module) -> nn.Module:
