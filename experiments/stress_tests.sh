@@ -29,26 +29,33 @@ tests=(tests/test_faults.py tests/test_local.py tests/test_buffer_gate.py
        "tests/test_recurrent_ppo.py::test_a_team_with_a_recurrent_explorer_runs_and_syncs[local]"
        tests/test_buffer_sequence.py::test_state_written_in_one_process_is_read_back_in_another)
 # What a round leaves behind counts as a failure too: shared memory whose creating process is
-# gone (names carry the creator's pid: w2r_<pid>_...), and any process of this checkout's venv.
+# gone (names carry the creator's pid: w2r_<pid>_...), and any process the round started. Those
+# carry W2_STRESS_ROUND in their environment (children inherit it), so a developer's own runs
+# from the same venv beside the stress run are not mistaken for leftovers.
 leftovers() {
-  local seg pid found=()
+  local seg pid found=() procs=()
   for seg in /dev/shm/w2r_* /dev/shm/sem.w2r_*; do
     [ -e "$seg" ] || continue
     pid=${seg#*w2r_}
     pid=${pid%%_*}
     kill -0 "$pid" 2>/dev/null || found+=("$(basename "$seg")")
   done
-  pgrep -f "^$PWD/.venv/bin/python|^.venv/bin/python -m pytest|raylet|gcs_server" > /dev/null \
-    && found+=("processes: $(pgrep -f "^$PWD/.venv/bin/python|raylet|gcs_server" | tr '\n' ' ')")
+  for env in /proc/[0-9]*/environ; do
+    { tr '\0' '\n' < "$env"; } 2>/dev/null | grep -qx "W2_STRESS_ROUND=$1" || continue
+    pid=${env#/proc/}
+    procs+=("${pid%/environ}")
+  done
+  [ ${#procs[@]} -gt 0 ] && found+=("processes: ${procs[*]}")
   echo "${found[*]}"
 }
 failed=0
 for i in $(seq "$rounds"); do
   start=$(date +%s)
-  .venv/bin/python -m pytest -q -p no:warnings "${tests[@]}" > "/tmp/wheeler2_stress_$i.log" 2>&1
+  W2_STRESS_ROUND=$i .venv/bin/python -m pytest -q -p no:warnings "${tests[@]}" \
+    > "/tmp/wheeler2_stress_$i.log" 2>&1
   rc=$?
   sleep 5  # let the last team's processes exit before looking for what is left
-  left=$(leftovers)
+  left=$(leftovers "$i")
   { [ "$rc" -ne 0 ] || [ -n "$left" ]; } && failed=$((failed + 1))
   echo "round $i: exit $rc, $(( $(date +%s) - start )) s, $(tail -1 "/tmp/wheeler2_stress_$i.log")${left:+, LEFT BEHIND: $left}"
 done
