@@ -1,15 +1,19 @@
-"""How fast can a DDPG gradient step be on this core? Four ways of taking the same step, side
+"""How fast can a DDPG gradient step be on this core? The same step taken several ways, side
 by side in one process (issue 17: the learner step against SB3's ``train()``).
 
     python experiments/learner_ceiling.py [--rounds 7] [--steps 200] [--shape halfcheetah]
 
 Batch 256, hidden [256, 256], Adam 1e-3, tau 0.005, one critic, the actor and targets updated
-every step, one torch thread; the same fixed batch for the three wheeler2-side arms (sampling
-is not what is asked here), SB3's own buffer for SB3. Arms:
+every step, one torch thread; the same fixed batch for the wheeler2-side arms (sampling is not
+what is asked here), SB3's own buffer for SB3, so the ratios flatter the wheeler2 arms by what
+SB3's uniform draw of 256 rows costs (bench_learner.py times both sides with sampling). Arms:
 
 * ``sb3``: ``DDPG.train(gradient_steps=N)``, sampling included (as in bench_learner.py);
+* ``agents.ddpg, torch.optim's step``: the same with ``torch.optim.Adam.step()`` in place of
+  ``agents.offpolicy.adam_step`` (the step as it was before that shortcut);
 * ``agents.ddpg``: wheeler2's ``DDPG.learn`` on the fixed batch;
-* ``agents.ddpg, compile = true``: the same with its two losses compiled (the ``compile`` param);
+* ``agents.ddpg, compile = true``: the same with its losses' gradients taken by ``torch.func``
+  and each loss compiled whole (the ``compile`` param);
 * ``by hand``: the step written out with no autograd: each forward keeps its activations,
   each gradient is the matrix product the chain rule asks for (ReLU masks applied with
   ``threshold_backward``, the action gradient through the critic's action columns only), fused
@@ -254,6 +258,20 @@ def compiled_arm(agent: DDPG, b: Batch) -> Callable[[], None]:
     return step
 
 
+class TorchOptimStep:
+    """An optimizer seen through ``step`` and ``zero_grad`` only: ``agents.offpolicy.adam_step``
+    then takes ``opt.step()``, so the arm shows the step as it was before that shortcut."""
+
+    def __init__(self, opt: torch.optim.Optimizer) -> None:
+        self.opt = opt
+
+    def step(self) -> None:
+        self.opt.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.opt.zero_grad(set_to_none=set_to_none)
+
+
 def repeat(step: Callable[[], object]) -> Callable[[int], None]:
     def run(n: int) -> None:
         for _ in range(n):
@@ -279,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     worst = check_by_hand(obs_dim, act_dim, b)
     assert worst < 1e-4, f"the step by hand is not DDPG.learn's: {worst:.2e}"
     learn_agent = make_agent(obs_dim, act_dim)
+    optim_agent = make_agent(obs_dim, act_dim)
+    optim_agent.actor_opt = TorchOptimStep(optim_agent.actor_opt)  # type: ignore[assignment]
+    optim_agent.critic_opt = TorchOptimStep(optim_agent.critic_opt)  # type: ignore[assignment]
     compiled_agent = make_agent(obs_dim, act_dim, compile=True)
     sb3 = sb3_arm(obs_dim, act_dim)
     t0 = time.perf_counter()
@@ -288,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     compile_s = time.perf_counter() - t0
     arms: dict[str, Callable[[int], None]] = {
         "sb3": sb3,  # one train(gradient_steps=n) call, as bench_learner.py times it
+        "agents.ddpg, torch.optim's step": repeat(lambda: optim_agent.learn(b)),
         "agents.ddpg": repeat(lambda: learn_agent.learn(b)),
         "agents.ddpg, compile = true": repeat(lambda: compiled_agent.learn(b)),
         "by hand": repeat(by_hand_arm(make_agent(obs_dim, act_dim), b)),
