@@ -95,8 +95,8 @@ class Params(SequenceParams):
     obs_clip: float = bounded(5.0, gt=0)  # normalized inputs are clipped to [-obs_clip, obs_clip]
     head_norm_decay: float = bounded(0.99, ge=0, lt=1)  # EMA decay of those running Q statistics
     device: str = "cpu"  # "cpu" | "cuda"
-    # torch.compile the feedforward learner's two losses, forward and backward (inductor: a
-    # C++ compiler on the CPU, triton on CUDA); the first steps wait for the compile.
+    # The feedforward learner's gradients by torch.func, each loss one torch.compile graph
+    # (inductor: a C++ compiler on the CPU, triton on CUDA); the first steps wait for it.
     compile: bool = False
     # Parameter-space exploration (NoisyNet, Fortunato et al. 2018): the actor's last layer is a
     # factorized-Gaussian NoisyLinear, its noise redrawn per act batch and per learn step; it
@@ -346,16 +346,18 @@ class DDPG(ActorCriticSteps, Agent):
             self._critic_step(critic_loss)
 
         if self.updates % p.policy_delay == 0:
-            stats = (self.head_q_mean, self.head_q_sq)
+            head_stats = (self.head_q_mean, self.head_q_sq)
             if self._compiled is not None:
-                grads, (actor_loss, stats) = self._compiled[1](obs, *stats)
+                grads, (actor_loss, head_stats) = self._compiled[1](obs, *head_stats)
                 self._actor_step(actor_loss, list(grads.values()))
             else:
-                actor_loss, stats = self._actor_objective(self.actor_net, self.critic, obs, stats)
+                actor_loss, head_stats = self._actor_objective(
+                    self.actor_net, self.critic, obs, head_stats
+                )
                 self._actor_step(actor_loss)
             if p.normalize_heads:
-                self.head_q_mean.copy_(stats[0])
-                self.head_q_sq.copy_(stats[1])
+                self.head_q_mean.copy_(head_stats[0])
+                self.head_q_sq.copy_(head_stats[1])
 
         with torch.no_grad():
             abs_td = td.detach().abs()

@@ -33,7 +33,7 @@ tests=(tests/test_faults.py tests/test_local.py tests/test_buffer_gate.py
 # carry W2_STRESS_ROUND in their environment (children inherit it), so a developer's own runs
 # from the same venv beside the stress run are not mistaken for leftovers.
 leftovers() {
-  local seg pid found=() procs=()
+  local seg pid env found=() procs=()
   for seg in /dev/shm/w2r_* /dev/shm/sem.w2r_*; do
     [ -e "$seg" ] || continue
     pid=${seg#*w2r_}
