@@ -232,10 +232,11 @@ def start(cfg: Path, out: Path, *args: str, env: dict[str, str] | None = None) -
     )  # fmt: skip
 
 
-# A wait for an event, not a speed bound: a team that never reports fails here. 240 s (under
-# the 300 s per-test limit) because a loaded two-core machine took over 120 s to bring up a
-# ray team (experiments/stress_tests.sh, 2026-11-25).
-def wait_running(out: Path, proc: subprocess.Popen, timeout: float = 240) -> tuple[Path, dict]:
+# A wait for an event, not a speed bound: a team that never reports fails here. 420 s (under
+# the 540 s limit of the tests that wait) because a loaded two-core machine took over 120 s to
+# bring up a ray team (experiments/stress_tests.sh, 2026-11-25) and once over 240 s to hear
+# from all its members (2026-11-26).
+def wait_running(out: Path, proc: subprocess.Popen, timeout: float = 420) -> tuple[Path, dict]:
     """Until every member has reported figures at least once."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -253,6 +254,7 @@ def wait_running(out: Path, proc: subprocess.Popen, timeout: float = 240) -> tup
     raise AssertionError("members never reported")
 
 
+@pytest.mark.timeout(540)  # wait_running's wait, and the run's end after it
 def test_killed_explorer_actor_stops_team_with_exit_1(tmp_path: Path, cluster: Cluster) -> None:
     out = tmp_path / "runs"
     proc = start(write_team(tmp_path, total=1_000_000), out,
@@ -260,14 +262,14 @@ def test_killed_explorer_actor_stops_team_with_exit_1(tmp_path: Path, cluster: C
     try:
         run, placed = wait_running(out, proc)
         ray.kill(ray.get_actor(placed["explorer-1"]["actor"], namespace="wheeler2"))
-        t0 = time.monotonic()
-        output, _ = proc.communicate(timeout=60)
+        output, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 1, output
-    assert time.monotonic() - t0 < 20
-    assert "explorer-1" in output and "failed" in output
+    # Seen as its actor's death, not later as a silent member (an event, not a clock).
+    assert "member 'explorer-1' died" in output and "its actor died" in output, output
+    assert "hangs" not in output, output
     assert (run / "checkpoints" / "latest.pt").exists()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["interrupted"] is True
@@ -402,6 +404,7 @@ batch_size = 16
 """
 
 
+@pytest.mark.timeout(540)  # a ray team's start on a loaded two-core machine took minutes
 def test_recurrent_team_samples_sequences_and_syncs_on_ray(
     tmp_path: Path, cluster: Cluster
 ) -> None:

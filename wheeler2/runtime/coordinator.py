@@ -29,6 +29,7 @@ from wheeler2.runtime.experiment import (
     shield_shutdown,
 )
 from wheeler2.runtime.messages import (
+    Building,
     Evaluated,
     Failed,
     Figures,
@@ -43,9 +44,12 @@ if TYPE_CHECKING:
 
 STOP_GRACE_S = 10.0  # members get this long to finish a step and send their final state
 POLL_S = 0.1
-# A member that has not reported Started may still be importing torch, building envs (a Unity
-# build, env subprocesses) or waiting for Ray to place it: it gets at least this long.
+# A member that has not reported Started may still be importing torch or in a stage of its build
+# (a Unity build, env subprocesses): it gets at least this long from its last Building message.
 START_GRACE_S = 120.0
+# A loop of the coordinator takes POLL_S and a little work; one that took longer than this did
+# not listen (its process starved, a checkpoint written, a transport call that blocked).
+STALL_S = 2.0
 
 
 class Transport(Protocol):
@@ -106,6 +110,8 @@ class Coordinator:
         self.pending: tuple[int, set[str]] | None = None  # checkpoint being assembled
         now = time.monotonic()
         self.last_seen = {n: now for n in self.names}
+        self.stage: dict[str, str] = {}  # what each member not yet started last said it does
+        self.listened = now  # when the loop last looked for silent members
         self.released: set[str] = set()  # tables whose gate no longer holds producers
 
     # -- the loop --
@@ -115,6 +121,7 @@ class Coordinator:
         try:
             while len(self.finished) < len(self.names):
                 self._receive(POLL_S)
+                self._discount_stall()
                 failed = self._find_failure()
                 if failed is not None or self.recorder.solved:
                     break
@@ -201,6 +208,8 @@ class Coordinator:
             if table is not None and table not in self.released:
                 self.released.add(table)
                 self.transport.release(table)
+        elif isinstance(message, Building):
+            self.stage[name] = message.stage
         elif isinstance(message, Started):
             self.started[name] = message
             self._write_members()
@@ -213,6 +222,18 @@ class Coordinator:
         return set(self.names) - self.finished - set(self.errors)
 
     # -- faults --
+    def _discount_stall(self) -> None:
+        """A member is silent only for time in which the coordinator listened: a loop that
+        stalled moves every member's clock on by the stall (never past now), so a loaded
+        machine that starves the coordinator, or a transport call that blocks, does not make
+        the members it could not hear look hung."""
+        now = time.monotonic()
+        stalled = now - self.listened - STALL_S
+        self.listened = now
+        if stalled > 0:
+            for name, seen in self.last_seen.items():
+                self.last_seen[name] = min(now, seen + stalled)
+
     def _find_failure(self) -> str | None:
         if self.errors:
             return next(iter(self.errors))
@@ -233,11 +254,14 @@ class Coordinator:
             silent = now - self.last_seen[name]
             if silent > limit:
                 self.transport.kill(name)
+                if name in self.started:
+                    hb = self.heartbeat_s
+                    why = f"(heartbeat_s = {hb:g}): it hangs (stopped, or stuck in its env)"
+                else:
+                    stage = self.stage.get(name, "starting up (its process, imports)")
+                    why = f"while {stage} (a start stage may take {limit:g} s): it hangs"
                 self.errors[name] = Failed(
-                    name,
-                    f"sent nothing for {silent:.0f} s (heartbeat_s = {self.heartbeat_s:g}): it "
-                    f"hangs (stopped, or stuck in its env); it was killed",
-                    how="hangs",
+                    name, f"sent nothing for {silent:.0f} s {why}; it was killed", how="hangs"
                 )
                 return name
         return None

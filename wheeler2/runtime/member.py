@@ -27,6 +27,7 @@ from wheeler2.env import EnvStep, VecEnv, policy_obs
 from wheeler2.runtime import build
 from wheeler2.runtime.evaluation import evaluate
 from wheeler2.runtime.messages import (
+    Building,
     Evaluated,
     Failed,
     Figures,
@@ -374,15 +375,20 @@ class MemberLoop:
     def _build(self, config: Config, plan: build.MemberPlan, wiring: Wiring) -> None:
         exp = config.experiment
         seed = build.member_seed(config, plan)
+        # Each stage is news to the coordinator: its start grace counts from the last one, so a
+        # build slowed down stage by stage (a loaded machine) is told from one stuck in a stage.
+        self._building("building its envs")
         env = build.make_env(config, int(config.env.num_envs), seed, plan)
         self._closing.append(env)
         heads = build.make_heads(config, env, build.make_task(config))
+        self._building("building its agent")
         agent = build.make_agent(config, plan, build.space_info(env.info, heads), seed)
         if wiring.state is not None:
             agent.load_state_dict(wiring.state)
         replay = wiring.replay
         writer = None
         if replay is not None:
+            self._building("attaching the replay")
             block = (not self.learner) if wiring.own_process else None
             writer = replay.writer(num_envs=env.num_envs, block=block)
         own = None
@@ -408,6 +414,7 @@ class MemberLoop:
         self.published = None if self.sink is None else publish_view(agent, sink_pulls(self.sink))
         self.eval_env = None
         if self.learner:
+            self._building("building its eval envs")
             self.eval_env = build.make_env(
                 config, int(exp.eval_episodes), build.eval_env_seed(config), plan
             )
@@ -417,6 +424,7 @@ class MemberLoop:
         if not self.learner and sync is not None and wiring.source is not None:
             self.source = wiring.source(pull_target(agent))
             self._closing.append(self.source)
+            self._building("taking the learner's weights")
             self.source.pull()
         self.sync_every = int(sync.every) if sync is not None else 0
         self.next_sync = wiring.env_steps + self.sync_every
@@ -433,6 +441,9 @@ class MemberLoop:
                 where=dict(wiring.where),
             )
         )
+
+    def _building(self, stage: str) -> None:
+        self.link.send(Building(self.plan.name, stage))
 
     def tick(self) -> bool:
         """One vector step of every env copy and whatever is due after it (updates, publish,

@@ -1,10 +1,11 @@
 """What members tell the coordinator, as typed messages; every backend carries the same ones.
 
-A member sends :class:`Started` once it is built, :class:`Figures` every few seconds (which is
-also its heartbeat), :class:`Evaluated` after each eval of the learner, :class:`StateReply` when
-the coordinator asked for states (a checkpoint), and :class:`Finished` last. :class:`Failed`
-carries the traceback of a member that raised. How they travel is the backend's business: a
-pipe per member (local), the board actor (ray) or a list in the same process (serial).
+A member sends :class:`Building` as it starts each stage of its build, :class:`Started` once it
+is built, :class:`Figures` every few seconds (which is also its heartbeat), :class:`Evaluated`
+after each eval of the learner, :class:`StateReply` when the coordinator asked for states (a
+checkpoint), and :class:`Finished` last. :class:`Failed` carries the traceback of a member that
+raised. How they travel is the backend's business: a pipe per member (local), the board actor
+(ray) or a list in the same process (serial).
 """
 
 from __future__ import annotations
@@ -13,6 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wheeler2.runtime.evaluation import EvalResult
+
+
+@dataclass(frozen=True)
+class Building:
+    member: str
+    stage: str  # what it does next, for a person reading a hang: "building its envs", ...
 
 
 @dataclass(frozen=True)
@@ -60,4 +67,4 @@ class Failed:
     how: str = "raised"  # what the coordinator says the member did: raised, hangs, ...
 
 
-Message = Started | Figures | Evaluated | StateReply | Finished | Failed
+Message = Building | Started | Figures | Evaluated | StateReply | Finished | Failed
