@@ -192,11 +192,11 @@ def _alive(pid: int) -> bool:
 
 
 MULTI = ["local", "ray"]
-ALL = ["serial", "local", "ray"]
 # The default run covers each fault on serial and local and the commonest ones on ray; these
 # ray variants (each a ~40 s Ray start on two cores) run with `-m slow`.
 RAY_SLOW = pytest.param("ray", marks=[pytest.mark.slow, pytest.mark.timeout(600)])
 LOCAL_SLOW = pytest.param("local", marks=[pytest.mark.slow, pytest.mark.timeout(600)])
+SERIAL_SLOW = pytest.param("serial", marks=[pytest.mark.slow, pytest.mark.timeout(600)])
 MULTI_SLOW_RAY = ["local", RAY_SLOW]
 ALL_SLOW_RAY = ["serial", "local", RAY_SLOW]
 # A faulty explorer beside one healthy explorer and the learner: the run still has members to
@@ -240,7 +240,10 @@ def test_member_that_dies_is_named_and_the_run_exits_1(tmp_path: Path, backend: 
     run.assert_clean()
 
 
-@pytest.mark.parametrize("backend", ALL_SLOW_RAY)
+# serial: slow; the default run has test_finite_guard.py's serial run, whose member raises
+# through the same path (SerialTransport catches it, `failed` sends it, the coordinator names
+# it, exit 1), and this test on local carries the traceback across a process.
+@pytest.mark.parametrize("backend", [SERIAL_SLOW, "local", RAY_SLOW])
 def test_member_that_raises_is_named_with_its_traceback(tmp_path: Path, backend: str) -> None:
     _skip_without_ray(backend)
     cfg = write_team(tmp_path, backend, explorer_fault="raise", explorers=EXPLORERS_BESIDE_FAULT)
@@ -309,7 +312,10 @@ def test_learner_that_dies_frees_producers(tmp_path: Path, backend: str) -> None
     run.assert_clean()
 
 
-@pytest.mark.parametrize("backend", ALL)
+# local: slow; the default run has the Ctrl-C to the whole group on local during start-up
+# (below: members ignore it, exit 130) and test_local.py's SIGTERM of a running local team
+# (the coordinator's same interrupt path: members stop, a resumable checkpoint, nothing left).
+@pytest.mark.parametrize("backend", ["serial", LOCAL_SLOW, "ray"])
 def test_ctrl_c_exits_130_with_a_resumable_checkpoint(tmp_path: Path, backend: str) -> None:
     _skip_without_ray(backend)
     run = Run(write_team(tmp_path, backend, total=200_000), tmp_path / "runs")
