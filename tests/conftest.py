@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from ray_tmpdir import ray_tmpdir
 
 from wheeler2.runtime.build import set_compute_threads
 
@@ -120,3 +121,10 @@ def write_config(tmp_path: Path, fake_modules: Path) -> Callable[[str], Path]:
         return path
 
     return write
+
+
+@pytest.fixture
+def ray_tmp() -> Iterator[str]:
+    """A short RAY_TMPDIR for one test (see tests/ray_tmpdir.py), removed after it."""
+    with ray_tmpdir() as path:
+        yield path

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -107,9 +106,9 @@ def write_team(
 class Run:
     """``wheeler2 run`` in a subprocess with its own RAY_TMPDIR, watched from outside."""
 
-    def __init__(self, cfg: Path, out: Path) -> None:
+    def __init__(self, cfg: Path, out: Path, ray_tmp: str) -> None:
         self.out = out
-        self.ray_tmp = tempfile.mkdtemp(prefix="w2ray", dir="/tmp")
+        self.ray_tmp = ray_tmp
         env = dict(
             os.environ,
             PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
@@ -213,9 +212,9 @@ def _skip_without_ray(backend: str) -> None:
 # exactly, counted by ray's Board) and this file's Ctrl-C on ray (a Ray started by the CLI,
 # closed on every path by the same `finally`, no member process or /dev/shm entry left).
 @pytest.mark.parametrize("backend", ["serial", "local", RAY_SLOW])
-def test_normal_run_leaves_nothing_behind(tmp_path: Path, backend: str) -> None:
+def test_normal_run_leaves_nothing_behind(tmp_path: Path, ray_tmp: str, backend: str) -> None:
     _skip_without_ray(backend)
-    run = Run(write_team(tmp_path, backend, total=1_500), tmp_path / "runs")
+    run = Run(write_team(tmp_path, backend, total=1_500), tmp_path / "runs", ray_tmp)
     output = run.finish(timeout=240)
     assert run.proc.returncode == 0, output
     run.members = json.loads(next(run.out.glob("*/members.json")).read_text())
@@ -228,10 +227,12 @@ def test_normal_run_leaves_nothing_behind(tmp_path: Path, backend: str) -> None:
 # run has test_local.py::test_killed_explorer_stops_team_with_exit_1 (a member process gone:
 # named as died, exit 1, a checkpoint, no member process or shared memory left).
 @pytest.mark.parametrize("backend", [LOCAL_SLOW, RAY_SLOW])
-def test_member_that_dies_is_named_and_the_run_exits_1(tmp_path: Path, backend: str) -> None:
+def test_member_that_dies_is_named_and_the_run_exits_1(
+    tmp_path: Path, ray_tmp: str, backend: str
+) -> None:
     _skip_without_ray(backend)
     cfg = write_team(tmp_path, backend, explorer_fault="exit", explorers=EXPLORERS_BESIDE_FAULT)
-    run = Run(cfg, tmp_path / "runs")
+    run = Run(cfg, tmp_path / "runs", ray_tmp)
     output = run.finish(timeout=240)
     assert run.proc.returncode == 1, output
     assert "member 'bad' died" in output, output
@@ -244,10 +245,12 @@ def test_member_that_dies_is_named_and_the_run_exits_1(tmp_path: Path, backend: 
 # through the same path (SerialTransport catches it, `failed` sends it, the coordinator names
 # it, exit 1), and this test on local carries the traceback across a process.
 @pytest.mark.parametrize("backend", [SERIAL_SLOW, "local", RAY_SLOW])
-def test_member_that_raises_is_named_with_its_traceback(tmp_path: Path, backend: str) -> None:
+def test_member_that_raises_is_named_with_its_traceback(
+    tmp_path: Path, ray_tmp: str, backend: str
+) -> None:
     _skip_without_ray(backend)
     cfg = write_team(tmp_path, backend, explorer_fault="raise", explorers=EXPLORERS_BESIDE_FAULT)
-    run = Run(cfg, tmp_path / "runs")
+    run = Run(cfg, tmp_path / "runs", ray_tmp)
     output = run.finish(timeout=240)
     assert run.proc.returncode == 1, output
     assert "member 'bad' raised" in output and "injected fault" in output, output
@@ -259,10 +262,12 @@ def test_member_that_raises_is_named_with_its_traceback(tmp_path: Path, backend:
 # process) runs by default. local and ray: slow; the default run has the stopped member below on
 # local (the same coordinator heartbeat, message and SIGKILL of the silent member process).
 @pytest.mark.parametrize("backend", ["serial", LOCAL_SLOW, RAY_SLOW])
-def test_member_stuck_in_a_step_is_caught_by_the_heartbeat(tmp_path: Path, backend: str) -> None:
+def test_member_stuck_in_a_step_is_caught_by_the_heartbeat(
+    tmp_path: Path, ray_tmp: str, backend: str
+) -> None:
     _skip_without_ray(backend)
     cfg = write_team(tmp_path, backend, explorer_fault="hang", explorers=EXPLORERS_BESIDE_FAULT)
-    run = Run(cfg, tmp_path / "runs")
+    run = Run(cfg, tmp_path / "runs", ray_tmp)
     output = run.finish(timeout=240)
     assert run.proc.returncode == 1, output
     assert (
@@ -275,9 +280,11 @@ def test_member_stuck_in_a_step_is_caught_by_the_heartbeat(tmp_path: Path, backe
 
 
 @pytest.mark.parametrize("backend", MULTI_SLOW_RAY)
-def test_stopped_member_is_caught_by_the_heartbeat(tmp_path: Path, backend: str) -> None:
+def test_stopped_member_is_caught_by_the_heartbeat(
+    tmp_path: Path, ray_tmp: str, backend: str
+) -> None:
     _skip_without_ray(backend)
-    run = Run(write_team(tmp_path, backend), tmp_path / "runs")
+    run = Run(write_team(tmp_path, backend), tmp_path / "runs", ray_tmp)
     run.wait_members({"target", "explorer-0", "explorer-1"})
     os.kill(run.members["explorer-1"], signal.SIGSTOP)
     t0 = time.monotonic()
@@ -293,14 +300,14 @@ def test_stopped_member_is_caught_by_the_heartbeat(tmp_path: Path, backend: str)
 
 
 @pytest.mark.parametrize("backend", MULTI_SLOW_RAY)
-def test_learner_that_dies_frees_producers(tmp_path: Path, backend: str) -> None:
+def test_learner_that_dies_frees_producers(tmp_path: Path, ray_tmp: str, backend: str) -> None:
     """The explorers wait on the ratio gate for a learner that is gone: the stop must let them
     go, so that each sends its final state within the stop's grace. Held in the gate (a gate
     that ignores the release), they send nothing until its 60 s timeout, far past the 10 s
     grace, and end "cut off". An event, not a clock: on a loaded machine the run itself may
     take minutes before the learner reaches its fault."""
     _skip_without_ray(backend)
-    run = Run(write_team(tmp_path, backend, learner_fault="exit"), tmp_path / "runs")
+    run = Run(write_team(tmp_path, backend, learner_fault="exit"), tmp_path / "runs", ray_tmp)
     run.wait_members({"target"})
     output = run.finish(timeout=240)
     assert run.proc.returncode == 1, output
@@ -316,9 +323,11 @@ def test_learner_that_dies_frees_producers(tmp_path: Path, backend: str) -> None
 # (below: members ignore it, exit 130) and test_local.py's SIGTERM of a running local team
 # (the coordinator's same interrupt path: members stop, a resumable checkpoint, nothing left).
 @pytest.mark.parametrize("backend", ["serial", LOCAL_SLOW, "ray"])
-def test_ctrl_c_exits_130_with_a_resumable_checkpoint(tmp_path: Path, backend: str) -> None:
+def test_ctrl_c_exits_130_with_a_resumable_checkpoint(
+    tmp_path: Path, ray_tmp: str, backend: str
+) -> None:
     _skip_without_ray(backend)
-    run = Run(write_team(tmp_path, backend, total=200_000), tmp_path / "runs")
+    run = Run(write_team(tmp_path, backend, total=200_000), tmp_path / "runs", ray_tmp)
     run.wait_members({"target", "explorer-0", "explorer-1"})
     os.killpg(run.proc.pid, signal.SIGINT)
     output = run.finish(timeout=120)
@@ -332,9 +341,9 @@ def test_ctrl_c_exits_130_with_a_resumable_checkpoint(tmp_path: Path, backend: s
     run.assert_clean()
 
 
-def test_ctrl_c_during_start_up_is_one_line(tmp_path: Path) -> None:
+def test_ctrl_c_during_start_up_is_one_line(tmp_path: Path, ray_tmp: str) -> None:
     """Ctrl-C while the members are still importing and building: exit 130, no traceback."""
-    run = Run(write_team(tmp_path, "local", total=200_000), tmp_path / "runs")
+    run = Run(write_team(tmp_path, "local", total=200_000), tmp_path / "runs", ray_tmp)
     deadline = time.monotonic() + 120
     # The run directory appears once the team is built, right before the members are spawned.
     while not list(run.out.glob("*/config.toml")) and time.monotonic() < deadline:
@@ -351,10 +360,12 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path: Path) -> None:
     run.assert_clean()
 
 
-def test_members_leave_quietly_when_the_main_process_is_killed(tmp_path: Path) -> None:
+def test_members_leave_quietly_when_the_main_process_is_killed(
+    tmp_path: Path, ray_tmp: str
+) -> None:
     """The coordinator SIGKILLed: members notice at their next report and exit without a
     BrokenPipe traceback; the next run's sweep frees the shared memory the dead owner left."""
-    run = Run(write_team(tmp_path, "local"), tmp_path / "runs")
+    run = Run(write_team(tmp_path, "local"), tmp_path / "runs", ray_tmp)
     run.wait_members({"target", "explorer-0", "explorer-1"})
     os.kill(run.proc.pid, signal.SIGKILL)
     output = run.finish(timeout=60)
@@ -365,13 +376,13 @@ def test_members_leave_quietly_when_the_main_process_is_killed(tmp_path: Path) -
     assert "Traceback" not in output and "BrokenPipe" not in output, output
 
 
-def test_a_run_that_fails_at_start_leaves_no_run_directory(tmp_path: Path) -> None:
+def test_a_run_that_fails_at_start_leaves_no_run_directory(tmp_path: Path, ray_tmp: str) -> None:
     cfg = write_team(tmp_path, "local")
     # A kwarg Pendulum does not take: the team fails while it is built, before any member.
     cfg.write_text(
         cfg.read_text().replace('id = "Pendulum-v1"', 'id = "Pendulum-v1"\nkwargs = { x = 1 }')
     )
-    run = Run(cfg, tmp_path / "runs")
+    run = Run(cfg, tmp_path / "runs", ray_tmp)
     output = run.finish(timeout=120)
     assert run.proc.returncode != 0, output
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir()), output

@@ -14,13 +14,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from ray_tmpdir import ray_tmpdir
 
 ray = pytest.importorskip("ray", reason="backend ray needs the optional extra: pip install .[ray]")
 
@@ -131,28 +131,27 @@ RAY_COMMON = ["--disable-usage-stats", "--include-log-monitor=false"]
 def cluster() -> Iterator[Cluster]:
     """A head node (3 CPUs) on this machine; this test process is connected to it as a driver.
     The default tests need one node; ``worker_node`` adds the second for the placement test."""
-    # Short: Ray's unix socket paths live under it and must stay below 108 bytes.
-    tmpdir = tempfile.mkdtemp(prefix="w2ray", dir="/tmp")
-    marker = f"RAY_TMPDIR={tmpdir}"
-    env = dict(os.environ, RAY_TMPDIR=tmpdir, RAY_AUTH_MODE="disabled")
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    try:
-        subprocess.run(
-            [RAY_BIN, "start", "--head", f"--port={port}", "--num-cpus=3",
-             "--include-dashboard=false", "--node-ip-address=127.0.0.1", *RAY_COMMON],
-            env=env, check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
-        os.environ["RAY_AUTH_MODE"] = "disabled"
-        ray.init(address=address, namespace="wheeler2", log_to_driver=False,
-                 logging_level="error")  # fmt: skip
-        yield Cluster(address, tmpdir, env)
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        stop_processes(marker)  # the worker node too, when a test added it
-        leftover = processes_with_env(marker)
-        assert not leftover, f"cluster processes left behind: {leftover}"
+    with ray_tmpdir() as tmpdir:  # short: Ray's socket paths under it stay below 108 bytes
+        marker = f"RAY_TMPDIR={tmpdir}"
+        env = dict(os.environ, RAY_TMPDIR=tmpdir, RAY_AUTH_MODE="disabled")
+        port = free_port()
+        address = f"127.0.0.1:{port}"
+        try:
+            subprocess.run(
+                [RAY_BIN, "start", "--head", f"--port={port}", "--num-cpus=3",
+                 "--include-dashboard=false", "--node-ip-address=127.0.0.1", *RAY_COMMON],
+                env=env, check=True, capture_output=True, timeout=120,
+            )  # fmt: skip
+            os.environ["RAY_AUTH_MODE"] = "disabled"
+            ray.init(address=address, namespace="wheeler2", log_to_driver=False,
+                     logging_level="error")  # fmt: skip
+            yield Cluster(address, tmpdir, env)
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
+            stop_processes(marker)  # the worker node too, when a test added it
+            leftover = processes_with_env(marker)
+            assert not leftover, f"cluster processes left behind: {leftover}"
 
 
 @pytest.fixture(scope="module")
@@ -287,10 +286,9 @@ def test_killed_explorer_actor_stops_team_with_exit_1(tmp_path: Path, cluster: C
 
 @pytest.mark.slow  # the default run has test_faults.py's Ctrl-C on ray; this adds the resume
 @pytest.mark.timeout(600)
-def test_sigint_checkpoints_and_resumes_under_local(tmp_path: Path) -> None:
+def test_sigint_checkpoints_and_resumes_under_local(tmp_path: Path, ray_tmp: str) -> None:
     """A run that starts its own Ray: Ctrl-C -> exit 130, a final checkpoint, no Ray process
     left; the checkpoint then resumes under the local backend."""
-    ray_tmp = tempfile.mkdtemp(prefix="w2ray", dir="/tmp")
     marker = f"RAY_TMPDIR={ray_tmp}"
     env = dict(os.environ, RAY_TMPDIR=ray_tmp)
     env.pop("RAY_ADDRESS", None)
