@@ -108,11 +108,10 @@ class Run:
 
     def __init__(self, cfg: Path, out: Path, ray_tmp: str) -> None:
         self.out = out
-        self.ray_tmp = ray_tmp
         env = dict(
             os.environ,
             PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
-            RAY_TMPDIR=self.ray_tmp,
+            RAY_TMPDIR=ray_tmp,
             RAY_AUTH_MODE="disabled",
         )
         self.shm_before = _shm()
