@@ -41,8 +41,16 @@ from agents.nets import (
     seeded,
 )
 from agents.normalize import make_obs_norm
-from agents.recurrent import RecurrentQ, SequenceParams, Sequences, core_problem, state_rows
+from agents.recurrent import (
+    RecurrentQ,
+    SequenceParams,
+    Sequences,
+    core_problem,
+    offpolicy_needs,
+    state_rows,
+)
 from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SequenceBatch, SpaceInfo, Transitions
+from wheeler2.needs import AgentNeeds
 from wheeler2.schema import bounded, choice, sizes
 
 
@@ -91,6 +99,10 @@ def double_q_target(
 class DQN(Agent):
     Params = Params
     uses_replay = True
+
+    @classmethod
+    def needs(cls, params: Params) -> AgentNeeds:
+        return offpolicy_needs(params)
 
     def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
         super().__init__(space, params, resolve_device(device, params.device), seed)

@@ -45,6 +45,7 @@ from agents.nets import (
 )
 from agents.returns import lambda_returns
 from wheeler2.agent import ActOut, Agent, SpaceInfo, Transitions
+from wheeler2.needs import AgentNeeds
 from wheeler2.schema import bounded, choice, sizes
 
 
@@ -85,6 +86,10 @@ def policy_gradient_loss(
 class PG(Agent):
     Params = Params
     uses_replay = False
+
+    @classmethod
+    def needs(cls, params: Params) -> AgentNeeds:
+        return AgentNeeds(gamma=float(params.gamma), device=params.device)
 
     def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
         super().__init__(space, params, resolve_device(device, params.device), seed)

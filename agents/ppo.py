@@ -43,6 +43,7 @@ from agents.nets import (
 from agents.normalize import make_obs_norm
 from agents.returns import gae  # A + V, the value target, is the lambda-return
 from wheeler2.agent import ActOut, Agent, SpaceInfo, Transitions
+from wheeler2.needs import AgentNeeds
 from wheeler2.schema import bounded, choice, sizes
 
 
@@ -102,6 +103,10 @@ def clipped_surrogate(
 class PPO(RecurrentOnPolicy, Agent):
     Params = Params
     uses_replay = False
+
+    @classmethod
+    def needs(cls, params: Params) -> AgentNeeds:
+        return AgentNeeds(gamma=float(params.gamma), device=params.device)
 
     def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
         super().__init__(space, params, resolve_device(device, params.device), seed)

@@ -35,8 +35,7 @@ from torch import nn
 from agents.cores import RecurrentCore
 from agents.nets import MLP, DeterministicActor, QCritic, SquashedGaussianActor, TwinQCritic
 from wheeler2.agent import SequenceBatch
-from wheeler2.buffer import SequenceConfig
-from wheeler2.buffer.sequence import sequence_priority
+from wheeler2.needs import AgentNeeds, SequenceConfig, sequence_priority
 from wheeler2.schema import bounded, choice
 
 
@@ -67,6 +66,16 @@ class SequenceParams:
             stride=self.seq_stride,
             eta=self.seq_eta,
         )
+
+
+def offpolicy_needs(params: Any) -> AgentNeeds:
+    """An off-policy learner's needs: its discount, warm-up, sequences and device."""
+    return AgentNeeds(
+        gamma=float(params.gamma),
+        replay_min_size=int(params.learning_starts),
+        sequence=params.replay_sequence,
+        device=params.device,
+    )
 
 
 def core_problem(params: Any) -> tuple[str, str] | None:

@@ -62,11 +62,13 @@ from agents.recurrent import (
     RecurrentSquashedActor,
     SequenceParams,
     Sequences,
+    offpolicy_needs,
     recurrent_actor_critic,
     state_rows,
     step_two_cores,
 )
 from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SequenceBatch, SpaceInfo, Transitions
+from wheeler2.needs import AgentNeeds
 from wheeler2.schema import bounded, choice, sizes
 
 
@@ -98,6 +100,10 @@ class Params(SequenceParams):
 class SAC(Agent):
     Params = Params
     uses_replay = True
+
+    @classmethod
+    def needs(cls, params: Params) -> AgentNeeds:
+        return offpolicy_needs(params)
 
     def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
         super().__init__(space, params, resolve_device(device, params.device), seed)

@@ -97,7 +97,7 @@ def test_her_batch_recomputes_every_head(config) -> None:  # noqa: ANN001
     agent = build.make_agent(config, plan, build.space_info(env.info, heads), 0)
     replay = Replay.create(
         build.replay_layout(env.info, heads, logp=False),
-        build.replay_config(config, plan.spec.params),
+        build.replay_config(config, build.needs_of(plan)),
         gamma=0.95,
         relabel=heads.relabel,
         seed=0,

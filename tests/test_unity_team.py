@@ -47,7 +47,7 @@ def test_unity_mock_team_steps_through_members(num_steps: int) -> None:
     layout = build.replay_layout(probe.info, heads, logp=True)
     probe.close()
     replay = Replay.create(
-        layout, build.replay_config(config, lead.spec.params, chunk=16), gamma=0.98,
+        layout, build.replay_config(config, build.needs_of(lead), chunk=16), gamma=0.98,
         relabel=None, seed=0,
     )  # fmt: skip
     members: list[Member] = []

@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from wheeler2.needs import AgentNeeds
+
 
 @dataclass(frozen=True)
 class SpaceInfo:
@@ -162,6 +164,12 @@ class Agent:
         self.params = params
         self.device = torch.device(device)
         self.seed = seed
+
+    @classmethod
+    def needs(cls, params: Any) -> AgentNeeds:
+        """What the engine must know of a member with these params (replay warm-up, discount,
+        sequences, device): the only way the engine learns them, before the agent is built."""
+        return AgentNeeds()
 
     def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
         """Actions for ``obs [N, obs_dim]``. A recurrent agent reads ``state [N, state_dim]``

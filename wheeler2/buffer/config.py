@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wheeler2.needs import SequenceConfig
 from wheeler2.schema import bounded, choice, problems
 
 HER_STRATEGIES = ("future", "final", "episode", "random")
@@ -58,35 +59,6 @@ class HerConfig:
     @property
     def fraction(self) -> float:
         return self.k / (self.k + 1)
-
-
-@dataclass(frozen=True)
-class SequenceConfig:
-    """Sequence replay (R2D2, Kapturowski et al. 2019) for a recurrent learner.
-
-    A sequence starts at every ``stride``-th step of an episode (step 0, stride, 2 stride, ...)
-    and spans ``burn_in + length`` steps; the first ``burn_in`` only rebuild the policy state
-    from the one stored at the start, except in a sequence that starts an episode, whose stored
-    state (the initial one) is exact and whose every step is trained.
-    """
-
-    length: int = bounded(40, gt=0)  # trained steps per sequence
-    burn_in: int = bounded(20, ge=0)  # steps before them that only refresh the stored state
-    stride: int = bounded(0, ge=0)  # steps between sequence starts; 0: length // 2 (R2D2)
-    eta: float = bounded(0.9, ge=0, le=1)  # priority: eta max|delta| + (1 - eta) mean|delta|
-
-    def __post_init__(self) -> None:
-        _refuse(self, "sequence")
-
-    @property
-    def every(self) -> int:
-        """Steps between sequence starts (``stride``, or half the length by default)."""
-        return int(self.stride) or max(1, int(self.length) // 2)
-
-    @property
-    def span(self) -> int:
-        """Steps one sequence covers: burn-in and trained."""
-        return int(self.burn_in) + int(self.length)
 
 
 @dataclass(frozen=True)

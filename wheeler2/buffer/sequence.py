@@ -41,21 +41,14 @@ from typing import Any
 
 import numpy as np
 
-from .config import Layout, ReplayConfig, ReplayError, SequenceConfig
+from wheeler2.needs import SequenceConfig
+from wheeler2.needs import sequence_priority as sequence_priority  # re-exported
+
+from .config import Layout, ReplayConfig, ReplayError
 from .her import call_relabel
 from .sampler import PrioritizedSampler
 from .storage import MAX_PRIORITY, SYNCED, Storage
 from .sumtree import SumMinTree, padded_size
-
-
-def sequence_priority(td_error: np.ndarray, mask: np.ndarray, eta: float) -> np.ndarray:
-    """``eta * max|td| + (1 - eta) * mean|td|`` over each row's ``mask``ed steps: [B, T] -> [B].
-
-    A row with no masked step gets 0 (it is never trained on)."""
-    err = np.abs(np.asarray(td_error, dtype=np.float64)) * mask
-    count = mask.sum(axis=1)
-    mean = err.sum(axis=1) / np.maximum(count, 1)
-    return (eta * err.max(axis=1) + (1.0 - eta) * mean).astype(np.float32)
 
 
 class SequenceSampler(PrioritizedSampler):

@@ -18,6 +18,7 @@ from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.config import Config, ConfigError, HeadConfig
 from wheeler2.config.model import params_of
 from wheeler2.env import EnvInfo, FrameStackError, VecEnv
+from wheeler2.needs import AgentNeeds
 from wheeler2.task import Head, RewardHeads, Task, validate_heads
 
 
@@ -192,7 +193,7 @@ def make_agent(config: Config, plan: MemberPlan, space: SpaceInfo, seed: int) ->
     }:
         if not params.total_steps:
             params = dataclasses.replace(params, total_steps=int(config.experiment.total_steps))
-    device = getattr(params, "device", "cpu")
+    device = cls.needs(params).device
     torch.manual_seed(seed)
     np.random.seed(seed % (2**32))
     return cls(space, params, device=device, seed=seed)
@@ -219,12 +220,17 @@ def own_batch(config: Config) -> int:
     return 0 if b.own_share <= 0 else max(1, round(b.own_share * b.batch_size))
 
 
-def replay_config(config: Config, learner_params: Any, chunk: int | None = None) -> Any:
+def needs_of(plan: MemberPlan) -> AgentNeeds:
+    """What ``plan``'s algorithm declares the engine must know of it (its params read there)."""
+    return registry.resolve_algo(plan.algo).needs(params_of(plan.spec, plan.copy))
+
+
+def replay_config(config: Config, needs: AgentNeeds, chunk: int | None = None) -> Any:
+    """The replay settings of a table whose learner declared ``needs``."""
     from wheeler2.buffer import ReplayConfig
 
     b = config.buffer
-    learning_starts = int(getattr(learner_params, "learning_starts", 0) or 0)
-    min_size = max(learning_starts, int(b.batch_size))
+    min_size = max(int(needs.replay_min_size), int(b.batch_size))
     updates = max(1, int((config.experiment.total_steps - min_size) * b.updates_per_insert))
     her = None if b.her is None else dataclasses.replace(b.her)
     return ReplayConfig(
@@ -243,8 +249,8 @@ def replay_config(config: Config, learner_params: Any, chunk: int | None = None)
         # How far producers may run ahead of the learner: enough to absorb a slow update or an
         # eval, small against the run so the measured ratio tracks the target throughout.
         gate_tolerance=max(int(b.batch_size), min(2048, int(config.experiment.total_steps) // 50)),
-        # A recurrent learner's Params name its replayed sequences (batch_size counts them).
-        sequence=getattr(learner_params, "replay_sequence", None),
+        # A recurrent learner declares its replayed sequences (batch_size counts them).
+        sequence=needs.sequence,
     )
 
 
@@ -516,14 +522,16 @@ def replay_spec(
 ) -> ReplaySpec:
     """A table's replay (or one shard of it): the one place its settings are made, whatever
     the backend."""
-    cfg = replay_config(config, table.lead.spec.params, chunk=chunk)
+    needs = needs_of(table.lead)
+    cfg = replay_config(config, needs, chunk=chunk)
     if shards > 1:
         cfg = shard_config(cfg, shards)
     her = config.buffer.her
     return ReplaySpec(
         layout=table.layout(),
         cfg=cfg,
-        gamma=float(table.learner.params.gamma),
+        # A learner without a discount never bootstraps: its replay's discount column is unread.
+        gamma=1.0 if needs.gamma is None else float(needs.gamma),
         relabel=table.heads.relabel if her is not None else None,
         seed=replay_seed(config, shard, shards) + TABLE_SEED_STRIDE * table.index,
         reached=table.heads.reached if her is not None and her.terminate_on_goal else None,

@@ -74,8 +74,8 @@ def evaluate(agent: Agent, env: VecEnv, seed: int, heads: RewardHeads | None = N
 class _HeadValueCheck:
     """Per head: Q_h(s0, pi(s0)) against sum_t gamma^t r_h,t of the same eval episode.
 
-    gamma is the agent's own ``params.gamma``; an episode cut by a time limit leaves out its
-    tail (gamma^T of it), which is small next to the return for the horizons we run.
+    gamma is the one the agent declares (``Agent.needs``); an episode cut by a time limit leaves
+    out its tail (gamma^T of it), which is small next to the return for the horizons we run.
     """
 
     def __init__(self, heads: RewardHeads, q0: np.ndarray, gamma: float) -> None:
@@ -88,7 +88,8 @@ class _HeadValueCheck:
         cls, agent: Agent, heads: RewardHeads | None, obs: np.ndarray
     ) -> _HeadValueCheck | None:
         query = getattr(agent, "head_values", None)
-        gamma = getattr(getattr(agent, "params", None), "gamma", None)
+        needs = getattr(type(agent), "needs", None)
+        gamma = None if needs is None else needs(getattr(agent, "params", None)).gamma
         if heads is None or query is None or gamma is None:
             return None
         return cls(heads, np.asarray(query(obs), np.float64), float(gamma))
