@@ -1,12 +1,12 @@
-"""agents/cores.py: the recurrent core the policy-state contract is built on (issue 15)."""
+"""agents/parts/memory.py: the recurrent core the policy-state contract is built on (issue 15)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from agents import cores
-from agents.cores import RecurrentCore
+from agents.parts import memory
+from agents.parts.memory import RecurrentCore
 
 
 def make(kind: str, in_dim: int = 3, size: int = 4, seed: int = 0) -> RecurrentCore:
@@ -74,7 +74,7 @@ def loop_of_steps(
 def test_sequence_equals_a_loop_of_steps(
     kind: str, stretches: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cores, "MAX_STRETCHES", stretches)
+    monkeypatch.setattr(memory, "MAX_STRETCHES", stretches)
     core = make(kind)
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(11, 4, 3, generator=gen)
@@ -97,7 +97,7 @@ def test_sequence_equals_a_loop_of_steps(
 def test_starts_reset_exactly_where_flagged(
     kind: str, stretches: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cores, "MAX_STRETCHES", stretches)
+    monkeypatch.setattr(memory, "MAX_STRETCHES", stretches)
     # Row 0 starts an episode at t=4, row 1 at t=2 and t=6, row 2 never: each row must equal its
     # segments run separately, the first from s0 and every later one from zeros.
     core = make(kind)
@@ -140,3 +140,53 @@ def test_bad_kind_and_starts_shape_are_refused() -> None:
     with pytest.raises(ValueError, match="starts"):
         bad = torch.zeros(4, 3, dtype=torch.bool)
         core.sequence(torch.randn(4, 2, 3), core.initial_state(2), bad)
+
+
+@pytest.mark.parametrize(
+    "hidden,core_first,skip,features_dim,reads",
+    [
+        ([5], False, False, 4, "obs"),  # trunk -> core (PPO's default)
+        ([5], True, False, 5, "core"),  # core -> trunk (core_first)
+        ([5], True, True, 5, "core+obs"),  # core, obs beside it, -> trunk
+        ([], False, True, 4 + 3, "core+obs"),  # core, obs beside it (the off-policy layout)
+        ([], False, False, 4, "core"),
+    ],
+)
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_memory_layouts_step_like_their_sequence(
+    kind: str, hidden: list[int], core_first: bool, skip: bool, features_dim: int, reads: str
+) -> None:
+    torch.manual_seed(0)
+    mem = memory.RecurrentMemory(3, kind, 4, hidden, "tanh", True, core_first, skip)
+    assert mem.features_dim == features_dim and mem.sync_trunk_reads == reads
+    assert mem.state_dim == (4 if kind == "gru" else 8)
+    # The parts keep their names: trunk.* and core.rnn.* (old checkpoints' keys).
+    parts = {k.split(".")[0] for k in mem.state_dict()}
+    assert parts == ({"trunk", "core"} if hidden else {"core"})
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(6, 2, 3, generator=gen)
+    s0 = torch.randn(2, mem.state_dim, generator=gen)
+    starts = torch.zeros(6, 2, dtype=torch.bool)
+    starts[3, 1] = True
+    ys, sT = mem.sequence(x, s0, starts)
+    assert ys.shape == (6, 2, features_dim)
+    state, outs = s0, []
+    for t in range(6):
+        state = torch.where(starts[t].unsqueeze(1), torch.zeros_like(state), state)
+        y, state = mem.step(x[t], state)
+        outs.append(y)
+    torch.testing.assert_close(ys, torch.stack(outs))
+    torch.testing.assert_close(sT, state)
+    if skip and not hidden:  # the observation itself sits beside the core's output
+        torch.testing.assert_close(ys[..., 4:], x)
+
+
+def test_memory_refuses_skip_before_a_trunk() -> None:
+    with pytest.raises(ValueError, match="core_first"):
+        memory.RecurrentMemory(3, "gru", 4, [5], skip=True)
+
+
+def test_core_still_imports_from_cores() -> None:
+    from agents.cores import RecurrentCore as Old
+
+    assert Old is RecurrentCore

@@ -1,0 +1,1 @@
+"""Parts agents are built from: memory (recurrent core and wrapper), distributions, ..."""
