@@ -1,11 +1,11 @@
 """Does a team pay? Teams against their own learner alone, on the same quantity, seed by seed.
 
-    python experiments/team_vs_solo.py --task mountaincar --seeds 0 1 2 3 4 5 6 7 8 9
-    python experiments/team_vs_solo.py --task pendulum --seeds 0 1 2 3 4 --arms solo ppo diverse
-    python experiments/team_vs_solo.py --task pendulum-slow --seeds 0 1 2 3 4 --arms solo diverse
-    python experiments/team_vs_solo.py --task pendulum-shape --seeds 0 1 2 3 4 \
+    python -m experiments.team_vs_solo --task mountaincar --seeds 0 1 2 3 4 5 6 7 8 9
+    python -m experiments.team_vs_solo --task pendulum --seeds 0 1 2 3 4 --arms solo ppo diverse
+    python -m experiments.team_vs_solo --task pendulum-slow --seeds 0 1 2 3 4 --arms solo diverse
+    python -m experiments.team_vs_solo --task pendulum-shape --seeds 0 1 2 3 4 \
         --arms solo solo-ou diverse
-    python experiments/team_vs_solo.py --task mountaincar --table      # tables from the runs file
+    python -m experiments.team_vs_solo --task mountaincar --table      # tables from the runs file
 
 Tasks: ``pendulum`` and ``mountaincar`` run their team files; ``pendulum-slow`` is the Pendulum
 file on ``wheeler2/Slow-v0`` (every step takes 2 ms, as a remote simulator's would), and
@@ -35,14 +35,16 @@ interquartile mean of steps and seconds to the threshold (an unsolved seed count
 i.e. infinity), and each arm's ratio to ``solo`` of the median, with a 95% bootstrap interval
 over seeds (resampled in pairs: the same seeds on both sides). Arms run interleaved, seed by
 seed, so machine load hits every arm alike. Every finished run is appended to
-``experiments/results/team_vs_solo_<task>_runs.jsonl``, so an interrupted sweep keeps its runs.
+``experiments/results/team_vs_solo_<task>_runs.jsonl``, so an interrupted sweep keeps its runs;
+the table and plot (``team_vs_solo_<task><suffix>.md``, ``.png``) are rebuilt from that file
+alone (``--table``, or ``python -m experiments regen``). Notes on the results:
+``experiments/results/notes/team_vs_solo.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import json
 import math
 import os
 import sys
@@ -51,8 +53,9 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "experiments" / "results"
+from experiments.lib import RESULTS, ROOT, report, runs, stats
+from experiments.lib.arms import run_config, sweep
+
 SLOW_PENDULUM = [  # a remote simulator: every env step (eval's too) takes 2 ms of wall-clock
     'env.id="wheeler2/Slow-v0"',
     'env.kwargs={env_id="Pendulum-v1", step_ms=2.0}',
@@ -143,23 +146,20 @@ def arm_raw(task_raw: dict[str, Any], arm: str) -> dict[str, Any]:
 
 def run_arm(task: str, arm: str, seed: int, out: Path, sets: list[str]) -> dict[str, Any]:
     from wheeler2.config import load, validate
-    from wheeler2.runtime import run_experiment
 
     spec = TASKS[task]
     overrides = ["experiment.progress=false", *spec.get("sets", []), *sets]
     base = load(spec["file"], overrides=overrides, seed=seed)
     raw = arm_raw(base.raw, arm)
     raw["experiment"].update(seed=seed, out=str(out), eval_threshold=spec["threshold"])
-    config = validate(raw, spec["file"])
-    run_dir = run_experiment(config)
-    summary = json.loads((run_dir / "summary.json").read_text())
-    return figures(task, arm, seed, summary, str(run_dir))
+    run = run_config(validate(raw, spec["file"]))
+    return figures(task, arm, seed, run.summary, str(run.run_dir))
 
 
 def figures(task: str, arm: str, seed: int, summary: dict, run_dir: str) -> dict[str, Any]:
     threshold = TASKS[task]["threshold"]
     evals = summary["eval"]
-    hit = next((e for e in evals if e["return"] >= threshold), None)
+    steps_to, seconds_to = stats.to_threshold(evals, threshold)
     budget = max(summary["env_steps"], 1)
     xs = [0] + [e["env_steps"] for e in evals]
     ys = [evals[0]["return"]] + [e["return"] for e in evals] if evals else [0.0, 0.0]
@@ -170,9 +170,9 @@ def figures(task: str, arm: str, seed: int, summary: dict, run_dir: str) -> dict
         "seed": seed,
         "env_steps": summary["env_steps"],
         "wall_s": summary["wall_s"],
-        "solved": hit is not None,
-        "steps_to": None if hit is None else hit["env_steps"],
-        "seconds_to": None if hit is None else hit["wall_s"],
+        "solved": steps_to is not None,
+        "steps_to": steps_to,
+        "seconds_to": seconds_to,
         "final": summary["final_eval_return"],
         "stays": summary["final_eval_return"] is not None
         and summary["final_eval_return"] >= threshold,
@@ -187,52 +187,11 @@ def figures(task: str, arm: str, seed: int, summary: dict, run_dir: str) -> dict
     }
 
 
-# -- statistics --
+# -- the tables (from stored runs alone) --
 
 
-def _values(runs: list[dict], key: str) -> np.ndarray:
-    return np.array([math.inf if r[key] is None else float(r[key]) for r in runs])
-
-
-def iqm(x: np.ndarray) -> float:
-    """Mean of the middle half (Agarwal et al., 2021); infinity where unsolved seeds are in it."""
-    x = np.sort(x)
-    n = len(x)
-    lo, hi = int(math.floor(n * 0.25)), int(math.ceil(n * 0.75))
-    mid = x[lo:hi] if hi > lo else x
-    return float(np.mean(mid))
-
-
-def ratio_ci(
-    arm: np.ndarray, solo: np.ndarray, n: int = 10_000, seed: int = 0
-) -> tuple[float, float, float]:
-    """median(arm) / median(solo), with a paired 95% bootstrap interval over seeds; 0 where
-    only the baseline never reaches the threshold, nan where neither does."""
-
-    def ratio(a: np.ndarray, b: np.ndarray) -> float:
-        ma, mb = np.median(a), np.median(b)
-        if math.isinf(mb):
-            return 0.0 if not math.isinf(ma) else math.nan
-        return ma / mb
-
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(arm), (n, len(arm)))
-    boot = np.array([ratio(arm[i], solo[i]) for i in idx])
-    boot = boot[~np.isnan(boot)]
-    point = ratio(arm, solo)
-    if not len(boot):
-        return point, math.nan, math.nan
-    with np.errstate(invalid="ignore"):  # resamples where one side never reaches: inf
-        lo, hi = np.percentile(boot, [2.5, 97.5])
-    return point, float(lo), float(hi)
-
-
-def _fmt(x: float, digits: int = 0) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    if math.isinf(x):
-        return "never"
-    return f"{x:,.{digits}f}"
+def _values(rs: list[dict], key: str) -> np.ndarray:
+    return stats.censored(r[key] for r in rs)
 
 
 def _ratio_cell(vals: np.ndarray, base: np.ndarray) -> str:
@@ -240,8 +199,10 @@ def _ratio_cell(vals: np.ndarray, base: np.ndarray) -> str:
         return "— (neither)" if np.isinf(np.median(vals)) else "— (only this arm)"
     if np.isinf(np.median(vals)):
         return "— (only the baseline)"
-    p, lo, hi = ratio_ci(vals, base)
-    return f"{_fmt(p, 2)} [{_fmt(lo, 2)}, {_fmt(hi, 2)}]"
+    return stats.ratio_ci(vals, base, unsolved="rank").cell(",.2f")
+
+
+_fmt = stats.fmt
 
 
 def table(task: str, runs: list[dict[str, Any]]) -> str:
@@ -267,10 +228,10 @@ def table(task: str, runs: list[dict[str, Any]]) -> str:
             arm,
             f"{sum(r['solved'] for r in rs)}/{len(rs)}",
             f"{sum(r['stays'] for r in rs)}/{len(rs)}",
-            _fmt(float(np.median(steps))),
-            _fmt(iqm(steps)),
-            _fmt(float(np.median(secs)), 1),
-            _fmt(iqm(secs), 1),
+            _fmt(stats.median(steps), ",.0f"),
+            _fmt(stats.iqm(steps), ",.0f"),
+            _fmt(stats.median(secs), ",.1f"),
+            _fmt(stats.iqm(secs), ",.1f"),
         ]
         for base in bases:
             b_runs = [by[(base, s)] for s in complete]
@@ -279,13 +240,15 @@ def table(task: str, runs: list[dict[str, Any]]) -> str:
                 continue
             cells.append(_ratio_cell(steps, _values(b_runs, "steps_to")))
             cells.append(_ratio_cell(secs, _values(b_runs, "seconds_to")))
-        cells.append(_fmt(float(np.mean([r["auc"] for r in rs])), 1))
+        cells.append(_fmt(float(np.mean([r["auc"] for r in rs])), ",.1f"))
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Per seed, env steps to the threshold ('—': not reached):", ""]
     lines.append("| arm | " + " | ".join(f"seed {s}" for s in complete) + " |")
     lines.append("| --- |" + " --- |" * len(complete))
     for arm in arms:
-        row = [_fmt(by[(arm, s)]["steps_to"]) if by[(arm, s)]["solved"] else "—" for s in complete]
+        row = [
+            _fmt(by[(arm, s)]["steps_to"], ",") if by[(arm, s)]["solved"] else "—" for s in complete
+        ]
         lines.append(f"| {arm} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -315,12 +278,12 @@ def cost_table(runs: list[dict[str, Any]]) -> str:
         ]
         lines.append(
             f"| {arm} | {np.median([r['wall_s'] for r in rs]):.0f} | {np.median(ups):.0f}"
-            f" | {rates} | {_fmt(float(np.median(shares)) * 100, 0)}% |"
+            f" | {rates} | {_fmt(float(np.median(shares)) * 100, ',.0f')}% |"
         )
     return "\n".join(lines)
 
 
-def plot(task: str, runs: list[dict[str, Any]], path: Path) -> None:
+def curves(task: str, runs: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -357,6 +320,24 @@ def plot(task: str, runs: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def _chosen(rs: list[dict[str, Any]], task: str, arms_: list[str]) -> list[dict[str, Any]]:
+    return [r for r in rs if r["task"] == task and r["arm"] in arms_]
+
+
+def render(rs: list[dict[str, Any]], task: str, arms: list[str]) -> str:
+    """The tables of ``task`` over the stored runs of ``arms``."""
+    rs = _chosen(rs, task, arms)
+    text = table(task, rs)
+    if any(r.get("members") for r in rs):
+        text += "\n\n" + cost_table(rs)
+    return text
+
+
+def plot(rs: list[dict[str, Any]], path: Path, task: str, arms: list[str]) -> None:
+    """Median eval curves with quartile bands, against env steps and wall-clock."""
+    curves(task, _chosen(rs, task, arms), path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -372,26 +353,32 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     runs_path = Path(args.runs or RESULTS / f"team_vs_solo_{args.task}_runs.jsonl")
     if not args.table:
-        runs_path.parent.mkdir(parents=True, exist_ok=True)
-        for seed in args.seeds:  # interleaved: every arm of a seed before the next seed
-            for arm in args.arms:
-                r = run_arm(args.task, arm, seed, Path(args.out), args.overrides)
-                with runs_path.open("a") as f:
-                    f.write(json.dumps(r) + "\n")
-                print(
-                    f"{args.task} {arm} seed {seed}: "
-                    f"{'solved at ' + format(r['steps_to'], ',') if r['solved'] else 'not solved'}"
-                    f", final {r['final']:.1f}, {r['wall_s']:.0f} s",
-                    flush=True,
-                )
-    runs = [json.loads(line) for line in runs_path.read_text().splitlines() if line.strip()]
-    runs = [r for r in runs if r["task"] == args.task and r["arm"] in args.arms]
-    text = table(args.task, runs)
-    if any(r.get("members") for r in runs):
-        text += "\n\n" + cost_table(runs)
+
+        def run(arm: str, seed: int) -> dict[str, Any]:
+            return run_arm(args.task, arm, seed, Path(args.out), args.overrides)
+
+        def describe(r: dict[str, Any]) -> str:
+            reached = f"solved at {r['steps_to']:,}" if r["solved"] else "not solved"
+            return (
+                f"{args.task} {r['arm']} seed {r['seed']}: {reached}, final {r['final']:.1f}, "
+                f"{r['wall_s']:.0f} s"
+            )
+
+        sweep(args.seeds, args.arms, run, runs_path, describe=describe)
+    params = {"task": args.task, "arms": [a for a in ARMS if a in args.arms]}
+    stored = runs.load(runs_path)
     name = f"team_vs_solo_{args.task}{args.suffix}"
-    (RESULTS / f"{name}.md").write_text(text + "\n")
-    plot(args.task, runs, RESULTS / f"{name}.png")
+    plot(stored, RESULTS / f"{name}.png", **params)
+    text = render(stored, **params)
+    report.write(
+        RESULTS / f"{name}.md",
+        text,
+        render=render,
+        params=params,
+        runs_file=runs_path,
+        plots=[RESULTS / f"{name}.png"],
+        command=report.command_line(argv),
+    )
     print(text)
     return 0
 

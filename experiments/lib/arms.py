@@ -1,0 +1,110 @@
+"""Arms: named variants of one experiment, each run over the same seeds, interleaved.
+
+An arm is what differs between the things compared: a config file and the ``--set`` overrides
+that make the variant (``Arm("solo-ou", sets=("team.0.params.noise=\\"ou\\"",))``), or just a
+name a script's own run function understands (an SB3 side, say). :func:`sweep` runs every arm
+of seed s before any arm of seed s+1, so a drift in machine load (other jobs on a shared
+machine come and go) hits every arm alike, and appends each finished run to the runs file at
+once, so an interrupted sweep keeps what it finished.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import tomllib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from experiments.lib import runs
+
+A = TypeVar("A")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A named config variant: ``config`` (None: the experiment's own file) with ``sets``."""
+
+    name: str
+    config: Path | None = None
+    sets: tuple[str, ...] = ()
+
+
+def interleave(
+    seeds: Iterable[int], arms: Sequence[A], rotate: bool = False
+) -> list[tuple[int, A]]:
+    """``(seed, arm)`` in run order: every arm of a seed before the next seed. ``rotate`` shifts
+    the arms' order by one from seed to seed (two arms alternate which runs first), so neither
+    always runs on a warmer or a busier machine."""
+    order = []
+    for i, seed in enumerate(seeds):
+        k = i % len(arms) if rotate and arms else 0
+        order += [(seed, arm) for arm in [*arms[k:], *arms[:k]]]
+    return order
+
+
+def sweep(
+    seeds: Iterable[int],
+    arms: Sequence[A],
+    run: Callable[[A, int], dict[str, Any]],
+    runs_file: str | Path | None = None,
+    rotate: bool = False,
+    describe: Callable[[dict[str, Any]], str] | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``run(arm, seed)`` over :func:`interleave`'s order; each record is appended to
+    ``runs_file`` as it finishes and printed (``describe(record)``, default the JSON)."""
+    done = []
+    for seed, arm in interleave(seeds, arms, rotate):
+        record = run(arm, seed)
+        if runs_file is not None:
+            runs.append(runs_file, record)
+        print(describe(record) if describe else json.dumps(record, default=str), flush=True)
+        done.append(record)
+    return done
+
+
+def parse_set(expr: str) -> tuple[str, Any]:
+    """``"team.0.params.gamma=0.95"`` -> ``("team.0.params.gamma", 0.95)``: the value is TOML,
+    as ``wheeler2 run --set`` reads it."""
+    key, sep, value = expr.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"{expr!r}: expected TABLE.KEY=VALUE")
+    return key.strip(), tomllib.loads(f"v = {value}")["v"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished run: its directory, its ``summary.json`` and the seconds the call took
+    (the run's own ``wall_s`` plus start-up and shutdown)."""
+
+    run_dir: Path
+    summary: dict[str, Any]
+    call_s: float
+
+
+def run_config(
+    config: Any,
+    sets: Iterable[str] = (),
+    seed: int | None = None,
+    out: str | Path | None = None,
+    progress: bool = False,
+) -> Run:
+    """Run an experiment through the public API (``wheeler2.run``): ``config`` is a file, a
+    ``Config`` or parsed TOML; ``sets`` are ``--set`` overrides, applied in order."""
+    import wheeler2
+
+    overrides: dict[str, Any] = {"experiment.progress": progress}
+    for expr in sets:
+        key, value = parse_set(expr)
+        overrides.pop(key, None)  # a later --set of the same key wins, in its own place
+        overrides[key] = value
+    if seed is not None:
+        overrides["seed"] = seed
+    if out is not None:
+        overrides["out"] = str(out)
+    t0 = time.perf_counter()
+    run_dir = Path(wheeler2.run(config, **overrides))
+    call_s = time.perf_counter() - t0
+    return Run(run_dir, json.loads((run_dir / "summary.json").read_text()), call_s)
