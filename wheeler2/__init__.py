@@ -19,7 +19,7 @@ _LAZY = {
     "validate": "wheeler2.api",
     "evaluate": "wheeler2.api",
     "export_policy": "wheeler2.export",
-    "UsageError": "wheeler2.cli",
+    "UsageError": "wheeler2.errors",
 }
 
 __all__ = [
@@ -35,7 +35,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from wheeler2.api import Policy, evaluate, load_policy, run, validate
-    from wheeler2.cli import UsageError
+    from wheeler2.errors import UsageError
     from wheeler2.export import export_policy
 
 

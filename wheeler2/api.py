@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from wheeler2.cli import UsageError
+from wheeler2.errors import UsageError
 
 if TYPE_CHECKING:
     from wheeler2.agent import Agent

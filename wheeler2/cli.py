@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wheeler2.errors import UsageError
+
 if TYPE_CHECKING:
     from wheeler2.config import Config
 
@@ -133,10 +135,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     run_dir = run_experiment(config)
     _report_results(Path(run_dir))
     return EXIT_OK
-
-
-class UsageError(Exception):
-    """A mistake in what was asked for (not a bug): message only, exit 2."""
 
 
 def _run_config_path(run_dir: Path) -> Path:

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from wheeler2.api import Policy, load_policy
-from wheeler2.cli import UsageError
+from wheeler2.errors import UsageError
 
 FORMATS = {"torchscript": ".pt", "onnx": ".onnx"}
 CHECK_TOL = 1e-5  # on actions in env units; float32 rounding of small MLPs stays ~1e-7

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from wheeler2.cli import UsageError
+from wheeler2.errors import UsageError
 
 SUFFIXES = (".mp4", ".gif")
 
