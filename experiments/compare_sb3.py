@@ -1,11 +1,11 @@
 """wheeler2 against Stable-Baselines3, side by side in one run, with the same hyperparameters.
 
-    python experiments/compare_sb3.py ddpg --seeds 0 1 2      # Pendulum-v1, DDPG, eval > -200
-    python experiments/compare_sb3.py td3 --seeds 0 1 2 3 4   # Pendulum-v1, TD3, eval > -200
-    python experiments/compare_sb3.py sac --seeds 0 1 2 3 4   # Pendulum-v1, SAC, eval > -200
-    python experiments/compare_sb3.py ppo --seeds 0 1 2       # CartPole-v1, PPO, eval >= 475
-    python experiments/compare_sb3.py td3-hopper --seeds 0 1 2 --full   # Hopper-v5, 100k steps
-    python experiments/compare_sb3.py sac-hopper --seeds 0 1 2 --full   # Hopper-v5, 100k steps
+    python -m experiments.compare_sb3 ddpg --seeds 0 1 2      # Pendulum-v1, DDPG, eval > -200
+    python -m experiments.compare_sb3 td3 --seeds 0 1 2 3 4   # Pendulum-v1, TD3, eval > -200
+    python -m experiments.compare_sb3 sac --seeds 0 1 2 3 4   # Pendulum-v1, SAC, eval > -200
+    python -m experiments.compare_sb3 ppo --seeds 0 1 2       # CartPole-v1, PPO, eval >= 475
+    python -m experiments.compare_sb3 td3-hopper --seeds 0 1 2 --full   # Hopper-v5, 100k steps
+    python -m experiments.compare_sb3 sac-hopper --seeds 0 1 2 --full   # Hopper-v5, 100k steps
     (--hidden 64 64: smaller nets on both sides, for a machine where 256-256 takes too long)
 
 Both sides evaluate the same way (mean of 10 deterministic episodes every ``eval_every`` env
@@ -15,26 +15,26 @@ odd seeds SB3 first, so neither side always runs on a warmer or a busier machine
 gives env steps and wall-clock to the threshold per seed and their ratios (wheeler2 / SB3: below
 1 means wheeler2 needs less), each side's median (a seed that never reached the threshold counts
 as never, i.e. last), the ratio of the medians with a 95% bootstrap interval over seeds, and the
-seeds solved. Each finished run is appended to ``results/compare_sb3_<algo>_runs.jsonl``.
-Needs the ``bench`` extra.
+seeds solved. Each finished run is appended to ``results/compare_sb3_<algo>_runs.jsonl``, and
+the table ``compare_sb3_<algo>.md`` is rebuilt from every run in that file (``--table`` rebuilds
+it without running; notes on the results: ``results/notes/compare_sb3_<algo>.md``). Needs the
+``bench`` extra.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "experiments" / "results"
+from experiments.lib import RESULTS, ROOT, report, runs, stats
+from experiments.lib.arms import interleave, run_config
 
 
 @dataclass
@@ -245,11 +245,8 @@ def run_sb3(algo: str, seed: int, stop_at_threshold: bool) -> Outcome:
 
 
 def run_wheeler2(algo: str, seed: int, out: Path, stop_at_threshold: bool) -> Outcome:
-    from wheeler2.config import load
-    from wheeler2.runtime import run_experiment
-
     prob = PROBLEMS[algo]
-    overrides = ["experiment.progress=false"]
+    overrides = []
     if prob.get("algo", algo) in ("td3", "sac"):
         # The same budget and eval schedule as the SB3 side, whatever the shipped file says.
         overrides += [
@@ -260,63 +257,58 @@ def run_wheeler2(algo: str, seed: int, out: Path, stop_at_threshold: bool) -> Ou
         overrides.append(f"team.target.params.hidden={list(prob['hidden'])}")
     if stop_at_threshold:
         overrides.append("experiment.stop_at_threshold=true")
-    config = load(prob["cfg"], overrides=overrides, seed=seed, out=str(out))
-    t0 = time.perf_counter()
-    run_dir = run_experiment(config)
-    wall = time.perf_counter() - t0
-    summary = json.loads((run_dir / "summary.json").read_text())
-    hit = next((e for e in summary["eval"] if prob["above"](e["return"], prob["threshold"])), None)
-    return Outcome(
-        "wheeler2",
-        seed,
-        hit["env_steps"] if hit else None,
-        hit["wall_s"] if hit else None,
-        summary["final_eval_return"],
-        wall,
-    )
+    run = run_config(prob["cfg"], overrides, seed=seed, out=out)
+    strict = not prob["above"](prob["threshold"], prob["threshold"])  # ">" rather than ">="
+    steps, seconds = stats.to_threshold(run.summary["eval"], prob["threshold"], strict=strict)
+    return Outcome("wheeler2", seed, steps, seconds, run.summary["final_eval_return"], run.call_s)
 
 
 def _fmt(x: float | int | None, spec: str = "") -> str:
     return "—" if x is None else format(x, spec)
 
 
-def _never(x: float | int | None) -> float:
-    """A run that never reached the threshold ranks after every run that did."""
-    return math.inf if x is None else float(x)
+def ratio_of_medians(w: list[float], s: list[float]) -> tuple[float, float, float]:
+    """median(w) / median(s) and its paired 95% bootstrap interval over seeds; resamples whose
+    medians are not finite (more than half never reached the threshold) are left out."""
+    return tuple(stats.ratio_ci(w, s, unsolved="drop"))
 
 
-def _median(xs: list[float]) -> float:
-    return statistics.median(xs)  # inf where more than half never reached the threshold
+def render(
+    stored: list[dict[str, Any]],
+    algo: str,
+    full: bool = False,
+    hidden: list[int] | None = None,
+    threads: int = 1,
+) -> str:
+    """The table over every stored run, one row per seed both sides ran (the latest run of a
+    side and seed counts)."""
+    latest = runs.latest(stored, lambda r: (r["side"], r["seed"]))
+    seeds = sorted({r["seed"] for r in stored})
+    fields = {k for k in Outcome.__dataclass_fields__}
+    rows = [
+        tuple(
+            Outcome(**{k: v for k, v in latest[(side, seed)].items() if k in fields})
+            for side in ("wheeler2", "sb3")
+        )
+        for seed in seeds
+        if ("wheeler2", seed) in latest and ("sb3", seed) in latest
+    ]
+    return table(algo, rows, full, hidden, threads)
 
 
-def ratio_of_medians(
-    w: list[float], s: list[float], resamples: int = 10_000, seed: int = 0
-) -> tuple[float, float, float]:
-    """median(w) / median(s), and a 95% percentile bootstrap interval over seeds (paired: a
-    resample draws seeds, each with both sides' runs). Resamples whose medians are not finite
-    are left out; nan when none is."""
-    point = _median(w) / _median(s) if math.isfinite(_median(w) + _median(s)) else math.nan
-    rng = np.random.default_rng(seed)
-    n, stats = len(w), []
-    wa, sa = np.array(w), np.array(s)
-    for _ in range(resamples):
-        idx = rng.integers(0, n, n)
-        mw, ms = float(np.median(wa[idx])), float(np.median(sa[idx]))
-        if math.isfinite(mw) and math.isfinite(ms) and ms > 0:
-            stats.append(mw / ms)
-    if not stats:
-        return point, math.nan, math.nan
-    lo, hi = np.percentile(stats, [2.5, 97.5])
-    return point, float(lo), float(hi)
-
-
-def table(algo: str, rows: list[tuple[Outcome, Outcome]], full: bool = False) -> str:
+def table(
+    algo: str,
+    rows: list[tuple[Outcome, Outcome]],
+    full: bool = False,
+    hidden: list[int] | None = None,
+    threads: int = 1,
+) -> str:
     prob = PROBLEMS[algo]
     lines = [
         f"{algo.upper()} on {prob['env']}, threshold {prob['threshold']:g}, "
         f"budget {prob['total_steps']:,} env steps, eval every {prob['eval_every']:,} "
-        f"(10 deterministic episodes), torch threads {torch.get_num_threads()}"
-        + (f", hidden {prob['hidden']} on both sides" if "hidden" in prob else ""),
+        f"(10 deterministic episodes), torch threads {threads}"
+        + (f", hidden {list(hidden)} on both sides" if hidden else ""),
         "",
         "| seed | wheeler2 steps | SB3 steps | steps ratio | wheeler2 s | SB3 s | wall ratio "
         "| wheeler2 final | SB3 final |",
@@ -348,10 +340,10 @@ def table(algo: str, rows: list[tuple[Outcome, Outcome]], full: bool = False) ->
         ("env steps", "steps_to_threshold", ".0f"),
         ("wall-clock s", "wall_to_threshold", ".1f"),
     ):
-        w = [_never(getattr(o, key)) for o, _ in rows]
-        s = [_never(getattr(o, key)) for _, o in rows]
+        w = [stats.never(getattr(o, key)) for o, _ in rows]
+        s = [stats.never(getattr(o, key)) for _, o in rows]
         point, lo, hi = ratio_of_medians(w, s)
-        mw, ms = _median(w), _median(s)
+        mw, ms = stats.median(w), stats.median(s)
         lines.append(
             f"| {label} | {_fmt(mw if math.isfinite(mw) else None, spec)} "
             f"| {_fmt(ms if math.isfinite(ms) else None, spec)} "
@@ -364,7 +356,8 @@ def table(algo: str, rows: list[tuple[Outcome, Outcome]], full: bool = False) ->
         s = [o.wall_total for _, o in rows]
         point, lo, hi = ratio_of_medians(w, s)
         lines.append(
-            f"| whole budget, wall-clock s | {_median(w):.1f} | {_median(s):.1f} | {point:.2f} "
+            f"| whole budget, wall-clock s | {stats.median(w):.1f} | {stats.median(s):.1f} "
+            f"| {point:.2f} "
             f"| [{lo:.2f}, {hi:.2f}] |"
         )
     if full and all(o.final_return > 0 for pair in rows for o in pair):
@@ -374,7 +367,8 @@ def table(algo: str, rows: list[tuple[Outcome, Outcome]], full: bool = False) ->
         s = [o.final_return for _, o in rows]
         point, lo, hi = ratio_of_medians(w, s)
         lines.append(
-            f"| final eval return (higher is better) | {_median(w):.1f} | {_median(s):.1f} "
+            f"| final eval return (higher is better) | {stats.median(w):.1f} "
+            f"| {stats.median(s):.1f} "
             f"| {point:.2f} | [{lo:.2f}, {hi:.2f}] |"
         )
     solved_w = sum(o.steps_to_threshold is not None for o, _ in rows)
@@ -408,44 +402,40 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         help="Hopper problems: actor and critic hidden sizes on both sides (default 256 256)",
     )
+    ap.add_argument("--table", action="store_true", help="only rebuild the table from the runs")
     args = ap.parse_args(argv)
     if args.hidden:
         if "sb3" not in PROBLEMS[args.algo]:
             ap.error("--hidden applies to the Hopper problems only")
         PROBLEMS[args.algo]["hidden"] = args.hidden
-    torch.set_num_threads(args.threads)
-    RESULTS.mkdir(parents=True, exist_ok=True)
     # Hopper runs at other net sizes than the default keep their own tables.
     stem = f"compare_sb3_{args.algo}" + (
         "_h" + "-".join(map(str, args.hidden)) if args.hidden else ""
     )
     log = RESULTS / f"{stem}_runs.jsonl"
-    rows = []
-    for i, seed in enumerate(args.seeds):
+    if not args.table:
+        import torch
+
+        torch.set_num_threads(args.threads)
         # Interleaved: even positions run wheeler2 first, odd ones SB3 first.
-        sides = ["wheeler2", "sb3"] if i % 2 == 0 else ["sb3", "wheeler2"]
-        got: dict[str, Outcome] = {}
-        for side in sides:
+        for seed, side in interleave(args.seeds, ["wheeler2", "sb3"], rotate=True):
             if side == "wheeler2":
-                got[side] = run_wheeler2(
-                    args.algo, seed, Path(args.out), stop_at_threshold=not args.full
-                )
+                o = run_wheeler2(args.algo, seed, Path(args.out), stop_at_threshold=not args.full)
             else:
-                got[side] = run_sb3(args.algo, seed, stop_at_threshold=not args.full)
-            with log.open("a") as f:
-                f.write(json.dumps({"algo": args.algo, **asdict(got[side])}) + "\n")
-        w, s = got["wheeler2"], got["sb3"]
-        print(f"seed {seed}: wheeler2 {w}\n        SB3      {s}", flush=True)
-        rows.append((w, s))
-    text = table(args.algo, rows, full=args.full)
+                o = run_sb3(args.algo, seed, stop_at_threshold=not args.full)
+            runs.append(log, {"algo": args.algo, **asdict(o)})
+            print(f"seed {seed}: {o}", flush=True)
+    params = {"algo": args.algo, "full": args.full, "hidden": args.hidden, "threads": args.threads}
+    text = render(runs.load(log), **params)
     print()
     print(text)
-    command = "python experiments/compare_sb3.py " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    (RESULTS / f"{stem}.md").write_text(
-        f"{text}\n\n`{command}`, finished {stamp}; raw runs in `{stem}_runs.jsonl`.\n"
+    report.write(
+        RESULTS / f"{stem}.md",
+        text,
+        render=render,
+        params=params,
+        runs_file=log,
+        command=report.command_line(argv),
     )
     return 0
 
