@@ -13,58 +13,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from envs.spaces import ObsFlattener, box_bounds, flat_dim, is_goal_space, scale_box_action
 from wheeler2.env import EnvInfo, EnvReset, EnvStep
-
-GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
-
-
-def _is_goal_space(space: spaces.Space) -> bool:
-    return isinstance(space, spaces.Dict) and all(k in space.spaces for k in GOAL_KEYS)
-
-
-def _flat_dim(space: spaces.Space) -> int:
-    if isinstance(space, spaces.Box):
-        return int(np.prod(space.shape))
-    if isinstance(space, spaces.Discrete):
-        return int(space.n)
-    if isinstance(space, spaces.MultiBinary):
-        return int(np.prod(space.shape))
-    raise TypeError(
-        f"unsupported observation space {space!r}: expected Box, Discrete or MultiBinary"
-    )
-
-
-def box_bounds(env_id: str, space: spaces.Box) -> tuple[np.ndarray, np.ndarray]:
-    """The flat float64 bounds of a Box action space, onto which [-1, 1] actions are scaled."""
-    low = space.low.astype(np.float64).reshape(-1)
-    high = space.high.astype(np.float64).reshape(-1)
-    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
-        raise ValueError(f"{env_id}: an unbounded Box action space cannot be scaled from [-1, 1]")
-    return low, high
-
-
-def scale_box_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """[N, d] float32: actions in [-1, 1] (clipped first, so an exploring policy never sends an
-    out-of-range action) mapped linearly onto the flat Box bounds ``low``, ``high`` [d]."""
-    a = np.clip(np.asarray(action, dtype=np.float64).reshape(-1, low.shape[0]), -1.0, 1.0)
-    return (low + (a + 1.0) * 0.5 * (high - low)).astype(np.float32)
-
-
-class _ObsFlattener:
-    """Turns one copy's raw observation into a flat float32 row (one-hot for Discrete)."""
-
-    def __init__(self, space: spaces.Space) -> None:
-        self.discrete = isinstance(space, spaces.Discrete)
-        self.dim = _flat_dim(space)
-
-    def __call__(self, raw: Any, out: np.ndarray) -> None:
-        if self.discrete:
-            out[:] = 0.0
-            out[int(raw)] = 1.0
-        elif getattr(raw, "ndim", 0) == 1:
-            out[:] = raw  # the common flat Box: numpy casts on assignment, no temporary
-        else:
-            out[:] = np.asarray(raw, dtype=np.float32).reshape(-1)
 
 
 class GymVecEnv:
@@ -81,12 +31,12 @@ class GymVecEnv:
         self.envs = [self._make_one(env_id, kwargs) for _ in range(num_envs)]
         obs_space = self.envs[0].observation_space
         act_space = self.envs[0].action_space
-        self.goal = _is_goal_space(obs_space)
+        self.goal = is_goal_space(obs_space)
         if self.goal:
-            self._flat = _ObsFlattener(obs_space["observation"])
-            goal_dim = _flat_dim(obs_space["desired_goal"])
+            self._flat = ObsFlattener(obs_space["observation"])
+            goal_dim = flat_dim(obs_space["desired_goal"])
         else:
-            self._flat = _ObsFlattener(obs_space)
+            self._flat = ObsFlattener(obs_space)
             goal_dim = 0
         if isinstance(act_space, spaces.Box):
             self.discrete = False

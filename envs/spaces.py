@@ -1,0 +1,62 @@
+"""Gymnasium spaces as the engine sees them: flat float32 observation rows, goal dicts, and
+``[-1, 1]`` actions scaled onto a Box. A leaf module (numpy and gymnasium only): every adapter
+(``gym``, ``envpool_vec``, ``pettingzoo``) takes these from here, none from another adapter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+GOAL_KEYS = ("observation", "achieved_goal", "desired_goal")
+
+
+def is_goal_space(space: spaces.Space) -> bool:
+    return isinstance(space, spaces.Dict) and all(k in space.spaces for k in GOAL_KEYS)
+
+
+def flat_dim(space: spaces.Space) -> int:
+    if isinstance(space, spaces.Box):
+        return int(np.prod(space.shape))
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, spaces.MultiBinary):
+        return int(np.prod(space.shape))
+    raise TypeError(
+        f"unsupported observation space {space!r}: expected Box, Discrete or MultiBinary"
+    )
+
+
+def box_bounds(env_id: str, space: spaces.Box) -> tuple[np.ndarray, np.ndarray]:
+    """The flat float64 bounds of a Box action space, onto which [-1, 1] actions are scaled."""
+    low = space.low.astype(np.float64).reshape(-1)
+    high = space.high.astype(np.float64).reshape(-1)
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+        raise ValueError(f"{env_id}: an unbounded Box action space cannot be scaled from [-1, 1]")
+    return low, high
+
+
+def scale_box_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """[N, d] float32: actions in [-1, 1] (clipped first, so an exploring policy never sends an
+    out-of-range action) mapped linearly onto the flat Box bounds ``low``, ``high`` [d]."""
+    a = np.clip(np.asarray(action, dtype=np.float64).reshape(-1, low.shape[0]), -1.0, 1.0)
+    return (low + (a + 1.0) * 0.5 * (high - low)).astype(np.float32)
+
+
+class ObsFlattener:
+    """Turns one copy's raw observation into a flat float32 row (one-hot for Discrete)."""
+
+    def __init__(self, space: spaces.Space) -> None:
+        self.discrete = isinstance(space, spaces.Discrete)
+        self.dim = flat_dim(space)
+
+    def __call__(self, raw: Any, out: np.ndarray) -> None:
+        if self.discrete:
+            out[:] = 0.0
+            out[int(raw)] = 1.0
+        elif getattr(raw, "ndim", 0) == 1:
+            out[:] = raw  # the common flat Box: numpy casts on assignment, no temporary
+        else:
+            out[:] = np.asarray(raw, dtype=np.float32).reshape(-1)
