@@ -1,7 +1,7 @@
 """Recurrent PPO on CartPoleNoVel-v1: wheeler2 (``core = "lstm"``) vs sb3-contrib RecurrentPPO.
 
-    python experiments/recurrent_ppo_vs_sb3.py --seeds 0 1 2 3 4
-    python experiments/recurrent_ppo_vs_sb3.py --seeds 0 --sides wheeler2 ff   # one side only
+    python -m experiments.recurrent_ppo_vs_sb3 --seeds 0 1 2 3 4
+    python -m experiments.recurrent_ppo_vs_sb3 --seeds 0 --sides wheeler2 ff   # one side only
 
 Both sides use rl-zoo's ``ppo_lstm.yml`` values for CartPoleNoVel-v1 (8 envs, n_steps 32,
 batch 256, 20 epochs, gamma 0.98, GAE 0.8, lr 1e-3 and clip 0.2 both decaying linearly, no
@@ -23,34 +23,32 @@ busy spell of the shared machine hits both sides alike; torch runs one thread on
 memoryless baseline, expected to fail. ``core_first`` is wheeler2 with ``core_first = true``:
 the LSTM reads the observation and the [64] layers come after it, sb3-contrib's order.
 Writes experiments/results/recurrent_ppo_cartpole_novel.md and ``..._runs.jsonl`` (one line
-per run, appended as runs finish).
+per run, appended as runs finish; the table is rebuilt from every run in it). Notes on the
+results: ``results/notes/recurrent_ppo_cartpole_novel*.md``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from experiments.lib import CFG as CFG_DIR
+from experiments.lib import RESULTS, report, runs, stats
+from experiments.lib.arms import run_config, sweep
+from experiments.lib.setups import recurrent_ppo_zoo_kwargs
 
 ENV_ID = "CartPoleNoVel-v1"
-CFG = ROOT / "cfg" / "cartpole_novel_rppo.toml"
+CFG = CFG_DIR / "cartpole_novel_rppo.toml"
 THRESHOLD = 475.0
 BUDGET = 100_000
 EVAL_EVERY = 2_048
 EVAL_EPISODES = 10
-RESULTS = ROOT / "experiments" / "results"
 NAME = "recurrent_ppo_cartpole_novel"
 
 
@@ -64,31 +62,7 @@ class Outcome:
     total_wall_s: float
 
 
-def zoo_kwargs() -> dict[str, Any]:
-    """rl-zoo's ppo_lstm.yml values for CartPoleNoVel-v1 as sb3-contrib's RecurrentPPO takes
-    them (also used by rppo_update_vs_sb3.py)."""
-    import torch
-
-    def linear(start: float) -> Any:
-        return lambda progress: progress * start
-
-    return dict(
-        n_steps=32,
-        batch_size=256,
-        gae_lambda=0.8,
-        gamma=0.98,
-        n_epochs=20,
-        ent_coef=0.0,
-        learning_rate=linear(1e-3),
-        clip_range=linear(0.2),
-        policy_kwargs=dict(
-            ortho_init=False,
-            activation_fn=torch.nn.ReLU,
-            lstm_hidden_size=64,
-            enable_critic_lstm=True,
-            net_arch=dict(pi=[64], vf=[64]),
-        ),
-    )
+zoo_kwargs = recurrent_ppo_zoo_kwargs  # rl-zoo's ppo_lstm.yml values (experiments.lib.setups)
 
 
 def run_sb3(seed: int) -> Outcome:
@@ -139,11 +113,7 @@ def run_sb3(seed: int) -> Outcome:
 
 
 def run_wheeler2(seed: int, side: str, out: Path) -> Outcome:
-    from wheeler2.config import load
-    from wheeler2.runtime import run_experiment
-
     overrides = [
-        "experiment.progress=false",
         "experiment.stop_at_threshold=true",
         f"experiment.total_steps={BUDGET}",
         f"experiment.eval_every={EVAL_EVERY}",
@@ -154,48 +124,18 @@ def run_wheeler2(seed: int, side: str, out: Path) -> Outcome:
     # Both layouts named explicitly, whatever the shipped file chooses.
     if side in ("wheeler2", "core_first"):
         overrides.append(f"team.0.params.core_first={str(side == 'core_first').lower()}")
-    config = load(CFG, overrides=overrides, seed=seed, out=str(out))
-    t0 = time.perf_counter()
-    run_dir = run_experiment(config)
-    wall = time.perf_counter() - t0
-    summary = json.loads((run_dir / "summary.json").read_text())
-    hit = next((e for e in summary["eval"] if e["return"] >= THRESHOLD), None)
-    last = summary["eval"][-1]["return"] if summary["eval"] else math.nan
-    return Outcome(
-        side,
-        seed,
-        hit["env_steps"] if hit else None,
-        hit["wall_s"] if hit else None,
-        last,
-        wall,
-    )
+    run = run_config(CFG, overrides, seed=seed, out=out)
+    evals = run.summary["eval"]
+    steps, seconds = stats.to_threshold(evals, THRESHOLD)
+    last = evals[-1]["return"] if evals else math.nan
+    return Outcome(side, seed, steps, seconds, last, run.call_s)
 
 
-def _never(x: float | None) -> float:
-    """A run that never reached the threshold ranks after every run that did."""
-    return math.inf if x is None else float(x)
-
-
-def ratio_of_medians(
-    ours: list[float], theirs: list[float], resamples: int = 10_000, seed: int = 0
-) -> tuple[float, float, float]:
+def ratio_of_medians(ours: list[float], theirs: list[float]) -> tuple[float, float, float]:
     """median(ours) / median(theirs) with a 95% percentile bootstrap interval, resampling seeds
     in pairs (each drawn seed brings both sides' runs); resamples with a non-finite median are
     dropped, so an interval over many unsolved runs is wide or nan, as it should be."""
-    a, b = np.array(ours, float), np.array(theirs, float)
-    ma, mb = float(np.median(a)), float(np.median(b))
-    point = ma / mb if math.isfinite(ma) and math.isfinite(mb) and mb > 0 else math.nan
-    rng = np.random.default_rng(seed)
-    stats = []
-    for _ in range(resamples):
-        idx = rng.integers(0, len(a), len(a))
-        ra, rb = float(np.median(a[idx])), float(np.median(b[idx]))
-        if math.isfinite(ra) and math.isfinite(rb) and rb > 0:
-            stats.append(ra / rb)
-    if not stats:
-        return point, math.nan, math.nan
-    lo, hi = np.percentile(stats, [2.5, 97.5])
-    return point, float(lo), float(hi)
+    return tuple(stats.ratio_ci(ours, theirs, unsolved="drop"))
 
 
 def _cell(x: float | None, spec: str) -> str:
@@ -224,8 +164,8 @@ def paired(by: dict, side: str, seeds: list[int]) -> list[str]:
         ("steps", "env steps to 475", ",.0f"),
         ("wall_s", "seconds to 475", ".1f"),
     ):
-        ours = [_never(getattr(w, attr)) for w, _ in pairs]
-        theirs = [_never(getattr(b, attr)) for _, b in pairs]
+        ours = [stats.never(getattr(w, attr)) for w, _ in pairs]
+        theirs = [stats.never(getattr(b, attr)) for _, b in pairs]
         point, lo, hi = ratio_of_medians(ours, theirs)
         mo, mt = statistics.median(ours), statistics.median(theirs)
         lines.append(
@@ -242,7 +182,12 @@ def paired(by: dict, side: str, seeds: list[int]) -> list[str]:
     return lines
 
 
-def table(runs: list[Outcome], command: str) -> str:
+def render(stored: list[dict[str, Any]]) -> str:
+    """The tables over every stored run (the latest run of a side and seed counts)."""
+    return table([Outcome(**r) for r in stored])
+
+
+def table(runs: list[Outcome]) -> str:
     by = {(r.side, r.seed): r for r in runs}
     sides = [side for side in LABELS if any(r.side == side for r in runs)]
     lines = [
@@ -253,8 +198,6 @@ def table(runs: list[Outcome], command: str) -> str:
         f">= {THRESHOLD:g}. Wall-clock from the start of training to that eval, evals included. "
         "rl-zoo ppo_lstm.yml values on both sides (see the script's docstring). Torch threads 1. "
         "Machine: 2 shared CPU cores, other jobs running beside (both sides alike, interleaved).",
-        "",
-        f"Command: `{command}`",
         "",
         "Per run: env steps to the first eval >= 475 / seconds to it / last eval (never: not "
         f"within {BUDGET:,} steps).",
@@ -302,25 +245,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", action="store_true", help="only rewrite the table from the jsonl")
     args = ap.parse_args(argv)
 
-    import torch
-
-    torch.set_num_threads(1)
     jsonl = RESULTS / f"{args.name}_runs.jsonl"
-    command = "python experiments/recurrent_ppo_vs_sb3.py " + " ".join(sys.argv[1:])
     if not args.table:
+        import torch
+
+        torch.set_num_threads(1)
         with tempfile.TemporaryDirectory() as tmp:
-            for seed in args.seeds:
-                for side in args.sides:
-                    if side == "sb3":
-                        outcome = run_sb3(seed)
-                    else:
-                        outcome = run_wheeler2(seed, side, Path(tmp))
-                    print(json.dumps(asdict(outcome)), flush=True)
-                    with jsonl.open("a") as f:
-                        f.write(json.dumps(asdict(outcome)) + "\n")
-    runs = [Outcome(**json.loads(line)) for line in jsonl.read_text().splitlines() if line.strip()]
-    (RESULTS / f"{args.name}.md").write_text(table(runs, command))
-    print((RESULTS / f"{args.name}.md").read_text())
+
+            def run(side: str, seed: int) -> dict[str, Any]:
+                outcome = run_sb3(seed) if side == "sb3" else run_wheeler2(seed, side, Path(tmp))
+                return asdict(outcome)
+
+            sweep(args.seeds, args.sides, run, jsonl)
+    text = render(runs.load(jsonl))
+    path = report.write(
+        RESULTS / f"{args.name}.md",
+        text,
+        render=render,
+        runs_file=jsonl,
+        command=report.command_line(argv),
+    )
+    print(path.read_text())
     return 0
 
 
