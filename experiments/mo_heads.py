@@ -1,33 +1,32 @@
 """MO-Gymnasium mo-hopper-v5: TD3 with one critic output per objective against one critic on the
 weighted sum, same learner, network and budget, evaluated on the weighted sum.
 
-    python experiments/mo_heads.py --pilot                 # seed 100: prints the threshold rule
-    python experiments/mo_heads.py --seeds 0 1 2 3 4       # the comparison (interleaved)
+    python -m experiments.mo_heads --pilot                 # seed 100: prints the threshold rule
+    python -m experiments.mo_heads --seeds 0 1 2 3 4       # the comparison (interleaved)
 
 Both arms run cfg/mo_hopper_heads.toml; the one-critic arm only sets ``[env] kwargs.heads =
 "sum"``, so env, weights, eval return, network (a shared trunk; ``critic = "shared"``: K outputs
 against 1) and every hyperparameter are the same. Seed s of both arms runs before seed s+1, so
 a drift in machine load hits both alike. Writes experiments/results/mo_heads.md and
-mo_heads_runs.jsonl (one line per run, appended as each run ends).
+mo_heads_runs.jsonl (one line per run, appended as each run ends); ``--report-only`` rebuilds
+the table from that file. Notes on the result: ``results/notes/mo_heads.md``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
-import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "experiments" / "results"
-CONFIG = ROOT / "cfg" / "mo_hopper_heads.toml"
+from experiments.lib import CFG, RESULTS, ROOT, report, runs, stats
+from experiments.lib.arms import run_config, sweep
+
+CONFIG = CFG / "mo_hopper_heads.toml"
 ARMS = {"heads": "vector", "sum": "sum"}  # arm -> [env] kwargs.heads
 PILOT_SEED = 100  # not one of the compared seeds
 # Fixed from the pilot before the comparison ran (--pilot prints the rule's value): the lower of
@@ -43,23 +42,12 @@ BOOTSTRAP = 5_000
 
 
 def run(seed: int, arm: str, steps: int, out: Path) -> dict[str, Any]:
-    from wheeler2.config import load
-    from wheeler2.runtime import run_experiment
-
-    config = load(
-        CONFIG,
-        overrides=[
-            "experiment.progress=false",
-            f"experiment.total_steps={steps}",
-            f'env.kwargs.heads="{ARMS[arm]}"',
-        ],
-        seed=seed,
-        out=str(out),
-    )
-    run_dir = run_experiment(config)
-    summary = json.loads((run_dir / "summary.json").read_text())
+    sets = [f"experiment.total_steps={steps}", f'env.kwargs.heads="{ARMS[arm]}"']
+    done = run_config(CONFIG, sets, seed=seed, out=out)
+    summary, run_dir = done.summary, done.run_dir
     evals = summary["eval"]
-    weights = dict(zip(("forward", "height", "energy"), config.env.kwargs["head_weights"]))
+    kwargs = tomllib.loads((run_dir / "config.toml").read_text())["env"]["kwargs"]
+    weights = dict(zip(("forward", "height", "energy"), kwargs["head_weights"]))
     last = evals[-1].get("heads") or {}
     return {
         "arm": arm,
@@ -80,7 +68,7 @@ def run(seed: int, arm: str, steps: int, out: Path) -> dict[str, Any]:
 
 
 def steps_to(curve: list[tuple[int, float]], threshold: float) -> int | None:
-    return next((s for s, r in curve if r >= threshold), None)
+    return stats.first_reach(curve, threshold)
 
 
 def bootstrap_ratio(
@@ -88,21 +76,14 @@ def bootstrap_ratio(
 ) -> tuple[float, float, float]:
     """median(a) / median(b) and a 95% percentile interval, resampling seeds in pairs (seed s of
     both arms shares its env seeds)."""
-    a_, b_ = np.asarray(a), np.asarray(b)
-    idx = rng.integers(0, len(a_), (BOOTSTRAP, len(a_)))
-    ratios = np.median(a_[idx], axis=1) / np.median(b_[idx], axis=1)
-    lo, hi = np.percentile(ratios, [2.5, 97.5])
-    return float(np.median(a_) / np.median(b_)), float(lo), float(hi)
+    return tuple(stats.ratio_ci(a, b, resamples=BOOTSTRAP, rng=rng))
 
 
 def bootstrap_median(x: list[float], rng: np.random.Generator) -> tuple[float, float, float]:
-    x_ = np.asarray(x)
-    meds = np.median(x_[rng.integers(0, len(x_), (BOOTSTRAP, len(x_)))], axis=1)
-    lo, hi = np.percentile(meds, [2.5, 97.5])
-    return float(np.median(x_)), float(lo), float(hi)
+    return tuple(stats.median_ci(x, resamples=BOOTSTRAP, rng=rng))
 
 
-def report(runs: list[dict[str, Any]], threshold: float, steps: int) -> str:
+def render(runs: list[dict[str, Any]], threshold: float, steps: int) -> str:
     rng = np.random.default_rng(0)
     # Only seeds both arms finished (a cut-short run leaves one arm of its last seed).
     both = set.intersection(*({r["seed"] for r in runs if r["arm"] == arm} for arm in ARMS))
@@ -189,7 +170,7 @@ def report(runs: list[dict[str, Any]], threshold: float, steps: int) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--steps", type=int, default=25_000)
@@ -197,32 +178,42 @@ def main() -> None:
     ap.add_argument("--pilot", action="store_true", help=f"seed {PILOT_SEED} only: the threshold")
     ap.add_argument("--out", default=str(ROOT / "runs" / "mo_heads"))
     ap.add_argument("--report-only", action="store_true", help="rebuild the table from the jsonl")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
+    args = ap.parse_args(argv)
     jsonl = RESULTS / ("mo_heads_pilot.jsonl" if args.pilot else "mo_heads_runs.jsonl")
-    RESULTS.mkdir(parents=True, exist_ok=True)
     if args.report_only:
-        runs = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+        done = runs.load(jsonl)
     else:
-        runs = []
-        jsonl.write_text("")
-        for seed in [PILOT_SEED] if args.pilot else args.seeds:
-            for arm in ARMS:
-                r = run(seed, arm, args.steps, Path(args.out))
-                runs.append(r)
-                with jsonl.open("a") as f:
-                    f.write(json.dumps(r) + "\n")
-                print(arm, seed, r["final_eval"], r["curve"], flush=True)
+        import torch
+
+        torch.set_num_threads(1)
+        jsonl.unlink(missing_ok=True)  # a fresh comparison: the table is over this sweep's runs
+
+        def one(arm: str, seed: int) -> dict[str, Any]:
+            return run(seed, arm, args.steps, Path(args.out))
+
+        def describe(r: dict[str, Any]) -> str:
+            return f"{r['arm']} {r['seed']} {r['final_eval']} {r['curve']}"
+
+        seeds = [PILOT_SEED] if args.pilot else args.seeds
+        done = sweep(seeds, list(ARMS), one, jsonl, describe=describe)
     if args.pilot:
-        best = min(r["best_eval"] for r in runs)
+        best = min(r["best_eval"] for r in done)
         print(
             f"threshold rule: min over arms of the best eval, rounded down to 10: "
             f"{math.floor(best / 10) * 10:g}"
         )
         return
-    text = report(runs, args.threshold, args.steps)
+    params = {"threshold": args.threshold, "steps": args.steps}
+    text = render(done, **params)
     print(text)
-    (RESULTS / "mo_heads.md").write_text(text + "\n")
+    report.write(
+        RESULTS / "mo_heads.md",
+        text,
+        render=render,
+        params=params,
+        runs_file=jsonl,
+        command=report.command_line(argv),
+    )
 
 
 if __name__ == "__main__":
