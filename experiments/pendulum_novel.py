@@ -1,6 +1,6 @@
 """PendulumNoVel-v1: recurrent TD3 beside the same TD3 with an MLP and with frame stacking.
 
-    python experiments/pendulum_novel.py [--seeds 0 1 2 3 4] [--arms gru mlp stack] [--jobs 2]
+    python -m experiments.pendulum_novel [--seeds 0 1 2 3 4] [--arms gru mlp stack] [--jobs 2]
                                          [--deadline-utc 16:05] [--report-only]
 
 Issue 15's target: a recurrent off-policy learner reaches a mean eval >= -200 within 50,000 env
@@ -16,7 +16,8 @@ from cfg/pendulum_novel_td3_gru.toml on the same seeds:
 Runs go seed by seed, the arms of a seed interleaved (``--jobs`` at a time), so that a run cut
 short by the deadline leaves whole seeds behind it. Each finished run appends one line to
 experiments/results/pendulum_novel_runs.jsonl; the table (experiments/results/
-pendulum_novel.md) is rebuilt from that file after every run and with ``--report-only``.
+pendulum_novel.md) is rebuilt from that file after every run and with ``--report-only``. Notes
+on the result: experiments/results/notes/pendulum_novel.md.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-CFG = ROOT / "cfg" / "pendulum_novel_td3_gru.toml"
-RESULTS = ROOT / "experiments" / "results"
+from experiments.lib import CFG as CFG_DIR
+from experiments.lib import RESULTS, ROOT, report, runs
+
+CFG = CFG_DIR / "pendulum_novel_td3_gru.toml"
 RUNS_JSONL = RESULTS / "pendulum_novel_runs.jsonl"
-REPORT = RESULTS / "pendulum_novel.md"
+REPORT_MD = RESULTS / "pendulum_novel.md"
 THRESHOLD = -200.0
 BUDGET = 50_000
 
@@ -79,17 +81,11 @@ def record(arm: str, seed: int, out: Path, wall: float, rc: int) -> dict:
     return row
 
 
-def load_rows() -> list[dict]:
-    if not RUNS_JSONL.exists():
-        return []
-    return [json.loads(line) for line in RUNS_JSONL.read_text().splitlines() if line.strip()]
-
-
-def report(rows: list[dict], note: str = "") -> str:
+def render(rows: list[dict], note: str = "") -> str:
     lines = [
         "# PendulumNoVel-v1: recurrent TD3 vs the same TD3 with an MLP and with frame stacking",
         "",
-        "`python experiments/pendulum_novel.py` (cfg/pendulum_novel_td3_gru.toml; the mlp and "
+        "`python -m experiments.pendulum_novel` (cfg/pendulum_novel_td3_gru.toml; the mlp and "
         'stack arms override it with `core = "none"`, batch 256, one update per env step, and '
         "`[env] stack = 3` for stack). Target (issue 15): mean of 10 eval episodes >= -200 "
         f"within {BUDGET:,} env steps on >= 4 of 5 seeds. Evals every 2,500 env steps.",
@@ -133,8 +129,19 @@ def report(rows: list[dict], note: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def write_report(note: str, argv: list[str] | None) -> None:
+    report.write(
+        REPORT_MD,
+        render(runs.load(RUNS_JSONL), note),
+        render=render,
+        params={"note": note},
+        runs_file=RUNS_JSONL,
+        command=report.command_line(argv),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     ap.add_argument("--jobs", type=int, default=2)
@@ -142,11 +149,11 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/pendulum_novel_runs")
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--note", default="")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.report_only:
-        REPORT.write_text(report(load_rows(), args.note))
-        print(REPORT.read_text())
+        write_report(args.note, argv)
+        print(REPORT_MD.read_text())
         return
     queue = [(arm, seed) for seed in args.seeds for arm in args.arms]
     env = dict(os.environ, WHEELER2_TORCH_THREADS="1", PYTHONUNBUFFERED="1")
@@ -180,10 +187,9 @@ def main() -> None:
                 continue
             running.remove(item)
             row = record(arm, seed, out, time.time() - t0, proc.returncode)
-            with RUNS_JSONL.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            runs.append(RUNS_JSONL, row)
             print(json.dumps({k: v for k, v in row.items() if k != "evals"}), flush=True)
-            REPORT.write_text(report(load_rows(), args.note))
+            write_report(args.note, argv)
 
 
 if __name__ == "__main__":
