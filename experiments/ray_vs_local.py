@@ -6,9 +6,12 @@ returns (same learning, within seed noise?) and two clocks: the run's own ``wall
 first member's start to the summary) and the whole command's wall-clock, Ray's start and
 shutdown included.
 
-    .venv/bin/python experiments/ray_vs_local.py [--seeds 0 1 2] [--config cfg/pendulum_team.toml]
+    python -m experiments.ray_vs_local [--seeds 0 1 2] [--config cfg/pendulum_team.toml]
+    python -m experiments.ray_vs_local --table --runs experiments/results/ray_vs_local_runs.jsonl
 
-Writes ``experiments/results/ray_vs_local.md``.
+Writes ``experiments/results/ray_vs_local.md`` and the sweep's rows, one per run as it ends, to
+``--runs`` (default ``results/ray_vs_local_<date>-<time>_runs.jsonl``, a file per sweep), from
+which ``--table`` rebuilds the table. Notes on the results: ``results/notes/ray_vs_local.md``.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-TEAM_CFG = ROOT / "cfg" / "pendulum_team.toml"
+from experiments.lib import CFG, RESULTS, ROOT, report, runs
+
+TEAM_CFG = CFG / "pendulum_team.toml"
 
 # Used while cfg/pendulum_team.toml does not exist: a DDPG learner (the default.toml settings)
 # and two DDPG explorers that act with the learner's synced actor and more noise.
@@ -111,53 +116,63 @@ def _mean_sd(values: list[float]) -> str:
     return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--config", type=Path, default=None)
-    parser.add_argument("--output", type=Path, default=ROOT / "experiments/results/ray_vs_local.md")
+    parser.add_argument("--output", type=Path, default=RESULTS / "ray_vs_local.md")
     parser.add_argument(
-        "--table",
-        type=Path,
-        nargs="+",
-        default=None,
-        metavar="JSONL",
-        help="run nothing: tabulate the rows these files hold (one JSON row per line, as printed)",
+        "--runs", type=Path, default=None, help="the rows (default: a new dated file in results/)"
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--table", action="store_true", help="run nothing: tabulate the rows of --runs"
+    )
+    args = parser.parse_args(argv)
     if args.table:
-        rows = [
-            json.loads(x)
-            for f in args.table
-            for x in f.read_text().splitlines()
-            if x.startswith("{")
-        ]
-        args.seeds = sorted({r["seed"] for r in rows})
-        write_table(rows, TEAM_CFG, None, args.seeds, args.output)
+        if args.runs is None:
+            parser.error("--table needs --runs FILE")
+        write_table(args.runs, TEAM_CFG, None, args.output, argv)
         return
+    stamp = time.strftime("%Y-%m-%d-%H%M", time.gmtime())
+    args.runs = args.runs or RESULTS / f"ray_vs_local_{stamp}_runs.jsonl"
 
     tmp = Path(tempfile.mkdtemp(prefix="w2-ray-vs-local-"))
     cfg = args.config or (TEAM_CFG if TEAM_CFG.exists() else None)
     if cfg is None:
         cfg = tmp / "pendulum_team_fallback.toml"
         cfg.write_text(FALLBACK)
-    rows = []
     for seed in args.seeds:
         for backend in ("local", "ray"):
             row = run_once(cfg, backend, seed, tmp / "runs")
-            rows.append(row)
+            runs.append(args.runs, row)
             print(json.dumps(row), flush=True)
+    write_table(args.runs, cfg, tmp, args.output, argv)
 
-    write_table(rows, cfg, tmp, args.seeds, args.output)
+
+def write_table(
+    runs_file: Path, cfg: Path, tmp: Path | None, out: Path, argv: list[str] | None
+) -> None:
+    fallback = cfg.parent == tmp
+    params = {
+        "config": cfg.name if fallback else str(cfg.resolve().relative_to(ROOT)),
+        "fallback": fallback,
+    }
+    text = render(runs.load(runs_file), **params)
+    report.write(
+        out, text, render=render, params=params, runs_file=runs_file,
+        command=report.command_line(argv),
+    )  # fmt: skip
+    print(text)
 
 
-def write_table(rows: list[dict], cfg: Path, tmp: Path | None, seeds: list[int], out: Path) -> None:
+def render(rows: list[dict[str, Any]], config: str, fallback: bool = False) -> str:
+    seeds = sorted({r["seed"] for r in rows})
     lines = [
         "# Backend ray vs local",
         "",
-        f"Config: `{cfg.name if cfg.parent == tmp else cfg.relative_to(ROOT)}`"
-        + (" (the fallback team in experiments/ray_vs_local.py)" if cfg.parent == tmp else "")
-        + f"; seeds {seeds}; {time.strftime('%Y-%m-%d')}, this machine "
+        f"Config: `{config}`"
+        + (" (the fallback team in experiments/ray_vs_local.py)" if fallback else "")
+        + f"; seeds {seeds}; this machine "
         "(2 cores, CPU), runs one at a time, backends interleaved per seed.",
         "`wall_s`: the run's own clock (summary.json); `command s`: the whole `wheeler2 run` "
         "process, Ray's start and shutdown included.",
@@ -202,10 +217,7 @@ def write_table(rows: list[dict], cfg: Path, tmp: Path | None, seeds: list[int],
             f"Median over seeds of local / ray (the same seed's pair): run {per['wall_s']:.2f}x, "
             f"whole command {per['command_s']:.2f}x ({len(paired)} seeds)."
         )
-    lines.append("")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines))
-    print("\n".join(lines))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
