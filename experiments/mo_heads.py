@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ def run(seed: int, arm: str, steps: int, out: Path) -> dict[str, Any]:
     done = run_config(CONFIG, sets, seed=seed, out=out)
     summary, run_dir = done.summary, done.run_dir
     evals = summary["eval"]
-    kwargs = tomllib.loads((run_dir / "config.toml").read_text())["env"]["kwargs"]
+    kwargs = runs.load_config(run_dir)["env"]["kwargs"]
     weights = dict(zip(("forward", "height", "energy"), kwargs["head_weights"]))
     last = evals[-1].get("heads") or {}
     return {

@@ -46,3 +46,10 @@ def latest(records: Iterable[dict], key: Callable[[dict], Hashable]) -> dict[Has
     for r in records:
         out[key(r)] = r
     return out
+
+
+def load_config(run_dir: str | Path) -> dict[str, Any]:
+    """A run directory's resolved ``config.toml`` as plain data."""
+    import tomllib
+
+    return tomllib.loads((Path(run_dir) / "config.toml").read_text())
