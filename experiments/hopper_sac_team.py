@@ -2,14 +2,14 @@
 (``cfg/hopper_sac_team.toml``) beside solo SAC (``cfg/hopper_sac.toml``) at the same 100k env
 steps in all, same seeds, same eval (10 deterministic episodes every 10k, the learner's actor).
 
-    python experiments/hopper_sac_team.py --seeds 0 1 2            # run the teams, then tabulate
-    python experiments/hopper_sac_team.py --table                  # tabulate the jsonl only
+    python -m experiments.hopper_sac_team --seeds 0 1 2            # run the teams, then tabulate
+    python -m experiments.hopper_sac_team --table                  # tabulate the jsonl only
 
 The solo arm is not rerun here: its finals are the wheeler2 side of ``compare_sb3.py sac-hopper``
 (``results/compare_sb3_sac-hopper_runs.jsonl``, the same config, seeds and eval), so the team
 runs alone on the machine. Each team run is its own ``wheeler2 run`` process; its summary is
-appended to ``results/hopper_sac_team_runs.jsonl`` and the table is written to
-``results/hopper_sac_team_h256.md``.
+appended to ``results/hopper_sac_team_runs.jsonl`` and the table, rebuilt from both runs files,
+is written to ``results/hopper_sac_team_h256.md``. Notes: ``results/notes/hopper_sac_team*.md``.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "experiments" / "results"
-TEAM_CFG = ROOT / "cfg" / "hopper_sac_team.toml"
+from experiments.lib import CFG, RESULTS, ROOT, report, runs
+
+TEAM_CFG = CFG / "hopper_sac_team.toml"
 SOLO_RUNS = RESULTS / "compare_sb3_sac-hopper_runs.jsonl"
 RUNS = RESULTS / "hopper_sac_team_runs.jsonl"
 TABLE = RESULTS / "hopper_sac_team_h256.md"
@@ -65,13 +66,10 @@ def summary_row(seed: int, run_dir: Path) -> dict:
     }
 
 
-def table() -> str:
-    team = {r["seed"]: r for r in map(json.loads, RUNS.read_text().splitlines()) if r}
-    solo = {
-        r["seed"]: r
-        for r in map(json.loads, SOLO_RUNS.read_text().splitlines())
-        if r and r["side"] == "wheeler2"
-    }
+def render(stored: dict[str, list[dict[str, Any]]]) -> str:
+    """The table over the team's stored runs and solo SAC's (wheeler2's side of compare_sb3)."""
+    team = runs.latest(stored["team"], lambda r: r["seed"])
+    solo = runs.latest((r for r in stored["solo"] if r["side"] == "wheeler2"), lambda r: r["seed"])
     seeds = sorted(set(team) & set(solo))
     if not seeds:
         raise SystemExit(f"no seed in both {RUNS.name} and {SOLO_RUNS.name}")
@@ -131,11 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             with tempfile.TemporaryDirectory() as tmp:
                 rows.append(run_team(seed, Path(tmp)))
-    with RUNS.open("a") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    text = table()
-    TABLE.write_text(text)
+    for r in rows:
+        runs.append(RUNS, r)
+    files = {"team": RUNS, "solo": SOLO_RUNS}
+    text = render({k: runs.load(v) for k, v in files.items()})
+    report.write(TABLE, text, render=render, runs_file=files, command=report.command_line(argv))
     print(text)
     return 0
 
