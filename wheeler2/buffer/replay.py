@@ -126,11 +126,12 @@ class Replay:
             uid = int(st.hdr[WRITER_UID])
         finally:
             st.release()
-        return Writer(self, num_envs, uid, block)
+        return Writer(self, self.layout, self.cfg, num_envs, uid, block)
 
     # -- producer side ---------------------------------------------------------------------
 
-    def _insert(self, block: Block, wait: bool) -> int:
+    def insert(self, block: Block, wait: bool) -> int:
+        """One staged block into the ring (a :class:`Writer`'s flush; see ``writer.Inserter``)."""
         self._check_open()
         st = self.storage
         st.acquire()
@@ -143,6 +144,9 @@ class Replay:
         finally:
             st.release()
         return start
+
+    def learner_pid(self) -> int:
+        return int(self.storage.hdr[LEARNER_PID])
 
     # -- learner side ----------------------------------------------------------------------
 

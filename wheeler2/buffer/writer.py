@@ -5,33 +5,54 @@ inserts them as one block under one lock acquisition. Without HER a copy's run i
 its episode end or when it reaches ``chunk`` steps, and the link from the previous run's last
 step is patched to the new run's head at insert time. With HER a run is an entire episode
 (goals are looked up by offset inside it), so runs grow until the episode ends.
+
+A writer knows its table only as an :class:`Inserter` (``Replay`` is one): it inserts blocks and
+asks who samples; it never reaches into the replay's storage or private methods.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-from .config import Layout, ReplayError
-from .storage import DATA_FIELDS, LEARNER_PID, Block
+from .config import Layout, ReplayConfig, ReplayError
+from .storage import DATA_FIELDS, Block
 
-if TYPE_CHECKING:
-    from .replay import Replay
+
+class Inserter(Protocol):
+    """The side of a replay table a :class:`Writer` writes through."""
+
+    def insert(self, block: Block, wait: bool) -> int:
+        """Insert ``block`` as one contiguous run (after the ratio gate lets a producer in,
+        when ``wait``); returns the absolute insert number of its first row."""
+        ...
+
+    def learner_pid(self) -> int:
+        """The process that samples the table (0 while none has sampled yet)."""
+        ...
 
 
 class Writer:
     """Stages one producer's vector steps and inserts them in blocks; get it from
     ``Replay.writer(num_envs)``. Not shared between processes: each producer makes its own."""
 
-    def __init__(self, replay: Replay, num_envs: int, uid: int, block: bool | None = None) -> None:
-        self.replay = replay
+    def __init__(
+        self,
+        table: Inserter,
+        layout: Layout,
+        cfg: ReplayConfig,
+        num_envs: int,
+        uid: int,
+        block: bool | None = None,
+    ) -> None:
+        self.table = table
         self.block = block
-        self.layout: Layout = replay.layout
+        self.layout = layout
         self.num_envs = num_envs
-        self.whole_episodes = replay.cfg.her is not None
-        self.chunk = replay.cfg.chunk
+        self.whole_episodes = cfg.her is not None
+        self.chunk = cfg.chunk
         self.cap = self.chunk if not self.whole_episodes else max(self.chunk, 64)
         lay = self.layout
         n = num_envs
@@ -191,7 +212,7 @@ class Writer:
         has_tail = tails >= 0
         patches = np.stack([tails[has_tail], offsets[has_tail]], axis=1).astype(np.int64)
         block = Block(data, rel_next, rel_ep_end, patches, n)
-        start = self.replay._insert(block, wait=self._may_wait())
+        start = self.table.insert(block, wait=self._may_wait())
         last_done = (
             self.stage["terminated"][envs, counts - 1] | self.stage["truncated"][envs, counts - 1]
         )
@@ -204,7 +225,7 @@ class Writer:
         # backend samples from this very process, and blocking here would deadlock it.
         if self.block is not None:
             return self.block
-        learner = int(self.replay.storage.hdr[LEARNER_PID])
+        learner = self.table.learner_pid()
         return learner != 0 and learner != os.getpid()
 
     def __repr__(self) -> str:
