@@ -9,31 +9,30 @@ rows are all the agents, sharing its parameters), and simple_tag_v3 (cfg/simple_
 two teams of unlike agents, DDPG predators and a PPO prey, each in its own replay table; each
 learner plays against random opponents, so each is compared with random agents on its side).
 
-    python experiments/marl_teams.py                      # every env, seeds 0 1 2
-    python experiments/marl_teams.py --envs simple_tag --seeds 0 1 2 --backend local
+    python -m experiments.marl_teams                      # every env, seeds 0 1 2
+    python -m experiments.marl_teams --envs simple_tag --seeds 0 1 2 --backend local
 
-Writes experiments/results/marl_teams.md and marl_teams.png.
+Writes experiments/results/marl_teams.md, marl_teams.png and marl_teams.json (every run's
+figures, from which ``python -m experiments regen`` rebuilds the other two; a subset of envs
+writes marl_teams_<envs>.*). Notes on the results: results/notes/marl_teams*.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from experiments.lib import CFG, RESULTS, ROOT, report, runs, stats
+from experiments.lib.arms import run_config
 
 ENVS = {
-    "simple_spread": ROOT / "cfg" / "simple_spread_team.toml",
-    "multiwalker": ROOT / "cfg" / "multiwalker_team.toml",
-    "simple_tag": ROOT / "cfg" / "simple_tag_teams.toml",
+    "simple_spread": CFG / "simple_spread_team.toml",
+    "multiwalker": CFG / "multiwalker_team.toml",
+    "simple_tag": CFG / "simple_tag_teams.toml",
 }
 
 
@@ -65,16 +64,13 @@ def run_one(
 ) -> dict[str, dict[str, Any]]:
     """One run; a row per learner (table): the shipped teams of unlike agents have two."""
     from wheeler2.config import load
-    from wheeler2.runtime import run_experiment
 
     sets = ["experiment.progress=false", f'experiment.backend="{backend}"']
     if steps:
         sets += [f"experiment.total_steps={steps}", f"experiment.eval_every={max(steps // 5, 1)}"]
     config = load(path, overrides=sets, seed=seed, out=str(out))
-    t0 = time.perf_counter()
-    run_dir = run_experiment(config)
-    wall_s = time.perf_counter() - t0
-    summary = json.loads((run_dir / "summary.json").read_text())
+    run = run_config(config)
+    run_dir, wall_s, summary = run.run_dir, run.call_s, run.summary
     tables = summary.get("tables") or {
         "main": {
             "learner": config.learner.name,
@@ -99,9 +95,7 @@ def run_one(
     }
 
 
-def mean_sd(values: list[float]) -> str:
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.1f} ± {sd:.1f}"
+mean_sd = stats.mean_sd
 
 
 def table(results: dict[str, list[dict[str, Any]]]) -> str:
@@ -126,7 +120,7 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
+def plot(results: dict[str, list[dict[str, Any]]], path: Path, **_: Any) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -148,18 +142,37 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def main() -> None:
+def render(results: dict[str, list[dict[str, Any]]], backend: str, name: str) -> str:
+    seeds = sorted({r["seed"] for rows in results.values() for r in rows})
+    return (
+        "# Multi-agent teams vs a random policy (PettingZoo)\n\n"
+        f"Backend `{backend}`, seeds {seeds}. simple_spread and multiwalker: "
+        "one PPO member drives all agents with shared parameters (cfg/simple_spread_team.toml, "
+        "cfg/multiwalker_team.toml). simple_tag: two teams of unlike agents, each in its own "
+        "replay table (cfg/simple_tag_teams.toml): DDPG predators (`simple_tag/predators`) and "
+        "a PPO prey (`simple_tag/prey`); each plays against random opponents. Returns are "
+        "mean episode returns per agent row: each learner's deterministic evaluation over "
+        "`eval_episodes` env copies, and uniform random actions in [-1, 1] for the same agents, "
+        "measured with the same adapter and reward mode.\n\n"
+        + table(results)
+        + f"\n\n![curves]({name}.png)\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=None, help="agent-steps (default: the config's)")
     ap.add_argument("--backend", default="serial", choices=["serial", "local"])
     ap.add_argument("--out", default=str(ROOT / "runs" / "marl_teams"))
-    ap.add_argument("--results", default=str(ROOT / "experiments" / "results"))
-    args = ap.parse_args()
-
-    results: dict[str, list[dict[str, Any]]] = {}
-    for env in args.envs:
+    ap.add_argument("--results", default=str(RESULTS))
+    ap.add_argument("--table", action="store_true", help="only rebuild the table from the json")
+    args = ap.parse_args(argv)
+    res = Path(args.results)
+    name = "marl_teams" if set(args.envs) == set(ENVS) else "marl_teams_" + "_".join(args.envs)
+    results: dict[str, list[dict[str, Any]]] = runs.load(res / f"{name}.json") if args.table else {}
+    for env in [] if args.table else args.envs:
         for seed in args.seeds:
             rows = run_one(ENVS[env], seed, args.steps, Path(args.out), args.backend)
             for learner, r in rows.items():
@@ -170,27 +183,20 @@ def main() -> None:
                     flush=True,
                 )
                 results.setdefault(key, []).append(r)
-    res = Path(args.results)
-    res.mkdir(parents=True, exist_ok=True)
-    cmd = " ".join(["python experiments/marl_teams.py", *sys.argv[1:]])
-    text = (
-        "# Multi-agent teams vs a random policy (PettingZoo)\n\n"
-        f"`{cmd}` (backend `{args.backend}`, seeds {args.seeds}). simple_spread and multiwalker: "
-        "one PPO member drives all agents with shared parameters (cfg/simple_spread_team.toml, "
-        "cfg/multiwalker_team.toml). simple_tag: two teams of unlike agents, each in its own "
-        "replay table (cfg/simple_tag_teams.toml): DDPG predators (`simple_tag/predators`) and "
-        "a PPO prey (`simple_tag/prey`); each plays against random opponents. Returns are "
-        "mean episode returns per agent row: each learner's deterministic evaluation over "
-        "`eval_episodes` env copies, and uniform random actions in [-1, 1] for the same agents, "
-        "measured with the same adapter and reward mode.\n\n"
-        + table(results)
-        + "\n\n![curves](marl_teams.png)\n"
-    )
-    name = "marl_teams" if set(args.envs) == set(ENVS) else "marl_teams_" + "_".join(args.envs)
-    text = text.replace("marl_teams.png", f"{name}.png")
-    (res / f"{name}.md").write_text(text)
-    (res / f"{name}.json").write_text(json.dumps(results, indent=1))
+    if not args.table:
+        runs.save(res / f"{name}.json", results)
+    params = {"backend": args.backend, "name": name}
     plot(results, res / f"{name}.png")
+    text = render(results, **params)
+    report.write(
+        res / f"{name}.md",
+        text,
+        render=render,
+        params=params,
+        runs_file=res / f"{name}.json",
+        plots=[res / f"{name}.png"],
+        command=report.command_line(argv),
+    )
     print(text)
 
 
