@@ -1,14 +1,16 @@
 """Bit flipping (random goal per episode), DQN + HER: wheeler2 against Stable-Baselines3, side by
 side in one run, and wheeler2 without HER as the control.
 
-    python experiments/bitflip_her_vs_sb3.py --bits 15 30 50 --seeds 0
+    python -m experiments.bitflip_her_vs_sb3 --bits 15 30 50 --seeds 0
 
 Same hyperparameters on both sides (cfg/bitflip_her.toml: 2 x 256 net, lr 1e-3, batch 256,
 gamma 0.95, buffer 1e6, learning starts 1000, epsilon 1 -> 0.05 over 2000 steps, hard target
 update every 500 steps, one gradient step per env step, HER future k = 4) and the same algorithm
 (plain DQN target, as SB3's; Huber loss, gradient norm 10). Every 1,000 env steps 20
 deterministic episodes are evaluated; the table gives the first env step count with success
->= 0.9. Writes experiments/results/<name>.md and appends each run to <name>_runs.jsonl.
+>= 0.9. Appends each run to experiments/results/<name>_runs.jsonl and rewrites <name>.md from
+that file (``--rebuild`` only rewrites it); ``--table JSONL`` writes the steps-to-0.9 summary of
+a runs file to ``<JSONL stem without _runs>.md`` (bitflip_parity.md: her_parity's section 4).
 
 Sides (--sides, run seed by seed in that order): ``sb3``; ``her``, wheeler2 like for like
 (``terminate_on_goal = false``, ``achieved_goal_in_obs = false``); ``her-ag``, with the achieved
@@ -21,20 +23,19 @@ episodes do; SB3 has no such option, so this is a separate row, not a like-for-l
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "experiments" / "results"
-CFG = ROOT / "cfg" / "bitflip_her.toml"
+from experiments.lib import CFG as CFG_DIR
+from experiments.lib import RESULTS, ROOT, report, runs, stats
+from experiments.lib.arms import run_config
+
+CFG = CFG_DIR / "bitflip_her.toml"
 THRESHOLD = 0.9
 EVAL_EVERY = 1_000
 EVAL_EPISODES = 20
@@ -127,19 +128,15 @@ def run_wheeler2(
     achieved_in_obs: bool = False,
     terminate_on_goal: bool = False,
 ) -> Outcome:
-    from wheeler2.config import load
-    from wheeler2.runtime import run_experiment
-
     text = CFG.read_text()
     if not her:
         text = "\n".join(line for line in text.splitlines() if not line.startswith("her ="))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bitflip.toml"
         path.write_text(text)
-        config = load(
+        run = run_config(
             path,
-            overrides=[
-                "experiment.progress=false",
+            [
                 f"experiment.total_steps={max_steps}",
                 f"experiment.eval_every={EVAL_EVERY}",
                 f"experiment.eval_episodes={EVAL_EPISODES}",
@@ -149,12 +146,11 @@ def run_wheeler2(
                 *([f"buffer.her.terminate_on_goal={_toml(terminate_on_goal)}"] if her else []),
             ],
             seed=seed,
-            out=str(out),
+            out=out,
         )
-        run_dir = run_experiment(config)
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = run.summary
     curve = [(e["env_steps"], e["success"] or 0.0) for e in summary["eval"]]
-    hit = next((e for e in summary["eval"] if (e["success"] or 0.0) >= THRESHOLD), None)
+    steps, seconds = stats.to_threshold(summary["eval"], THRESHOLD, key="success")
     succ = [s for _, s in curve] or [0.0]
     return Outcome(
         "wheeler2 HER" + " +ag" * achieved_in_obs + " +tog" * terminate_on_goal
@@ -162,8 +158,8 @@ def run_wheeler2(
         else "wheeler2 no HER",
         bits,
         seed,
-        hit["env_steps"] if hit else None,
-        hit["wall_s"] if hit else None,
+        steps,
+        seconds,
         max(succ),
         succ[-1],
         curve,
@@ -178,11 +174,21 @@ def _fmt(x: float | int | None, spec: str = "") -> str:
     return "—" if x is None else format(x, spec)
 
 
+def render(stored: list[dict[str, Any]], kind: str = "runs") -> str:
+    """``kind`` "runs": every stored run with its success curve; "steps": env steps to 0.9 per
+    (n, side) and seed, with medians."""
+    if kind == "steps":
+        return steps_table(stored)
+    fields = set(Outcome.__dataclass_fields__)
+    rows = [Outcome(**{k: v for k, v in r.items() if k in fields}) for r in stored]
+    return table(rows, {r["bits"]: r["budget"] for r in stored})
+
+
 def table(rows: list[Outcome], budgets: dict[int, int]) -> str:
     lines = [
         f"Bit flipping, random goal per episode, DQN; first eval with success >= {THRESHOLD} "
-        f"over {EVAL_EPISODES} episodes (every {EVAL_EVERY} env steps); torch threads "
-        f"{torch.get_num_threads()}. '—': not reached within the budget.",
+        f"over {EVAL_EPISODES} episodes (every {EVAL_EVERY} env steps); torch threads 1. '—': "
+        "not reached within the budget.",
         "",
         "| n bits | budget | side | seed | steps to 0.9 | s to 0.9 | best success | final |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -199,9 +205,8 @@ def table(rows: list[Outcome], budgets: dict[int, int]) -> str:
     return "\n".join(lines)
 
 
-def steps_table(path: Path) -> str:
-    """Env steps to the first eval >= THRESHOLD, per (n, side) and seed, from a runs file."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def steps_table(rows: list[dict[str, Any]]) -> str:
+    """Env steps to the first eval >= THRESHOLD, per (n, side) and seed, from stored runs."""
     groups: dict[tuple[int, str], dict[int, dict]] = {}
     for r in rows:
         groups.setdefault((r["bits"], r["side"]), {})[r["seed"]] = r  # the latest run wins
@@ -224,7 +229,21 @@ def steps_table(path: Path) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def write(runs_file: Path, kind: str, argv: list[str] | None) -> str:
+    name = runs_file.name.removesuffix(".jsonl").removesuffix("_runs")
+    text = render(runs.load(runs_file), kind)
+    report.write(
+        runs_file.parent / f"{name}.md",
+        text,
+        render=render,
+        params={"kind": kind},
+        runs_file=runs_file,
+        command=report.command_line(argv),
+    )
+    return text
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bits", type=int, nargs="+", default=[15, 30, 50])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -240,15 +259,22 @@ def main() -> None:
         choices=["her", "her-ag", "her-tog", "sb3", "no-her"],
         help="arms, run seed by seed in this order (interleaved)",
     )
+    ap.add_argument("--rebuild", action="store_true", help="only rewrite <name>.md from its runs")
     ap.add_argument(
         "--table",
         metavar="JSONL",
-        help="only print steps-to-0.9 per side and n from a runs file (e.g. bitflip_parity_runs)",
+        help="only write steps-to-0.9 per side and n of a runs file (e.g. bitflip_parity_runs)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.table:
-        print(steps_table(Path(args.table)))
+        print(write(Path(args.table), "steps", argv))
         return
+    log = RESULTS / f"{args.name}_runs.jsonl"
+    if args.rebuild:
+        print(write(log, "runs", argv))
+        return
+    import torch
+
     torch.set_num_threads(1)
     default = {15: 10_000, 30: 15_000, 50: 15_000}
     budgets = (
@@ -256,7 +282,6 @@ def main() -> None:
         if args.budget
         else {n: default.get(n, 15_000) for n in args.bits}
     )
-    rows: list[Outcome] = []
     for bits in args.bits:
         for seed in args.seeds:
             for side in args.sides:
@@ -273,12 +298,9 @@ def main() -> None:
                         terminate_on_goal=side == "her-tog",
                     )
                 print(f"n={bits} {o.side} seed {seed}: {o.steps} {o.wall} {o.curve}", flush=True)
-                rows.append(o)
-                with (RESULTS / f"{args.name}_runs.jsonl").open("a") as f:
-                    f.write(json.dumps({**o.__dict__, "budget": budgets[bits]}) + "\n")
-                RESULTS.mkdir(parents=True, exist_ok=True)
-                (RESULTS / f"{args.name}.md").write_text(table(rows, budgets) + "\n")
-    print(table(rows, budgets))
+                runs.append(log, {**asdict(o), "budget": budgets[bits]})
+                text = write(log, "runs", argv)
+    print(text)
 
 
 if __name__ == "__main__":

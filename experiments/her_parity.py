@@ -1,13 +1,20 @@
 """FetchReach-v4 DDPG + HER, like for like: wheeler2 arms against Stable-Baselines3, seed by seed.
 
-    python experiments/her_parity.py --seeds 0 1 2 3 4 --arms sb3 w2 w2-per-step
+    python -m experiments.her_parity --seeds 0 1 2 3 4 --arms sb3 w2 w2-per-step
+    python -m experiments.her_parity --table            # the table of --jsonl only
 
 Every arm runs the same hyperparameters (cfg/fetchreach_her.toml, as in
-experiments/fetch_her_vs_sb3.py) and stops at its first eval (20 deterministic episodes every
-1,000 env steps) with success >= 0.9, or at --max-steps. Arms run one after another, interleaved
-seed by seed, so machine load drifts over all arms alike. Each finished run is appended to
-``--jsonl`` at once (a killed sweep keeps what it finished); ``--table`` rewrites the markdown
-table from that file.
+experiments/fetch_her_vs_sb3.py) and is judged at its first eval (20 deterministic episodes every
+1,000 env steps) with success >= 0.9, within --max-steps. Arms run one after another,
+interleaved seed by seed, so machine load drifts over all arms alike. Each finished run is
+appended to ``--jsonl`` at once (a killed sweep keeps what it finished); the table
+(``results/<jsonl stem without _runs>.md``) is rebuilt from that file. Notes on the results:
+``results/notes/her_parity.md``.
+
+SB3's runs stop at that eval. wheeler2's run to --max-steps: the engine stops a run only on an
+eval *return* (``experiment.stop_at_threshold``), not on success, so the steps to 0.9 are read
+from the eval curve (the same figure; only the run's cost is higher) and the seconds to it from
+that eval's ``wall_s``.
 
 Arms (``sb3*`` are Stable-Baselines3, the rest wheeler2):
 
@@ -18,11 +25,14 @@ Arms (``sb3*`` are Stable-Baselines3, the rest wheeler2):
 * ``w2-norm``: wheeler2 as shipped, ``normalize_obs = true``.
 * ``w2-ag``, ``w2-norm-ag``: the same with ``[env] achieved_goal_in_obs = true``, i.e.
   [observation, achieved_goal, desired_goal], the information SB3's MultiInputPolicy sees.
-* ``w2-per-step``: ``w2`` with at most one gradient step per env step, so the 50 updates an
-  episode unlocks are spread over the next episode's steps, SB3's schedule (SB3 trains one step
-  per env step on the episodes finished so far), instead of one burst at the episode's end.
-* ``w2-sb3-layout``: ``w2`` whose DDPG is patched to see SB3's input in SB3's order,
-  [achieved_goal, desired_goal, observation] (16 inputs); the experiment that led to
+* ``w2-per-step``, ``w2-norm-per-step``: ``w2`` whose learner takes at most one gradient step
+  per env step, so the 50 updates an episode unlocks are spread over the next episode's steps,
+  SB3's schedule (SB3 trains one step per env step on the episodes finished so far), instead of
+  one burst at the episode's end. The learner is :class:`PerStepDDPG`
+  (``algo = "experiments.her_parity:PerStepDDPG"``).
+* ``w2-sb3-layout``: ``w2`` whose DDPG sees SB3's input in SB3's order,
+  [achieved_goal, desired_goal, observation] (16 inputs): :class:`SB3LayoutDDPG`
+  (``algo = "experiments.her_parity:SB3LayoutDDPG"``); the experiment that led to
   ``achieved_goal_in_obs``.
 * ``w2:<override>;<override>``: ``w2`` with config overrides, e.g.
   ``w2:buffer.her.future_offset=1``.
@@ -31,9 +41,10 @@ Arms (``sb3*`` are Stable-Baselines3, the rest wheeler2):
 from __future__ import annotations
 
 import argparse
+import collections
+import dataclasses
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,94 +52,110 @@ from typing import Any
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "experiments"))
-RESULTS = ROOT / "experiments" / "results"
+from experiments.lib import CFG, RESULTS, ROOT, report, runs, stats
+from experiments.lib.arms import run_config
+from wheeler2 import registry
+from wheeler2.agent import LearnOut
+
 THRESHOLD = 0.9
 EVAL_EVERY = 1_000
 EVAL_EPISODES = 20
+SPEC = "experiments.her_parity"  # the module the registry imports the learners below from
 
 
-def _sb3_layout() -> Any:
-    """Patch DDPG to see SB3's MultiInputPolicy input: [achieved_goal, desired_goal, observation]
-    (sorted dict keys) instead of wheeler2's [observation, desired_goal]. FetchReach's achieved
-    goal is the gripper position, observation[0:3], so the 16 inputs are rebuilt from the 13.
-    Returns an undo function."""
-    import dataclasses
+# -- learners reached by spec string (``team.target.algo``), not by patching agents.ddpg --------
 
-    from agents import ddpg
+DDPG: Any = registry.resolve_algo("ddpg")
 
-    def widen(x: Any) -> Any:
-        cat = torch.cat if isinstance(x, torch.Tensor) else np.concatenate
-        return cat([x[:, 0:3], x[:, 10:13], x[:, 0:10]], -1)
 
-    init, act, learn = ddpg.DDPG.__init__, ddpg.DDPG.act, ddpg.DDPG.learn
+def sb3_input(x: Any) -> Any:
+    """FetchReach's [observation (10), desired_goal (3)] as SB3's MultiInputPolicy sees it: the
+    sorted dict keys [achieved_goal, desired_goal, observation] (16); the achieved goal is the
+    gripper position, observation[0:3]."""
+    cat = torch.cat if isinstance(x, torch.Tensor) else np.concatenate
+    return cat([x[:, 0:3], x[:, 10:13], x[:, 0:10]], -1)
 
-    def new_init(self: Any, space: Any, params: Any, device: str = "cpu", seed: int = 0) -> None:
-        assert space.obs_dim == 13, "the sb3 layout arm is for FetchReach"
-        init(self, dataclasses.replace(space, obs_dim=16), params, device, seed)
 
-    def new_act(self: Any, obs: np.ndarray, explore: bool) -> Any:
-        return act(self, widen(obs), explore)
+class SB3LayoutDDPG(DDPG):
+    """DDPG whose networks take SB3's 16 inputs, rebuilt from wheeler2's 13 wherever the agent
+    meets an observation (acting, observing, learning, head values)."""
 
-    def new_learn(self: Any, batch: Any) -> Any:
-        return learn(
-            self, dataclasses.replace(batch, obs=widen(batch.obs), next_obs=widen(batch.next_obs))
+    def __init__(self, space: Any, params: Any, device: str = "cpu", seed: int = 0) -> None:
+        if space.obs_dim != 13:
+            raise ValueError(f"the sb3 layout is FetchReach's 13 inputs, got {space.obs_dim}")
+        super().__init__(dataclasses.replace(space, obs_dim=16), params, device, seed)
+
+    def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> Any:
+        return super().act(sb3_input(obs), explore, state)
+
+    def head_values(self, obs: np.ndarray) -> np.ndarray:
+        return super().head_values(sb3_input(obs))
+
+    def observe(self, step: Any) -> Any:
+        return super().observe(dataclasses.replace(step, obs=sb3_input(step.obs)))
+
+    def learn(self, batch: Any) -> Any:
+        widened = dataclasses.replace(
+            batch, obs=sb3_input(batch.obs), next_obs=sb3_input(batch.next_obs)
         )
+        return super().learn(widened)
 
-    ddpg.DDPG.__init__, ddpg.DDPG.act, ddpg.DDPG.learn = new_init, new_act, new_learn
 
-    def undo() -> None:
-        ddpg.DDPG.__init__, ddpg.DDPG.act, ddpg.DDPG.learn = init, act, learn
+class PerStepDDPG(DDPG):
+    """DDPG on SB3's update schedule: at most one gradient step per env step.
 
-    return undo
+    The trainer hands the learner every update the replay's gate allows as soon as it allows it:
+    50 at each FetchReach episode's end, when the episode is inserted. Here each of those calls
+    only queues its batch, and :meth:`observe` (once per env step, one env copy) takes one
+    queued step, so the 50 updates run over the next episode's 50 steps, as SB3's do. The
+    batches are the ones the trainer drew at the episode's end; the replay does not change until
+    the next episode's end, so they come from the same contents SB3's draws would. What differs
+    from an engine-side schedule: each step runs one env step later, and updates still queued
+    when the budget ends (up to one episode's) are not taken before the closing eval.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._queued: collections.deque = collections.deque()
+        self._last: dict[str, float] = {}
+
+    def learn(self, batch: Any) -> Any:
+        self._queued.append(batch)
+        return LearnOut(dict(self._last))  # the figures of the latest step taken
+
+    def observe(self, step: Any) -> Any:
+        out = super().observe(step)
+        if self._queued:
+            self._last = super().learn(self._queued.popleft()).metrics
+        return out
+
+
+# -- the arms --------------------------------------------------------------------------------
 
 
 def run_w2(
     seed: int, max_steps: int, overrides: list[str], per_step: bool, sb3_layout: bool = False
 ) -> dict[str, Any]:
-    from wheeler2.config import load
-    from wheeler2.runtime import experiment as rexp
-    from wheeler2.runtime import member as rmember
-    from wheeler2.runtime import run_experiment
-
-    # Stop at the first eval with success >= THRESHOLD (the config's own stop is on returns).
-    rexp.Recorder.solved = property(  # type: ignore[assignment]
-        lambda self: any((e["success"] or 0.0) >= THRESHOLD for e in self.state.evals)
-    )
-    original = rmember.Trainer.train_available
-    if per_step:
-
-        def one_update(self: Any, max_updates: int | None = None) -> int:
-            return original(self, 1 if max_updates is None else min(max_updates, 1))
-
-        rmember.Trainer.train_available = one_update  # type: ignore[method-assign]
-    undo = _sb3_layout() if sb3_layout else None
-    try:
-        config = load(
-            ROOT / "cfg" / "fetchreach_her.toml",
-            overrides=[
-                "experiment.progress=false",
-                f"experiment.total_steps={max_steps}",
-                f"experiment.eval_every={EVAL_EVERY}",
-                f"experiment.eval_episodes={EVAL_EPISODES}",
-                *overrides,
-            ],
-            seed=seed,
-            out=str(ROOT / "runs" / "her_parity"),
-        )
-        t0 = time.perf_counter()
-        run_dir = run_experiment(config)
-        wall = time.perf_counter() - t0
-    finally:
-        rmember.Trainer.train_available = original  # type: ignore[method-assign]
-        if undo is not None:
-            undo()
-    summary = json.loads((run_dir / "summary.json").read_text())
-    curve = [(e["env_steps"], e["success"] or 0.0) for e in summary["eval"]]
-    hit = next((s for s, v in curve if v >= THRESHOLD), None)
-    return {"steps": hit, "wall": wall, "curve": curve}
+    sets = [
+        f"experiment.total_steps={max_steps}",
+        f"experiment.eval_every={EVAL_EVERY}",
+        f"experiment.eval_episodes={EVAL_EPISODES}",
+        *overrides,
+    ]
+    if per_step or sb3_layout:
+        learner = "PerStepDDPG" if per_step else "SB3LayoutDDPG"
+        sets.append(f'team.target.algo="{SPEC}:{learner}"')
+    run = run_config(CFG / "fetchreach_her.toml", sets, seed=seed, out=ROOT / "runs" / "her_parity")
+    evals = run.summary["eval"]
+    curve = [(e["env_steps"], e["success"] or 0.0) for e in evals]
+    steps, seconds = stats.to_threshold(evals, THRESHOLD, key="success")
+    # The curve up to the threshold's eval, as an early-stopped run would have recorded it.
+    cut = [p for p in curve if steps is None or p[0] <= steps]
+    return {
+        "steps": steps,
+        "wall": run.summary["wall_s"] if steps is None else seconds,
+        "curve": cut,
+    }
 
 
 def run_sb3(seed: int, max_steps: int, normalize: bool) -> dict[str, Any]:
@@ -219,13 +246,9 @@ def run_arm(arm: str, seed: int, max_steps: int) -> dict[str, Any]:
     )
 
 
-def load_runs(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def table(runs: list[dict[str, Any]], max_steps: int) -> str:
+def render(runs: list[dict[str, Any]], max_steps: int, eval_every: int = EVAL_EVERY) -> str:
+    """Steps to 0.9 success per arm and seed over the stored runs (the latest run of an arm and
+    seed counts), the median with unsolved runs counted one eval past the budget."""
     arms: dict[str, dict[int, dict[str, Any]]] = {}
     for r in runs:
         arms.setdefault(r["arm"], {})[r["seed"]] = r  # the latest run of an (arm, seed) wins
@@ -233,8 +256,8 @@ def table(runs: list[dict[str, Any]], max_steps: int) -> str:
     head = "| arm | " + " | ".join(f"seed {s}" for s in seeds) + " | median | solved |"
     lines = [
         f"FetchReach-v4, DDPG + HER, env steps to the first eval with success >= {THRESHOLD} "
-        f"({EVAL_EPISODES} episodes every {EVAL_EVERY} steps); '—': not within "
-        f"{max_steps:,} steps, counted as {max_steps + EVAL_EVERY:,} in the median.",
+        f"({EVAL_EPISODES} episodes every {eval_every} steps); '—': not within "
+        f"{max_steps:,} steps, counted as {max_steps + eval_every:,} in the median.",
         "",
         head,
         "|" + " --- |" * (len(seeds) + 3),
@@ -247,17 +270,17 @@ def table(runs: list[dict[str, Any]], max_steps: int) -> str:
                 cells.append("")
                 continue
             cells.append("—" if r["steps"] is None else f"{r['steps']:,}")
-            vals.append(steps_or_cap(r["steps"], max_steps))
+            vals.append(steps_or_cap(r["steps"], max_steps, eval_every))
         med = statistics.median(vals) if vals else None
-        solved = sum(1 for s in seeds if s in by_seed and by_seed[s]["steps"] is not None)
+        solved = stats.solved(by_seed[s]["steps"] for s in seeds if s in by_seed)
         med_s = "—" if med is None else f"{med:,.0f}"
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {med_s} | {solved}/{len(by_seed)} |")
     return "\n".join(lines)
 
 
-def steps_or_cap(steps: int | None, max_steps: int) -> int:
+def steps_or_cap(steps: int | None, max_steps: int, eval_every: int = EVAL_EVERY) -> int:
     """Steps to the threshold; a run that never got there counts as one eval past the budget."""
-    return max_steps + EVAL_EVERY if steps is None else int(steps)
+    return max_steps + eval_every if steps is None else int(steps)
 
 
 def write_reference(
@@ -286,7 +309,7 @@ def write_reference(
     ref = {
         "env": "FetchReach-v4",
         "config": "cfg/fetchreach_her.toml with normalize_obs = false (both sides unnormalized)",
-        "made_by": "python experiments/her_parity.py --write-reference " + arm,
+        "made_by": "python -m experiments.her_parity --write-reference " + arm,
         "arm": arm,
         "threshold": THRESHOLD,
         "eval_every": EVAL_EVERY,
@@ -308,7 +331,7 @@ def write_reference(
     path.write_text(json.dumps(ref, indent=1) + "\n")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     global EVAL_EVERY
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -316,13 +339,13 @@ def main() -> None:
     ap.add_argument("--max-steps", type=int, default=10_000)
     ap.add_argument("--eval-every", type=int, default=EVAL_EVERY, help="env steps between evals")
     ap.add_argument("--jsonl", default=str(RESULTS / "her_parity_runs.jsonl"))
-    ap.add_argument("--table", action="store_true", help="only print the table of --jsonl")
+    ap.add_argument("--table", action="store_true", help="only rebuild the table of --jsonl")
     ap.add_argument(
         "--write-reference",
         metavar="ARM",
         help="write experiments/results/her_parity_reference.json from sb3 and ARM's runs",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     EVAL_EVERY = args.eval_every
     path = Path(args.jsonl)
     if not args.table and not args.write_reference:
@@ -332,13 +355,23 @@ def main() -> None:
                 r = run_arm(arm, seed, args.max_steps)
                 row = {"arm": arm, "seed": seed, "max_steps": args.max_steps, **r}
                 print(json.dumps(row), flush=True)
-                with path.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
-    runs = load_runs(path)
-    print(table(runs, args.max_steps))
+                runs.append(path, row)
+    stored = runs.load(path)
+    params = {"max_steps": args.max_steps, "eval_every": args.eval_every}
+    text = render(stored, **params)
+    print(text)
+    name = path.name.removesuffix(".jsonl").removesuffix("_runs")
+    report.write(
+        path.parent / f"{name}.md",
+        text,
+        render=render,
+        params=params,
+        runs_file=path,
+        command=report.command_line(argv),
+    )
     if args.write_reference:
         out = RESULTS / "her_parity_reference.json"
-        write_reference(runs, args.write_reference, args.max_steps, out)
+        write_reference(stored, args.write_reference, args.max_steps, out)
         print(out.read_text())
 
 
