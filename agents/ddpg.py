@@ -36,7 +36,6 @@ from agents.detached import HeadActorTrainer, head_problem
 from agents.nets import (
     DeterministicActor,
     NumpyForward,
-    NumpyLayers,
     QCritic,
     feature_dim,
     noise_off,
@@ -185,10 +184,8 @@ class DDPG(ActorCriticSteps, Agent):
 
         self.obs_norm = make_obs_norm(p.normalize_obs, space.obs_dim, p.obs_clip, dev)
         # Acting on the CPU without input normalization goes through numpy (see NumpyForward).
-        # (NumpyLayers: the same for an actor with a noisy head or RBF features.)
         self.fast_actor = (
             NumpyForward.of(self.actor_net, squash=True)
-            or NumpyLayers.of(self.actor_net, squash=True)
             if isinstance(self.obs_norm, IdentityNorm) and not self.recurrent
             else None
         )

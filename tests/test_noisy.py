@@ -78,7 +78,7 @@ def test_forward_is_the_factorized_formula_and_resampling_changes_it():
 def test_ddpg_noisy_acts_with_fresh_noise_and_evaluates_on_the_means():
     agent = make("ddpg", PENDULUM, hidden=[32, 32], learning_starts=0, noisy=True)
     assert isinstance(agent.actor.head, NoisyLinear)
-    assert NumpyForward.of(agent.actor, squash=True) is None  # never the plain numpy path
+    assert isinstance(agent.fast_actor, NumpyForward)  # the one numpy path reads noisy layers
     obs = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
     a1 = agent.act(obs, explore=True).action
     # exactly the noisy actor's output: no action noise on top (noise = "gaussian" is unused)

@@ -51,7 +51,7 @@ def test_ddpg_rbf_actor_and_critic_see_the_same_features():
     agent = make("ddpg", PENDULUM, hidden=[16], learning_starts=0, features="rbf", rbf_centers=10)
     enc = agent.actor.trunk[0]
     assert isinstance(enc, RBFEncoder) and enc.passthrough == 0
-    assert NumpyForward.of(agent.actor, squash=True) is None
+    assert isinstance(NumpyForward.of(agent.actor, squash=True), NumpyForward)
     crit = agent.critic.nets[0].trunk[0]
     assert isinstance(crit, RBFEncoder) and crit.passthrough == 1
     assert torch.equal(enc.centers, crit.centers)
@@ -114,11 +114,11 @@ def test_rbf_centers_sync_with_the_trunk_and_a_plain_explorer_is_refused():
 
 
 def test_the_numpy_acting_path_computes_what_torch_does():
-    from agents.nets import NumpyLayers, resample_noise
+    from agents.nets import resample_noise
 
     for params in ({"features": "rbf"}, {"noisy": True}, {"features": "rbf", "noisy": True}):
         agent = make("ddpg", PENDULUM, hidden=[32, 16], learning_starts=0, **params)
-        assert isinstance(agent.fast_actor, NumpyLayers)
+        assert isinstance(agent.fast_actor, NumpyForward)
         resample_noise(agent.actor, torch.Generator().manual_seed(3))
         obs = np.random.default_rng(0).normal(size=(6, 3)).astype(np.float32)
         for mode in (True, False):
