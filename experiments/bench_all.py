@@ -1,17 +1,18 @@
 """Every speed benchmark in one go, and one table of today's ratios against their targets.
 
-    python experiments/bench_all.py            # about 10 minutes on 2 cores
-    python experiments/bench_all.py --quick    # fewer rounds: a smoke run, not figures to quote
+    python -m experiments.bench_all            # about 10 minutes on 2 cores
+    python -m experiments.bench_all --quick    # fewer rounds: a smoke run, not figures to quote
+    python -m experiments.bench_all --table    # only rewrite performance.md from performance/
 
-Runs, one after another (never side by side: each is a timing), ``bench_replay.py`` (central
-replay vs cpprb, with 8 producers inserting, HER vs a plain sample), ``bench_learner.py`` (DDPG
-gradient steps/s vs SB3's ``train()``), ``bench_scaling.py`` (explorers' env steps/s with 1-8
-explorer processes, the learner's updates/s meanwhile) and ``bench_collect.py`` (a member's
-collection loop vs gymnasium's). Each writes its full table to
-``experiments/results/performance/<name>.md``; this script then rewrites
-``experiments/results/performance.md``: machine, date, load, and one row per headline figure,
-with the target and whether it is met. The hand-annotated result files beside them
-(``bench_replay.md`` and so on) are left alone.
+Runs, one after another (never side by side: each is a timing), ``bench_replay`` (central
+replay vs cpprb, with 8 producers inserting, HER vs a plain sample), ``bench_learner`` (DDPG
+gradient steps/s vs SB3's ``train()``), ``bench_scaling`` (explorers' env steps/s with 1-8
+explorer processes, the learner's updates/s meanwhile) and ``bench_collect`` (a member's
+collection loop vs gymnasium's). Each writes its full table (and its raw figures) to
+``experiments/results/performance/<name>.md``; this script then reads one headline cell per
+figure from those tables into ``performance_runs.json`` and rewrites
+``experiments/results/performance.md`` from it: machine, load, and one row per headline figure,
+with the target, whether it is met and when its table was measured.
 """
 
 from __future__ import annotations
@@ -25,17 +26,30 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "experiments" / "results"
+from experiments.lib import RESULTS, ROOT, report, runs
+
 OUT_DIR = RESULTS / "performance"
 
-# name -> (script, arguments, quick arguments)
+# name -> (module, arguments, quick arguments)
 BENCHES = {
-    "bench_replay": ("bench_replay.py", ["--rounds", "7"], ["--rounds", "2", "--seconds", "0.3"]),
-    "bench_learner": ("bench_learner.py", ["--rounds", "5"], ["--rounds", "1", "--steps", "40"]),
-    "bench_scaling": ("bench_scaling.py", ["--seconds", "10"], ["--seconds", "2"]),
-    "bench_collect": ("bench_collect.py", ["--rounds", "9"], ["--rounds", "2", "--steps", "2000"]),
+    "bench_replay": (
+        "experiments.bench_replay",
+        ["--rounds", "7"],
+        ["--rounds", "2", "--seconds", "0.3"],
+    ),
+    "bench_learner": (
+        "experiments.bench_learner",
+        ["--rounds", "5"],
+        ["--rounds", "1", "--steps", "40"],
+    ),
+    "bench_scaling": ("experiments.bench_scaling", ["--seconds", "10"], ["--seconds", "2"]),
+    "bench_collect": (
+        "experiments.bench_collect",
+        ["--rounds", "9"],
+        ["--rounds", "2", "--steps", "2000"],
+    ),
 }
 
 # (what, bench, row pattern, column of the ratio, target as text, minimum ratio)
@@ -87,53 +101,99 @@ def ratio_of(value: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def measured(path: Path, before: dict[str, str]) -> str:
+    """When a benchmark's table was measured: its header's date; for a table written before the
+    header existed, the date the last performance_runs.json gave it (else its file time)."""
+    try:
+        return report.read_meta(path)["date"].removesuffix(" UTC")
+    except report.NotGenerated:
+        if path.stem in before:
+            return before[path.stem]
+        stamp = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC)
+        return f"{stamp:%Y-%m-%d %H:%M}"
+
+
+def headline_rows(before: dict[str, str]) -> list[dict[str, Any]]:
+    """Each headline's cell, read from its benchmark's table in performance/."""
+    rows = []
+    for what, bench, pattern, column, target, minimum in HEADLINES:
+        path = OUT_DIR / f"{bench}.md"
+        rows.append(
+            {
+                "what": what,
+                "bench": bench,
+                "value": cell(path.read_text(), pattern, column) if path.is_file() else None,
+                "target": target,
+                "minimum": minimum,
+                "measured": measured(path, before) if path.is_file() else "",
+            }
+        )
+    return rows
+
+
+def render(stored: dict[str, Any]) -> str:
+    c = stored["conditions"]
+    lines = [
+        "# Performance: today's ratios against their targets",
+        "",
+        f"{c['machine']}, {c['cores']} cores, load average {c['load_start']:.1f} at the start "
+        f"and {c['load_end']:.1f} at the end, {c['minutes']:.0f} min. Every figure is a ratio "
+        "of two arms measured side by side in one run; full tables in `performance/`; "
+        "`measured` is when the table's benchmark last ran.",
+        "",
+        "| figure | ratio | target | met | table | measured |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in stored["rows"]:
+        ratio = ratio_of(r["value"])
+        minimum = r["minimum"]
+        met = "" if minimum is None or ratio is None else ("yes" if ratio >= minimum else "**no**")
+        lines.append(
+            f"| {r['what']} | {r['value'] or 'not run'} | {r['target']} | {met} "
+            f"| `performance/{r['bench']}.md` | {r['measured']} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", nargs="+", choices=sorted(BENCHES), default=sorted(BENCHES))
+    ap.add_argument("--table", action="store_true", help="run nothing: reread performance/")
     args = ap.parse_args(argv)
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     load0 = os.getloadavg()[0]
     started = time.perf_counter()
-    for name in args.only:
-        script, full, quick = BENCHES[name]
+    for name in [] if args.table else args.only:
+        module, full, quick = BENCHES[name]
         out = OUT_DIR / f"{name}.md"
-        cmd = [sys.executable, str(ROOT / "experiments" / script), *(quick if args.quick else full)]
-        print(f"== {' '.join(cmd[1:])}", flush=True)
+        cmd = [sys.executable, "-m", module, *(quick if args.quick else full)]
+        print(f"== python -m {' '.join(cmd[2:])}", flush=True)
         subprocess.run([*cmd, "--out", str(out)], check=True, cwd=ROOT)
-    minutes = (time.perf_counter() - started) / 60
-    lines = [
-        "# Performance: today's ratios against their targets",
-        "",
-        f"`python experiments/bench_all.py{' --quick' if args.quick else ''}"
-        f"{' --only ' + ' '.join(args.only) if args.only != sorted(BENCHES) else ''}` on "
-        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()}, "
-        f"{os.cpu_count()} cores, load average {load0:.1f} at the start and "
-        f"{os.getloadavg()[0]:.1f} at the end, {minutes:.0f} min. Every figure is a ratio of two "
-        "arms measured side by side in one run; full tables in `performance/`; `measured` is "
-        "when the table's benchmark last ran.",
-        "",
-        "| figure | ratio | target | met | table | measured |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for what, bench, pattern, column, target, minimum in HEADLINES:
-        path = OUT_DIR / f"{bench}.md"
-        value = cell(path.read_text(), pattern, column) if path.is_file() else None
-        ratio = ratio_of(value)
-        met = "" if minimum is None or ratio is None else ("yes" if ratio >= minimum else "**no**")
-        when = (
-            f"{datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC):%Y-%m-%d %H:%M}"
-            if path.is_file()
-            else ""
-        )
-        lines.append(
-            f"| {what} | {value or 'not run'} | {target} | {met} | `performance/{bench}.md` "
-            f"| {when} |"
-        )
-    (RESULTS / "performance.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    log = RESULTS / "performance_runs.json"
+    before = {r["bench"]: r["measured"] for r in runs.load(log)["rows"]} if log.is_file() else {}
+    stored = {
+        "conditions": {
+            "machine": platform.machine(),
+            "cores": os.cpu_count(),
+            "load_start": load0,
+            "load_end": os.getloadavg()[0],
+            "minutes": (time.perf_counter() - started) / 60,
+        },
+        "rows": headline_rows(before),
+    }
+    runs.save(log, stored)
+    text = render(stored)
+    report.write(
+        RESULTS / "performance.md",
+        text,
+        render=render,
+        runs_file=log,
+        command=report.command_line(argv),
+    )
+    print(text)
     return 0
 
 

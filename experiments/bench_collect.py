@@ -16,24 +16,25 @@ The loops are interleaved round by round, and each ratio is the median over roun
 ratio within a round: load from other jobs on this shared machine comes and goes, and a ratio
 of back-to-back loops cancels most of it.
 
-    python experiments/bench_collect.py [--steps 20000] [--rounds 5] [--env HalfCheetah-v5]
+    python -m experiments.bench_collect [--steps 20000] [--rounds 5] [--env HalfCheetah-v5]
 
-Writes experiments/results/bench_collect.md.
+Writes the rates of every round to ``<out stem>_runs.json`` and the table to ``--out``
+(experiments/results/bench_collect.md by default; bench_all.py passes performance/...).
 """
 
 from __future__ import annotations
 
 import argparse
+import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from experiments.lib import RESULTS, report, runs
 
 ENV_ID = "Pendulum-v1"
 NUM_ENVS = 8
@@ -83,10 +84,11 @@ def member_loop(kind: str, steps: int, vector: str = "sync") -> float:
     if kind == "random":
         agent = RandomAgent(env.info.act_dim, 0)
     else:
-        from agents.ddpg import DDPG, Params
+        from wheeler2 import registry
 
+        ddpg = registry.resolve_algo("ddpg")
         space = SpaceInfo(obs_dim=env.info.obs_dim, act_dim=env.info.act_dim, discrete=False)
-        agent = DDPG(space, Params(learning_starts=0), seed=0)
+        agent = ddpg(space, ddpg.Params(learning_starts=0), seed=0)
     layout = Layout(obs_dim=env.info.obs_dim, act_dim=env.info.act_dim, discrete=False)
     cfg = ReplayConfig(capacity=steps + 1024, prioritized=True, updates_per_insert=0.0)
     replay = Replay.create(layout, cfg, gamma=0.98, relabel=None, seed=0)
@@ -103,14 +105,41 @@ def member_loop(kind: str, steps: int, vector: str = "sync") -> float:
     return done / dt
 
 
-def main() -> None:
+def render(stored: dict[str, Any]) -> str:
+    """The table of one benchmark run: medians over rounds, ratios to the first loop's."""
+    rates, targets = stored["rates"], stored["targets"]
+    ref = rates[next(iter(rates))]
+    lines = [
+        f"| loop ({stored['env']}, num_envs = {stored['num_envs']}) | env steps/s (median of "
+        f"{stored['rounds']}) | min - max | ratio to gymnasium (median of per-round ratios) "
+        "| target | met |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, v in rates.items():
+        target = targets.get(name)
+        med = statistics.median(v)
+        ratio = statistics.median(x / g for x, g in zip(v, ref))
+        met = "" if target is None else ("yes" if ratio >= target else "**no**")
+        lines.append(
+            f"| {name} | {med:,.0f} | {min(v):,.0f} - {max(v):,.0f} | {ratio:.2f}x "
+            f"| {'' if target is None else f'>= {target}x'} | {met} |"
+        )
+    return (
+        "# Collection throughput: Member vs gymnasium's vector loop\n\n"
+        f"{stored['machine']}, shared 2-core machine, one torch thread; {stored['steps']} env "
+        "steps per loop and round. Loops interleaved round by round; ratios are medians of "
+        "per-round ratios.\n\n" + "\n".join(lines)
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
     global ENV_ID
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8_000, help="env steps per loop and round")
     ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "bench_collect.md"))
+    ap.add_argument("--out", default=str(RESULTS / "bench_collect.md"))
     ap.add_argument("--env", default="Pendulum-v1", help="a gymnasium id, Box actions")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     ENV_ID = args.env
 
     from wheeler2.runtime.build import set_compute_threads
@@ -121,13 +150,15 @@ def main() -> None:
         "Member, random actions, into a Replay": lambda s: member_loop("random", s),
         "Member, DDPG explorer (actor + noise), into a Replay": lambda s: member_loop("ddpg", s),
     }
-    targets = [None, 0.7, 0.5]
+    targets = {
+        "Member, random actions, into a Replay": 0.7,
+        "Member, DDPG explorer (actor + noise), into a Replay": 0.5,
+    }
     try:
         import envpool  # noqa: F401
 
         loops["Member, random actions, envpool"] = lambda s: member_loop("random", s, "envpool")
         loops["Member, DDPG explorer, envpool"] = lambda s: member_loop("ddpg", s, "envpool")
-        targets += [None, None]
     except ImportError:
         print("envpool is not installed: its rows are left out")
     rates: dict[str, list[float]] = {k: [] for k in loops}
@@ -135,33 +166,20 @@ def main() -> None:
         for name, fn in loops.items():
             rates[name].append(fn(args.steps))
         print(f"round {r + 1}: " + ", ".join(f"{v[-1]:,.0f}" for v in rates.values()), flush=True)
-    ref = rates[next(iter(loops))]
-    lines = [
-        f"| loop ({ENV_ID}, num_envs = {NUM_ENVS}) | env steps/s (median of {args.rounds}) "
-        "| min - max | ratio to gymnasium (median of per-round ratios) | target | met |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for (name, v), target in zip(rates.items(), targets):
-        med = statistics.median(v)
-        ratio = statistics.median(x / g for x, g in zip(v, ref))
-        met = "" if target is None else ("yes" if ratio >= target else "**no**")
-        lines.append(
-            f"| {name} | {med:,.0f} | {min(v):,.0f} - {max(v):,.0f} | {ratio:.2f}x "
-            f"| {'' if target is None else f'>= {target}x'} | {met} |"
-        )
-    import platform
-
-    text = (
-        "# Collection throughput: Member vs gymnasium's vector loop\n\n"
-        f"`python experiments/bench_collect.py --steps {args.steps} --rounds {args.rounds} "
-        f"--env {ENV_ID}` "
-        f"({platform.processor() or platform.machine()}, shared 2-core machine, one torch "
-        "thread). Loops interleaved round by round; ratios are medians of per-round ratios.\n\n"
-        + "\n".join(lines)
-        + "\n"
-    )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    stored = {
+        "env": ENV_ID,
+        "num_envs": NUM_ENVS,
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "machine": platform.processor() or platform.machine(),
+        "rates": rates,
+        "targets": targets,
+    }
+    out = Path(args.out)
+    log = out.with_name(out.stem + "_runs.json")
+    runs.save(log, stored)
+    text = render(stored)
+    report.write(out, text, render=render, runs_file=log, command=report.command_line(argv))
     print(text)
 
 

@@ -1,7 +1,7 @@
 """DDPG gradient steps/s: wheeler2's learner step against Stable-Baselines3's ``train()``, side
 by side in one process on the same shapes (issue 17, item 3).
 
-    python experiments/bench_learner.py [--rounds 5] [--steps 300] [--threads 1]
+    python -m experiments.bench_learner [--rounds 5] [--steps 300] [--threads 1]
 
 Both sides: batch 256, hidden [256, 256] for actor and critic, Adam 1e-3, tau 0.005, gamma
 0.99, the actor and the targets updated every step (SB3's DDPG is its TD3 with policy_delay 1,
@@ -25,70 +25,33 @@ Pendulum (obs 3, act 1) and HalfCheetah (obs 17, act 6). Rows:
 
 Arms alternate within each round, the order rotating from round to round (machine load hits
 all alike); the table gives the median
-steps/s over rounds and each wheeler2 row's ratio to SB3's median. Writes
-``experiments/results/bench_learner.md``.
+steps/s over rounds and each wheeler2 row's ratio to SB3's median. Writes every round's rate to
+``<out stem>_runs.json`` and the table to ``--out`` (``experiments/results/bench_learner.md``).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import platform
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from experiments.lib import RESULTS, report, runs
+from experiments.lib.setups import BATCH, CAPACITY, FILL, HIDDEN, SHAPES
+from experiments.lib.setups import sb3_ddpg_train as sb3_arm
+from wheeler2 import registry
+from wheeler2.agent import SpaceInfo
+from wheeler2.buffer import Layout, Replay, ReplayConfig
+from wheeler2.runtime.trainer import Trainer
 
-from agents.ddpg import DDPG, Params  # noqa: E402
-from wheeler2.agent import SpaceInfo  # noqa: E402
-from wheeler2.buffer import Layout, Replay, ReplayConfig  # noqa: E402
-from wheeler2.runtime.trainer import Trainer  # noqa: E402
-
-BATCH, HIDDEN, FILL, CAPACITY = 256, [256, 256], 100_000, 200_000
-SHAPES = {"pendulum": (3, 1), "halfcheetah": (17, 6)}
 FLOOR = "matrix products alone, hot caches"
-
-
-def sb3_arm(obs_dim: int, act_dim: int) -> Callable[[int], None]:
-    import gymnasium as gym
-    from stable_baselines3 import DDPG as SB3DDPG
-    from stable_baselines3.common.logger import configure
-
-    class Shapes(gym.Env):
-        observation_space = gym.spaces.Box(-1.0, 1.0, (obs_dim,), np.float32)
-        action_space = gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32)
-
-    model = SB3DDPG(
-        "MlpPolicy",
-        Shapes(),
-        buffer_size=CAPACITY,
-        batch_size=BATCH,
-        learning_rate=1e-3,
-        tau=0.005,
-        gamma=0.99,
-        policy_kwargs={"net_arch": HIDDEN},
-        device="cpu",
-        seed=0,
-    )
-    model.set_logger(configure(folder=None, format_strings=[]))
-    rb, rng = model.replay_buffer, np.random.default_rng(0)
-    rb.observations[:FILL] = rng.standard_normal((FILL, 1, obs_dim))
-    rb.next_observations[:FILL] = rng.standard_normal((FILL, 1, obs_dim))
-    rb.actions[:FILL] = rng.uniform(-1, 1, (FILL, 1, act_dim))
-    rb.rewards[:FILL] = rng.standard_normal((FILL, 1))
-    rb.pos = FILL
-
-    def run(steps: int) -> None:
-        model.train(gradient_steps=steps, batch_size=BATCH)
-
-    return run
 
 
 def wheeler_arm(
@@ -116,8 +79,9 @@ def wheeler_arm(
             np.zeros(n, bool),
         )
     writer.flush()
-    params = Params(hidden=HIDDEN, gamma=0.99, tau=0.005, learning_starts=0, compile=compile)
-    agent = DDPG(SpaceInfo(obs_dim, act_dim, False), params)
+    ddpg = registry.resolve_algo("ddpg")
+    params = ddpg.Params(hidden=HIDDEN, gamma=0.99, tau=0.005, learning_starts=0, compile=compile)
+    agent = ddpg(SpaceInfo(obs_dim, act_dim, False), params)
     trainer = Trainer(agent, replay, prefetch=prefetch)
 
     def run(steps: int) -> None:
@@ -170,6 +134,33 @@ def rate(run: Callable[[int], None], steps: int) -> float:
     return steps / (time.perf_counter() - t0)
 
 
+def render(stored: dict[str, Any]) -> str:
+    """The table: per shape and arm, the median steps/s over rounds and its ratio to sb3's."""
+    lines = [
+        "# DDPG gradient steps/s: wheeler2 against SB3's train()",
+        "",
+        f"{stored['machine']}, torch {stored['torch']}, {stored['threads']} torch thread(s); "
+        f"batch {BATCH}, hidden {HIDDEN}, {stored['rounds']} interleaved rounds of "
+        f"{stored['steps']} steps per arm; medians.",
+        "",
+        "| shape | arm | steps/s (median) | min-max over rounds | ratio to sb3 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for shape, rates in stored["rates"].items():
+        obs_dim, act_dim = SHAPES[shape]
+        base = float(np.median(rates["sb3"]))
+        for name, xs in rates.items():
+            med = float(np.median(xs))
+            ratio = "1" if name == "sb3" else f"{med / base:.2f}x"
+            if name == FLOOR:
+                ratio = f"{ratio} (ceiling)"
+            lines.append(
+                f"| {shape} ({obs_dim}/{act_dim}) | {name} | {med:,.0f} | "
+                f"{min(xs):,.0f}-{max(xs):,.0f} | {ratio} |"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -178,22 +169,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=300, help="gradient steps per arm per round")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=sorted(SHAPES))
-    ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "bench_learner.md"))
+    ap.add_argument("--out", default=str(RESULTS / "bench_learner.md"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    lines = [
-        "# DDPG gradient steps/s: wheeler2 against SB3's train()",
-        "",
-        f"{datetime.date.today()}, {platform.machine()}, {os.cpu_count()} cores, torch "
-        f"{torch.__version__}, {args.threads} torch thread(s); batch {BATCH}, hidden {HIDDEN}, "
-        f"{args.rounds} interleaved rounds of {args.steps} steps per arm; medians.",
-        "",
-        f"`python experiments/bench_learner.py --rounds {args.rounds} --steps {args.steps}"
-        f" --threads {args.threads}`",
-        "",
-        "| shape | arm | steps/s (median) | min-max over rounds | ratio to sb3 |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+    stored: dict[str, Any] = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "torch": torch.__version__,
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "steps": args.steps,
+        "rates": {},
+    }
     for shape in args.shapes:
         obs_dim, act_dim = SHAPES[shape]
         arms = {"sb3": sb3_arm(obs_dim, act_dim)}
@@ -218,19 +204,14 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for close in closers:
                 close()
-        base = float(np.median(rates["sb3"]))
-        for name, xs in rates.items():
-            med = float(np.median(xs))
-            ratio = "1" if name == "sb3" else f"{med / base:.2f}x"
-            if name == FLOOR:
-                ratio = f"{ratio} (ceiling)"
-            lines.append(
-                f"| {shape} ({obs_dim}/{act_dim}) | {name} | {med:,.0f} | "
-                f"{min(xs):,.0f}-{max(xs):,.0f} | {ratio} |"
-            )
-            print(lines[-1], flush=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out}")
+        stored["rates"][shape] = rates
+        print(f"{shape}: " + ", ".join(f"{k} {np.median(v):,.0f}" for k, v in rates.items()))
+    out = Path(args.out)
+    log = out.with_name(out.stem + "_runs.json")
+    runs.save(log, stored)
+    text = render(stored)
+    report.write(out, text, render=render, runs_file=log, command=report.command_line(argv))
+    print(text)
     return 0
 
 

@@ -3,7 +3,7 @@
 and the env step of PendulumNoVel-v1 with and without ``[env] stack = 3``. Medians of
 interleaved rounds, one torch thread; the table in docs/config.md came from this script.
 
-    python experiments/bench_options.py [--rounds 5]
+    python -m experiments.bench_options [--rounds 5]
 """
 
 from __future__ import annotations
@@ -13,19 +13,16 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import envs.novel  # noqa: E402,F401  (registers the NoVel ids)
-from envs.gym import GymVecEnv  # noqa: E402
-from wheeler2 import registry  # noqa: E402
-from wheeler2.agent import Batch, SpaceInfo  # noqa: E402
-from wheeler2.env import FrameStack  # noqa: E402
-from wheeler2.runtime.build import set_compute_threads  # noqa: E402
+import envs.novel  # noqa: F401  (registers the NoVel ids)
+from envs.gym import GymVecEnv
+from wheeler2 import registry
+from wheeler2.agent import Batch, SpaceInfo
+from wheeler2.env import FrameStack
+from wheeler2.runtime.build import set_compute_threads
 
 PENDULUM, CARTPOLE = SpaceInfo(3, 1, False), SpaceInfo(4, 2, True)
 VARIANTS = {"plain": {}, "noisy": {"noisy": True}, "rbf64": {"features": "rbf"}}

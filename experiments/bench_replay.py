@@ -1,6 +1,6 @@
 """wheeler2's central replay against cpprb 11 and TorchRL, side by side in one run.
 
-    python experiments/bench_replay.py [--rounds 5] [--seconds 1.0] [--capacity 1000000]
+    python -m experiments.bench_replay [--rounds 5] [--seconds 1.0] [--capacity 1000000]
 
 Capacity 1M, obs 17, act 6, batch 256 (TorchRL's own replay benchmark settings). Every case
 runs its arms in interleaved rounds (the order rotating each round) and reports the median
@@ -27,7 +27,8 @@ machine hits every arm alike. Four cases:
     compute_reward; a third arm relabels with a function that returns zeros, to show the
     buffer's own share of HER's cost.
 
-Prints a markdown table and writes it to experiments/results/bench_replay.md.
+Prints a markdown table and writes it to ``--out`` (experiments/results/bench_replay.md), and
+its rows with the run's conditions to ``<out stem>_runs.json``, from which it is rebuilt.
 """
 
 from __future__ import annotations
@@ -37,16 +38,15 @@ import dataclasses
 import multiprocessing
 import os
 import platform
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from wheeler2.buffer import HerConfig, Layout, Replay, ReplayConfig  # noqa: E402
+from experiments.lib import RESULTS, report, runs
+from wheeler2.buffer import HerConfig, Layout, Replay, ReplayConfig
 
 OBS, ACT, BATCH, GOAL = 17, 6, 256, 3
 PRODUCERS, PRODUCER_ENVS = 2, 8
@@ -508,7 +508,31 @@ def load() -> str:
         return "?"
 
 
-def main() -> None:
+def render(stored: dict[str, Any]) -> str:
+    """The table of one run: its conditions, then a row per case and arm."""
+    c = stored["conditions"]
+    lines = [
+        f"capacity {c['capacity']:,}, obs {OBS}, act {ACT}, batch {BATCH}; {c['machine']}; "
+        f"Python {c['python']}, numpy {c['numpy']}, numba {c['numba']}, cpprb {c['cpprb']}; "
+        f"load average {c['load_start']} at the start, {c['load_end']} at the end (shared "
+        f"machine); {c['rounds']} interleaved rounds of {c['seconds']:g} s per arm; producers "
+        f"paced at {c['insert_rate']:,.0f} transitions/s each in case b, {c['many_rate']:,.0f}/s "
+        "each in case d",
+        "",
+        "| case | implementation | samples/s (median) | ratio (median of rounds) "
+        "| range over rounds | target |",
+        "| --- | --- | ---: | ---: | --- | --- |",
+    ]
+    for case, impl, speed, ratio, spread, target in stored["rows"]:
+        shown = "n/a" if ratio is None or ratio != ratio else f"{ratio:.2f}x"
+        lines.append(f"| {case} | {impl} | {speed:,.0f} | {shown} | {spread} | {target} |")
+    lines.append("")
+    lines += stored["notes"]
+    lines.append(f"total bench time {stored['seconds_total']:.0f} s")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=1.0, help="per arm and round")
@@ -518,8 +542,8 @@ def main() -> None:
         "--many-rate", type=float, default=1_000.0, help="case d: each producer's transitions/s"
     )
     parser.add_argument("--cases", default="abdc", help="which cases to run, e.g. ac")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_replay.md"))
-    args = parser.parse_args()
+    parser.add_argument("--out", default=str(RESULTS / "bench_replay.md"))
+    args = parser.parse_args(argv)
 
     import cpprb
     import numba
@@ -538,33 +562,32 @@ def main() -> None:
         rows += case_d(args.capacity, args.seconds, args.rounds, args.many_rate)
     if "c" in args.cases:
         rows += case_c(args.capacity, args.seconds, args.rounds)
-    command = "python experiments/bench_replay.py " + " ".join(sys.argv[1:])
-    lines = [
-        f"`{command.strip()}`",
-        "",
-        f"capacity {args.capacity:,}, obs {OBS}, act {ACT}, batch {BATCH}; {machine()}; "
-        f"Python {platform.python_version()}, numpy {np.__version__}, numba {numba.__version__}, "
-        f"cpprb {cpprb.__version__ if hasattr(cpprb, '__version__') else '11.0.0'}; "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {load0} at the "
-        f"start, {load()} at the end (shared machine); {args.rounds} interleaved rounds of "
-        f"{args.seconds:g} s per arm; producers paced at {args.insert_rate:,.0f} transitions/s "
-        f"each in case b, {args.many_rate:,.0f}/s each in case d",
-        "",
-        "| case | implementation | samples/s (median) | ratio (median of rounds) "
-        "| range over rounds | target |",
-        "| --- | --- | ---: | ---: | --- | --- |",
-    ]
-    for case, impl, speed, ratio, spread, target in rows:
-        shown = "n/a" if ratio != ratio else f"{ratio:.2f}x"
-        lines.append(f"| {case} | {impl} | {speed:,.0f} | {shown} | {spread} | {target} |")
-    lines.append("")
-    lines += notes
-    lines.append(f"total bench time {time.time() - t0:.0f} s")
-    text = "\n".join(lines)
-    print(text)
+    stored = {
+        "conditions": {
+            "capacity": args.capacity,
+            "machine": machine(),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "numba": numba.__version__,
+            "cpprb": getattr(cpprb, "__version__", "11.0.0"),
+            "load_start": load0,
+            "load_end": load(),
+            "rounds": args.rounds,
+            "seconds": args.seconds,
+            "insert_rate": args.insert_rate,
+            "many_rate": args.many_rate,
+        },
+        # (case, implementation, samples/s, ratio or None, range, target); None: not measured
+        "rows": [[*r[:3], None if r[3] != r[3] else r[3], *r[4:]] for r in rows],
+        "notes": notes,
+        "seconds_total": time.time() - t0,
+    }
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
+    log = out.with_name(out.stem + "_runs.json")
+    runs.save(log, stored)
+    text = render(stored)
+    print(text)
+    report.write(out, text, render=render, runs_file=log, command=report.command_line(argv))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Collection that scales with explorers, and a learner that keeps its pace while they run
 (issue 17, item 4).
 
-    python experiments/bench_scaling.py [--explorers 1 2 4 8] [--seconds 10]
+    python -m experiments.bench_scaling [--explorers 1 2 4 8] [--seconds 10]
 
 The engine's own parts, as a ``local`` run wires them: one central shared-memory prioritized
 replay (``wheeler2.buffer.Replay``) created here; N explorer processes, each a
@@ -23,13 +23,13 @@ env steps/s of 1 on the slow env, with the learner >= 0.8x its rate alone.
 niceness, and at niceness 10 (a member's ``nice`` key), where the scheduler gives the learner its
 core first and the explorers the time it leaves.
 
-Writes ``experiments/results/bench_scaling.md``.
+Writes the measured rates to ``<out stem>_runs.json`` and the table to ``--out``
+(``experiments/results/bench_scaling.md``).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import platform
 import sys
@@ -40,8 +40,7 @@ from typing import Any
 import multiprocess as mp
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from experiments.lib import RESULTS, report, runs
 
 ENVS = {
     "Pendulum-v1": ("Pendulum-v1", {}),
@@ -54,8 +53,8 @@ def explorer(
     handle: Any, env: tuple[str, dict], seed: int, count: Any, stop: Any, nice: int = 0
 ) -> None:
     import envs.slow  # noqa: F401  (registers wheeler2/Slow-v0)
-    from agents.ddpg import DDPG, Params
     from envs.gym import GymVecEnv
+    from wheeler2 import registry
     from wheeler2.agent import SpaceInfo
     from wheeler2.buffer import Replay
     from wheeler2.runtime.build import set_compute_threads
@@ -67,7 +66,8 @@ def explorer(
     replay = Replay.attach(handle)
     vec = GymVecEnv(env[0], env[1], 1, seed)
     space = SpaceInfo(obs_dim=vec.info.obs_dim, act_dim=vec.info.act_dim, discrete=False)
-    agent = DDPG(space, Params(hidden=HIDDEN, learning_starts=0), seed=seed)
+    ddpg = registry.resolve_algo("ddpg")
+    agent = ddpg(space, ddpg.Params(hidden=HIDDEN, learning_starts=0), seed=seed)
     heads = RewardHeads([Head("env", 1.0, None)], None)
     member = Member("explorer", "actor", agent, vec, heads, replay.writer(1, block=False), seed)
     try:
@@ -79,7 +79,7 @@ def explorer(
 
 
 def learner_replay() -> tuple[Any, Any]:
-    from agents.ddpg import DDPG, Params
+    from wheeler2 import registry
     from wheeler2.agent import SpaceInfo
     from wheeler2.buffer import Layout, Replay, ReplayConfig
     from wheeler2.runtime.trainer import Trainer
@@ -100,7 +100,8 @@ def learner_replay() -> tuple[Any, Any]:
             np.zeros(n, bool),
         )
     writer.flush()
-    return replay, Trainer(DDPG(SpaceInfo(3, 1, False), Params(hidden=HIDDEN)), replay)
+    ddpg = registry.resolve_algo("ddpg")
+    return replay, Trainer(ddpg(SpaceInfo(3, 1, False), ddpg.Params(hidden=HIDDEN)), replay)
 
 
 def measure(env: tuple[str, dict], n: int, seconds: float, nice: int = 0) -> dict[str, float]:
@@ -133,6 +134,32 @@ def measure(env: tuple[str, dict], n: int, seconds: float, nice: int = 0) -> dic
         replay.close()
 
 
+def render(stored: dict[str, Any]) -> str:
+    """The table: per env and explorer niceness, env steps/s and learner updates/s by count."""
+    lines = [
+        "# Collection scaling: explorers' env steps/s, and the learner's updates/s meanwhile",
+        "",
+        f"{stored['machine']}, one torch thread per process; window of {stored['seconds']:g} s "
+        "per row after every explorer started; the gate off.",
+        "",
+        "| env | explorers | env steps/s | x 1 explorer | learner updates/s | x learner alone |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, env in stored["envs"].items():
+        alone = env["alone_updates_per_s"]
+        lines.append(f"| {label} | 0 (learner alone) | — | — | {alone:,.0f} | 1 |")
+        for nice, rows in env["by_nice"].items():
+            row = label if int(nice) == 0 else f"{label}, explorers at nice {nice}"
+            one = next((r["steps_per_s"] for r in rows if r["explorers"] == 1), None)
+            for r in rows:
+                scale = f"{r['steps_per_s'] / one:.2f}x" if one else "—"
+                lines.append(
+                    f"| {row} | {r['explorers']} | {r['steps_per_s']:,.0f} | {scale} | "
+                    f"{r['updates_per_s']:,.0f} | {r['updates_per_s'] / alone:.2f}x |"
+                )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -146,41 +173,32 @@ def main(argv: list[str] | None = None) -> int:
         default=[0, 10],
         help="explorer niceness, one set of rows each (a member's `nice` key)",
     )
-    ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "bench_scaling.md"))
+    ap.add_argument("--out", default=str(RESULTS / "bench_scaling.md"))
     args = ap.parse_args(argv)
     from wheeler2.runtime.build import set_compute_threads
 
     set_compute_threads()
-    lines = [
-        "# Collection scaling: explorers' env steps/s, and the learner's updates/s meanwhile",
-        "",
-        f"{datetime.date.today()}, {platform.machine()}, {os.cpu_count()} cores, one torch "
-        f"thread per process; `python experiments/bench_scaling.py --explorers "
-        f"{' '.join(map(str, args.explorers))} --seconds {args.seconds:g} --explorer-nice "
-        f"{' '.join(map(str, args.explorer_nice))}`. Window of "
-        f"{args.seconds:g} s per row after every explorer started; the gate off.",
-        "",
-        "| env | explorers | env steps/s | x 1 explorer | learner updates/s | x learner alone |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
+    stored: dict[str, Any] = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "seconds": args.seconds,
+        "envs": {},
+    }
     for label, env in ENVS.items():
         alone = measure(env, 0, args.seconds)["updates_per_s"]
-        lines.append(f"| {label} | 0 (learner alone) | — | — | {alone:,.0f} | 1 |")
-        print(lines[-1], flush=True)
+        print(f"{label}: learner alone {alone:,.0f} updates/s", flush=True)
+        by_nice: dict[str, list[dict[str, float]]] = {}
         for nice in args.explorer_nice:
-            row = label if nice == 0 else f"{label}, explorers at nice {nice}"
-            one = None
             for n in args.explorers:
                 r = measure(env, n, args.seconds, nice)
-                one = r["steps_per_s"] if n == 1 else one
-                scale = f"{r['steps_per_s'] / one:.2f}x" if one else "—"
-                lines.append(
-                    f"| {row} | {n} | {r['steps_per_s']:,.0f} | {scale} | "
-                    f"{r['updates_per_s']:,.0f} | {r['updates_per_s'] / alone:.2f}x |"
-                )
-                print(lines[-1], flush=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out}")
+                by_nice.setdefault(str(nice), []).append({"explorers": n, **r})
+                print(f"{label}, nice {nice}, {n} explorers: {r}", flush=True)
+        stored["envs"][label] = {"alone_updates_per_s": alone, "by_nice": by_nice}
+    out = Path(args.out)
+    log = out.with_name(out.stem + "_runs.json")
+    runs.save(log, stored)
+    text = render(stored)
+    report.write(out, text, render=render, runs_file=log, command=report.command_line(argv))
+    print(text)
     return 0
 
 

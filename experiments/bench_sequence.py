@@ -1,6 +1,6 @@
 """Sequence sampling against transition sampling, per sampled step (issue 15's throughput target).
 
-    python experiments/bench_sequence.py [--rounds 7] [--seconds 1.0] [--capacity 100000]
+    python -m experiments.bench_sequence [--rounds 7] [--seconds 1.0] [--capacity 100000]
 
 One buffer layout (obs 17, act 6, a GRU-64 state column), filled with 200-step episodes from 8
 env copies, capacity 100k, prioritized. Two arms, each in its own buffer with the same content:
@@ -13,8 +13,8 @@ Rates are steps per second: a transition batch hands out 256 steps; a sequence b
 steps (every position the learner unrolls, burn-in included) of which 32 x 40 are trained. The
 target (>= 0.5x) is read on the steps handed out, the trained-steps ratio is reported beside it.
 The arms alternate for ``--rounds`` rounds (order rotating) and the medians are reported, so
-load from other processes hits both alike. Appends a markdown block to
-experiments/results/sequence_bench.md.
+load from other processes hits both alike. Writes every round's rates to
+``<out stem>_runs.json`` and the table to ``--out`` (experiments/results/sequence_bench.md).
 """
 
 from __future__ import annotations
@@ -22,16 +22,15 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from wheeler2.buffer import Layout, Replay, ReplayConfig, SequenceConfig  # noqa: E402
-from wheeler2.buffer.sequence import sequence_priority  # noqa: E402
+from experiments.lib import RESULTS, report, runs
+from wheeler2.buffer import Layout, Replay, ReplayConfig, SequenceConfig
+from wheeler2.buffer.sequence import sequence_priority
 
 OBS, ACT, STATE = 17, 6, 64
 BATCH, SEQ_BATCH, LENGTH, BURN_IN = 256, 32, 40, 20
@@ -89,13 +88,42 @@ def loop(replay: Replay, seconds: float) -> tuple[float, float]:
     return out_steps / dt, trained / dt
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def render(stored: dict[str, Any]) -> str:
+    """The table of one run: median steps/s of each arm and the per-round ratios."""
+    tr = np.array(stored["rates"]["transitions"])
+    sq = np.array(stored["rates"]["sequences"])
+    ratio_out = sq[:, 0] / tr[:, 0]
+    ratio_trained = sq[:, 1] / tr[:, 1]
+    c = stored["conditions"]
+    lines = [
+        "# Sequence sampling vs transition sampling (issue 15)",
+        "",
+        f"capacity {c['capacity']:,}, obs {OBS}, act {ACT}, state column {STATE}, prioritized; "
+        f"{c['machine']}; Python {c['python']}, numpy {c['numpy']}, numba {c['numba']}; "
+        f"load average {c['load_start']:.1f} at the start, {c['load_end']:.1f} at the end; "
+        f"{c['rounds']} interleaved rounds of {c['seconds']:g} s per arm",
+        "",
+        "| arm | batch | steps/s handed out (median) | trained steps/s (median) |",
+        "| --- | --- | ---: | ---: |",
+        f"| transitions | {BATCH} | {np.median(tr[:, 0]):,.0f} | {np.median(tr[:, 1]):,.0f} |",
+        f"| sequences | {SEQ_BATCH} x ({BURN_IN} burn-in + {LENGTH}) "
+        f"| {np.median(sq[:, 0]):,.0f} | {np.median(sq[:, 1]):,.0f} |",
+        "",
+        f"sequences / transitions per step handed out: **{np.median(ratio_out):.2f}x** "
+        f"(rounds {ratio_out.min():.2f}-{ratio_out.max():.2f}x; target >= 0.5x); per trained "
+        f"step: {np.median(ratio_trained):.2f}x ({ratio_trained.min():.2f}-"
+        f"{ratio_trained.max():.2f}x)",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--capacity", type=int, default=100_000)
-    ap.add_argument("--out", default="experiments/results/sequence_bench.md")
-    args = ap.parse_args()
+    ap.add_argument("--out", default=str(RESULTS / "sequence_bench.md"))
+    args = ap.parse_args(argv)
     import numba
 
     load0 = os.getloadavg()[0]
@@ -109,40 +137,26 @@ def main() -> None:
             rates[name].append(loop(arms[name], args.seconds))
     for replay in arms.values():
         replay.close()
-    tr = np.array(rates["transitions"])
-    sq = np.array(rates["sequences"])
-    ratio_out = sq[:, 0] / tr[:, 0]
-    ratio_trained = sq[:, 1] / tr[:, 1]
-    cmd = "python experiments/bench_sequence.py " + " ".join(sys.argv[1:])
-    lines = [
-        f"## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-        "",
-        f"`{cmd.strip()}`",
-        "",
-        f"capacity {args.capacity:,}, obs {OBS}, act {ACT}, state column {STATE}, prioritized; "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-        f"Python {platform.python_version()}, numpy {np.__version__}, numba {numba.__version__}; "
-        f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; "
-        f"{args.rounds} interleaved rounds of {args.seconds:g} s per arm",
-        "",
-        "| arm | batch | steps/s handed out (median) | trained steps/s (median) |",
-        "| --- | --- | ---: | ---: |",
-        f"| transitions | {BATCH} | {np.median(tr[:, 0]):,.0f} | {np.median(tr[:, 1]):,.0f} |",
-        f"| sequences | {SEQ_BATCH} x ({BURN_IN} burn-in + {LENGTH}) "
-        f"| {np.median(sq[:, 0]):,.0f} | {np.median(sq[:, 1]):,.0f} |",
-        "",
-        f"sequences / transitions per step handed out: **{np.median(ratio_out):.2f}x** "
-        f"(rounds {ratio_out.min():.2f}-{ratio_out.max():.2f}x; target >= 0.5x); per trained "
-        f"step: {np.median(ratio_trained):.2f}x ({ratio_trained.min():.2f}-"
-        f"{ratio_trained.max():.2f}x)",
-        "",
-    ]
-    text = "\n".join(lines)
-    print(text)
+    stored = {
+        "conditions": {
+            "capacity": args.capacity,
+            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "numba": numba.__version__,
+            "load_start": load0,
+            "load_end": os.getloadavg()[0],
+            "rounds": args.rounds,
+            "seconds": args.seconds,
+        },
+        "rates": rates,  # per round: (steps handed out per s, trained steps per s)
+    }
     out = Path(args.out)
-    head = "" if out.exists() else "# Sequence sampling vs transition sampling (issue 15)\n\n"
-    with out.open("a") as f:
-        f.write(head + text + "\n")
+    log = out.with_name(out.stem + "_runs.json")
+    runs.save(log, stored)
+    text = render(stored)
+    print(text)
+    report.write(out, text, render=render, runs_file=log, command=report.command_line(argv))
 
 
 if __name__ == "__main__":

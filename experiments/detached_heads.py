@@ -1,7 +1,7 @@
 """Reacher-v5: the shipped two-head DDPG team against the same team plus detached per-head
 explorers.
 
-    python experiments/detached_heads.py --seeds 0 1 2 --steps 5000
+    python -m experiments.detached_heads --seeds 0 1 2 --steps 5000
 
 ``heads`` is cfg/reacher_heads.toml (one DDPG learner, critics ``distance`` and ``effort``);
 ``detached`` is cfg/reacher_detached.toml, the same learner with one detached explorer per head
@@ -10,8 +10,10 @@ same ``total_steps`` of all members together, so the learner does the same numbe
 (``updates_per_insert = 1``) on data that, in the detached arm, two thirds other actors collected.
 The runs of a seed are interleaved so that machine load hits both arms alike. After each run the
 learner's final actor is evaluated on 20 episodes with each head's return
-(experiments/reacher_heads.py's ``head_returns``); the detached explorers' own training-episode
-returns per head show what each of them went after. Writes experiments/results/detached_heads.md.
+(``experiments.lib.setups.reacher_head_returns``); the detached explorers' own training-episode
+returns per head show what each of them went after. Appends each run to
+experiments/results/detached_heads_runs.jsonl and writes detached_heads.md from it (``--table``
+only rewrites it). Notes on the results: results/notes/detached_heads.md.
 """
 
 from __future__ import annotations
@@ -19,36 +21,22 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
+from typing import Any
 
-import torch
+from experiments.lib import CFG, RESULTS, ROOT, report, runs
+from experiments.lib.arms import run_config, sweep
+from experiments.lib.setups import reacher_head_returns
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "experiments" / "results"
 ARMS = (("heads", "reacher_heads.toml"), ("detached", "reacher_detached.toml"))
 
 
 def run(cfg: str, seed: int, steps: int, out: Path) -> dict[str, object]:
-    from experiments.reacher_heads import head_returns
-    from wheeler2.config import load
-    from wheeler2.runtime import run_experiment
-
-    config = load(
-        ROOT / "cfg" / cfg,
-        overrides=[
-            "experiment.progress=false",
-            f"experiment.total_steps={steps}",
-            f"experiment.eval_every={max(1, steps // 5)}",
-        ],
-        seed=seed,
-        out=str(out),
-    )
+    sets = [f"experiment.total_steps={steps}", f"experiment.eval_every={max(1, steps // 5)}"]
     cpu0 = time.process_time()
-    run_dir = run_experiment(config)
-    summary = json.loads((run_dir / "summary.json").read_text())
+    done = run_config(CFG / cfg, sets, seed=seed, out=out)
+    summary, run_dir = done.summary, done.run_dir
     explorers = {
         name: {k: v for k, v in figs.items() if k.startswith(("episode_return", "head_"))}
         for name, figs in summary["members"].items()
@@ -60,12 +48,17 @@ def run(cfg: str, seed: int, steps: int, out: Path) -> dict[str, object]:
         "best_eval": summary["best_eval_return"],
         "wall": summary["wall_s"],
         "cpu": time.process_time() - cpu0,
-        "final": head_returns(run_dir, seed),
+        "final": reacher_head_returns(run_dir, seed),
         "learner_updates": summary["members"]["target"].get("updates"),
         "learner_steps": summary["members"]["target"].get("env_steps"),
         "explorers": explorers,
         "run_dir": str(run_dir),
     }
+
+
+def render(stored: list[dict[str, Any]], steps: int) -> str:
+    results = {kind: [r for r in stored if r["kind"] == kind] for kind, _ in ARMS}
+    return "\n".join(table(results, steps))
 
 
 def table(results: dict[str, list[dict]], steps: int) -> list[str]:
@@ -110,25 +103,34 @@ def table(results: dict[str, list[dict]], steps: int) -> list[str]:
     return lines
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=5_000)
     ap.add_argument("--out", default=str(ROOT / "runs" / "detached_heads"))
     ap.add_argument("--write", default=str(RESULTS / "detached_heads.md"))
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    results: dict[str, list[dict]] = {kind: [] for kind, _ in ARMS}
-    for seed in args.seeds:
-        for kind, cfg in ARMS:
-            r = run(cfg, seed, args.steps, Path(args.out))
-            r["seed"] = seed
-            results[kind].append(r)
-            print(kind, seed, json.dumps(r, default=str), flush=True)
-    text = "\n".join(table(results, args.steps))
+    ap.add_argument("--table", action="store_true", help="only rewrite the table from the runs")
+    args = ap.parse_args(argv)
+    write = Path(args.write)
+    log = write.with_name(write.stem + "_runs.jsonl")
+    if not args.table:
+        import torch
+
+        torch.set_num_threads(1)
+        log.unlink(missing_ok=True)  # the table is this sweep's runs
+
+        def one(arm: tuple[str, str], seed: int) -> dict[str, Any]:
+            kind, cfg = arm
+            return {"kind": kind, "seed": seed, **run(cfg, seed, args.steps, Path(args.out))}
+
+        sweep(args.seeds, ARMS, one, log, describe=lambda r: json.dumps(r, default=str))
+    params = {"steps": args.steps}
+    text = render(runs.load(log), **params)
     print(text)
-    Path(args.write).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.write).write_text(text + "\n")
+    report.write(
+        write, text, render=render, params=params, runs_file=log,
+        command=report.command_line(argv),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

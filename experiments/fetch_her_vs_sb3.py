@@ -1,29 +1,29 @@
 """FetchReach-v4, DDPG + HER: wheeler2 against Stable-Baselines3, side by side in one run.
 
-    python experiments/fetch_her_vs_sb3.py --seeds 0 1
+    python -m experiments.fetch_her_vs_sb3 --seeds 0 1
 
 Both sides use the same hyperparameters (buffer 1e6, batch 256, gamma 0.95, lr 1e-3, learning
 starts 1000, tau 0.05, 3 x 256 nets, Gaussian noise 0.2, HER future k = 4), one torch thread, and
 evaluate 20 deterministic episodes every 1,000 env steps (eval time counted in the wall-clock).
 A side stops at its first eval with success >= 0.9. The ratios are wheeler2 / SB3: below 1 means
-wheeler2 needs less. Needs the ``robotics`` extra. Writes experiments/results/fetch_her_vs_sb3.md.
+wheeler2 needs less. Needs the ``robotics`` extra. Appends each run to
+experiments/results/fetch_her_vs_sb3[_nonorm]_runs.jsonl and writes the table of that sweep to
+fetch_her_vs_sb3[_nonorm].md (``--table`` only rewrites it).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "experiments" / "results"
+from experiments.lib import CFG, RESULTS, ROOT, report, runs, stats
+from experiments.lib.arms import run_config
+
 ENV_ID = "FetchReach-v4"
 THRESHOLD = 0.9
 EVAL_EVERY = 1_000
@@ -106,11 +106,7 @@ def run_sb3(seed: int, max_steps: int) -> Outcome:
 
 
 def run_wheeler2(seed: int, max_steps: int, out: Path, normalize: bool) -> Outcome:
-    from wheeler2.config import load
-    from wheeler2.runtime import run_experiment
-
     overrides = [
-        "experiment.progress=false",
         f"experiment.total_steps={max_steps}",
         f"experiment.eval_every={EVAL_EVERY}",
         f"experiment.eval_episodes={EVAL_EPISODES}",
@@ -119,32 +115,32 @@ def run_wheeler2(seed: int, max_steps: int, out: Path, normalize: bool) -> Outco
     ]
     # Explicit both ways: the config file turns normalization on.
     overrides.append(f"team.target.params.normalize_obs={'true' if normalize else 'false'}")
-    config = load(
-        ROOT / "cfg" / "fetchreach_her.toml", overrides=overrides, seed=seed, out=str(out)
-    )
-    run_dir = run_experiment(config)
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = run_config(CFG / "fetchreach_her.toml", overrides, seed=seed, out=out).summary
     curve = [(e["env_steps"], e["success"] or 0.0) for e in summary["eval"]]
-    hit = next((e for e in summary["eval"] if (e["success"] or 0.0) >= THRESHOLD), None)
-    return Outcome(
-        "wheeler2",
-        seed,
-        hit["env_steps"] if hit else None,
-        hit["wall_s"] if hit else None,
-        curve[-1][1] if curve else 0.0,
-        curve,
-    )
+    steps, seconds = stats.to_threshold(summary["eval"], THRESHOLD, key="success")
+    return Outcome("wheeler2", seed, steps, seconds, curve[-1][1] if curve else 0.0, curve)
 
 
 def _fmt(x: float | int | None, spec: str = "") -> str:
     return "—" if x is None else format(x, spec)
 
 
+def render(stored: list[dict[str, Any]]) -> str:
+    """The table of the stored runs, a row per seed both sides ran (the latest of each)."""
+    latest = runs.latest(stored, lambda r: (r["side"], r["seed"]))
+    seeds = sorted({r["seed"] for r in stored})
+    rows = [
+        (Outcome(**latest[("wheeler2", s)]), Outcome(**latest[("sb3", s)]))
+        for s in seeds
+        if ("wheeler2", s) in latest and ("sb3", s) in latest
+    ]
+    return table(rows)
+
+
 def table(rows: list[tuple[Outcome, Outcome]]) -> str:
     lines = [
         f"FetchReach-v4, DDPG + HER, first eval with success >= {THRESHOLD} over "
-        f"{EVAL_EPISODES} episodes (every {EVAL_EVERY} env steps), torch threads "
-        f"{torch.get_num_threads()}",
+        f"{EVAL_EPISODES} episodes (every {EVAL_EVERY} env steps), torch threads 1",
         "",
         "| seed | wheeler2 steps | SB3 steps | steps ratio | wheeler2 s | SB3 s | wall ratio |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -164,27 +160,35 @@ def table(rows: list[tuple[Outcome, Outcome]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--max-steps", type=int, default=5_000, help="wheeler2 budget")
     ap.add_argument("--sb3-max-steps", type=int, default=8_000)
     ap.add_argument("--no-normalize", action="store_true", help="wheeler2 without normalize_obs")
     ap.add_argument("--out", default=str(ROOT / "runs" / "fetch_her_vs_sb3"))
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    rows = []
-    for seed in args.seeds:
-        w = run_wheeler2(seed, args.max_steps, Path(args.out), not args.no_normalize)
-        print(f"wheeler2 seed {seed}: steps {w.steps} wall {w.wall} curve {w.curve}", flush=True)
-        s = run_sb3(seed, args.sb3_max_steps)
-        print(f"sb3 seed {seed}: steps {s.steps} wall {s.wall} curve {s.curve}", flush=True)
-        rows.append((w, s))
-    text = table(rows)
+    ap.add_argument("--table", action="store_true", help="only rewrite the table from the runs")
+    args = ap.parse_args(argv)
+    name = "fetch_her_vs_sb3" + ("_nonorm" if args.no_normalize else "")
+    log = RESULTS / f"{name}_runs.jsonl"
+    if not args.table:
+        import torch
+
+        torch.set_num_threads(1)
+        log.unlink(missing_ok=True)  # the table is this sweep's runs
+        for seed in args.seeds:
+            w = run_wheeler2(seed, args.max_steps, Path(args.out), not args.no_normalize)
+            runs.append(log, asdict(w))
+            print(f"wheeler2 seed {seed}: steps {w.steps} wall {w.wall} curve {w.curve}")
+            s = run_sb3(seed, args.sb3_max_steps)
+            runs.append(log, asdict(s))
+            print(f"sb3 seed {seed}: steps {s.steps} wall {s.wall} curve {s.curve}", flush=True)
+    text = render(runs.load(log))
     print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    suffix = "" if not args.no_normalize else "_nonorm"
-    (RESULTS / f"fetch_her_vs_sb3{suffix}.md").write_text(text + "\n")
+    report.write(
+        RESULTS / f"{name}.md", text, render=render, runs_file=log,
+        command=report.command_line(argv),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """How fast can a DDPG gradient step be on this core? The same step taken several ways, side
 by side in one process (issue 17: the learner step against SB3's ``train()``).
 
-    python experiments/learner_ceiling.py [--rounds 7] [--steps 200] [--shape halfcheetah]
+    python -m experiments.learner_ceiling [--rounds 7] [--steps 200] [--shape halfcheetah]
 
 Batch 256, hidden [256, 256], Adam 1e-3, tau 0.005, one critic, the actor and targets updated
 every step, one torch thread; the same fixed batch for the wheeler2-side arms (sampling is not
@@ -24,7 +24,8 @@ SB3's uniform draw of 256 rows costs (bench_learner.py times both sides with sam
 
 A product-only arm (``bench_learner.py``'s ceiling row) bounds all of these from above; the
 ``by hand`` arm shows what an implementation on this core can reach in practice: the same
-products, their data moving through the caches as a real step's does.
+products, their data moving through the caches as a real step's does. Writes every round's
+times to ``<out stem>_runs.json`` and the table to ``--out`` (results/learner_ceiling.md).
 """
 
 from __future__ import annotations
@@ -34,17 +35,19 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from experiments.lib import RESULTS, report, runs
+from experiments.lib.setups import BATCH, HIDDEN, SHAPES
+from experiments.lib.setups import sb3_ddpg_train as sb3_arm
+from wheeler2 import registry
+from wheeler2.agent import Batch, SpaceInfo
 
-from agents.ddpg import DDPG, Params  # noqa: E402
-from experiments.bench_learner import BATCH, HIDDEN, SHAPES, sb3_arm  # noqa: E402
-from wheeler2.agent import Batch, SpaceInfo  # noqa: E402
+DDPG: Any = registry.resolve_algo("ddpg")
 
 LR, TAU, GAMMA = 1e-3, 0.005, 0.99
 Nets = list[torch.Tensor]  # [W1, b1, W2, b2, W3, b3] of one MLP
@@ -64,7 +67,7 @@ def fixed_batch(obs_dim: int, act_dim: int) -> Batch:
 
 
 def make_agent(obs_dim: int, act_dim: int, compile: bool = False) -> DDPG:
-    params = Params(hidden=HIDDEN, gamma=GAMMA, tau=TAU, learning_starts=0, compile=compile)
+    params = DDPG.Params(hidden=HIDDEN, gamma=GAMMA, tau=TAU, learning_starts=0, compile=compile)
     return DDPG(SpaceInfo(obs_dim, act_dim, False), params)
 
 
@@ -280,6 +283,28 @@ def repeat(step: Callable[[], object]) -> Callable[[int], None]:
     return run
 
 
+def render(stored: dict[str, Any]) -> str:
+    """The table: each arm's median ms per step over rounds, and its speed against sb3's."""
+    ms = stored["ms"]
+    base = float(np.median(ms["sb3"]))
+    lines = [
+        "# How fast can a DDPG step be on this core",
+        "",
+        f"One torch thread, batch {BATCH}, hidden {HIDDEN}, obs {stored['obs_dim']}, act "
+        f"{stored['act_dim']} ({stored['shape']}); {stored['rounds']} interleaved rounds of "
+        f"{stored['steps']} steps; the step by hand matched DDPG.learn to "
+        f"{stored['worst']:.1e} (largest relative difference after 3 steps), its gradients "
+        f"autograd's to {stored['worst_grad']:.1e}; compiling took {stored['compile_s']:.0f} s.",
+        "",
+        "| arm | ms per step (median) | min-max over rounds | steps/s vs sb3 |",
+        "| --- | ---: | --- | ---: |",
+    ]
+    for name, xs in ms.items():
+        med = float(np.median(xs))
+        lines.append(f"| {name} | {med:.2f} | {min(xs):.2f}-{max(xs):.2f} | {base / med:.2f}x |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -287,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--shape", choices=sorted(SHAPES), default="halfcheetah")
-    ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "learner_ceiling.md"))
+    ap.add_argument("--out", default=str(RESULTS / "learner_ceiling.md"))
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     obs_dim, act_dim = SHAPES[args.shape]
@@ -324,27 +349,23 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             arms[name](args.steps)
             ms[name].append((time.perf_counter() - t) / args.steps * 1e3)
-    base = float(np.median(ms["sb3"]))
-    lines = [
-        "# How fast can a DDPG step be on this core",
-        "",
-        f"`python experiments/learner_ceiling.py --rounds {args.rounds} --steps {args.steps} "
-        f"--shape {args.shape}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, one "
-        f"torch thread, batch {BATCH}, hidden {HIDDEN}, obs {obs_dim}, act {act_dim}; "
-        f"{args.rounds} interleaved rounds of {args.steps} steps; the step by hand matched "
-        f"DDPG.learn to {worst:.1e} (largest relative difference after 3 steps), its gradients "
-        f"autograd's to {worst_grad:.1e}; compiling "
-        f"took {compile_s:.0f} s.",
-        "",
-        "| arm | ms per step (median) | min-max over rounds | steps/s vs sb3 |",
-        "| --- | ---: | --- | ---: |",
-    ]
-    for name, xs in ms.items():
-        med = float(np.median(xs))
-        lines.append(f"| {name} | {med:.2f} | {min(xs):.2f}-{max(xs):.2f} | {base / med:.2f}x |")
-    text = "\n".join(lines) + "\n"
+    stored = {
+        "shape": args.shape,
+        "obs_dim": obs_dim,
+        "act_dim": act_dim,
+        "rounds": args.rounds,
+        "steps": args.steps,
+        "worst": worst,
+        "worst_grad": worst_grad,
+        "compile_s": compile_s,
+        "ms": ms,
+    }
+    out = Path(args.out)
+    log = out.with_name(out.stem + "_runs.json")
+    runs.save(log, stored)
+    text = render(stored)
     print(text)
-    Path(args.out).write_text(text)
+    report.write(out, text, render=render, runs_file=log, command=report.command_line(argv))
     return 0
 
 

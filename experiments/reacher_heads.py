@@ -1,12 +1,14 @@
 """Reacher-v5: DDPG with two reward heads (one critic each) against DDPG on the env reward.
 
-    python experiments/reacher_heads.py --seeds 0 1 2
+    python -m experiments.reacher_heads --seeds 0 1 2
 
 cfg/reacher_heads.toml splits the env reward into ``distance`` and ``effort`` (weights 1, 1: they
 sum to the env reward); cfg/reacher_single.toml learns the env reward with one critic. Both runs
 of a seed share every other setting. After each run the final actor is evaluated on 20 episodes
 and each head's return is computed from the task's own functions, so the table shows the env
-return and its split. Writes experiments/results/reacher_heads.md.
+return and its split. Appends each run to experiments/results/reacher_heads_runs.jsonl and
+writes reacher_heads.md from it (``--table`` only rewrites the table). Notes on the results:
+results/notes/reacher_heads.md.
 """
 
 from __future__ import annotations
@@ -14,93 +16,36 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
+from typing import Any
 
-import numpy as np
-import torch
+from experiments.lib import CFG, RESULTS, ROOT, report, runs
+from experiments.lib.arms import run_config, sweep
+from experiments.lib.setups import REACHER_EVAL_EPISODES as EVAL_EPISODES
+from experiments.lib.setups import reacher_head_returns
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "experiments" / "results"
-EVAL_EPISODES = 20
-
-
-def head_returns(run_dir: Path, seed: int) -> dict[str, float]:
-    """Final actor on EVAL_EPISODES episodes: env return and each Reacher head's return."""
-    from tasks.reacher import Reacher
-    from wheeler2 import checkpoint as ckpt
-    from wheeler2.config import load
-    from wheeler2.env import policy_obs
-    from wheeler2.runtime import build
-
-    config = load(run_dir / "config.toml")
-    lead = build.learner_plan(build.plan_team(config))
-    env = build.make_env(config, EVAL_EPISODES, 7_777 + seed)
-    heads = build.make_heads(config, env, build.make_task(config))
-    agent = build.make_agent(config, lead, build.space_info(env.info, heads), 0)
-    payload = ckpt.load(run_dir / "checkpoints" / "latest.pt")
-    agent.load_state_dict(payload["members"][lead.name])
-    task = Reacher()
-    totals = {"env": 0.0, "distance": 0.0, "effort": 0.0}
-    first = env.reset(seed=7_777 + seed)
-    obs = first.obs
-    done = np.zeros(EVAL_EPISODES, bool)
-    while not done.all():
-        action = agent.act(policy_obs(obs, None), explore=False).action
-        st = env.step(action)
-        live = ~done
-        args = (obs, action, st.final_obs, None, None, None)
-        totals["env"] += float(st.reward[live].sum())
-        totals["distance"] += float(task.distance(*args)[live].sum())
-        totals["effort"] += float(task.effort(*args)[live].sum())
-        done |= st.terminated | st.truncated
-        obs = st.obs
-    env.close()
-    return {k: v / EVAL_EPISODES for k, v in totals.items()}
+ARMS = (("heads", "reacher_heads.toml"), ("single", "reacher_single.toml"))
 
 
 def run(cfg: str, seed: int, steps: int, out: Path) -> dict[str, object]:
-    from wheeler2.config import load
-    from wheeler2.runtime import run_experiment
-
-    config = load(
-        ROOT / "cfg" / cfg,
-        overrides=["experiment.progress=false", f"experiment.total_steps={steps}"],
-        seed=seed,
-        out=str(out),
-    )
-    run_dir = run_experiment(config)
-    summary = json.loads((run_dir / "summary.json").read_text())
+    done = run_config(CFG / cfg, [f"experiment.total_steps={steps}"], seed=seed, out=out)
+    summary, run_dir = done.summary, done.run_dir
     member = next(iter(summary["members"].values()))
     return {
         "curve": [(e["env_steps"], e["return"]) for e in summary["eval"]],
         "final_eval": summary["final_eval_return"],
         "wall": summary["wall_s"],
-        "final": head_returns(run_dir, seed),
+        "final": reacher_head_returns(run_dir, seed),
         "train_heads": {k: v for k, v in member.items() if k.startswith("episode_return")},
         "losses": {k: v for k, v in member.items() if k.startswith("critic_loss")},
         "run_dir": str(run_dir),
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--steps", type=int, default=10_000)
-    ap.add_argument("--out", default=str(ROOT / "runs" / "reacher_heads"))
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    results: dict[str, list[dict]] = {"single": [], "heads": []}
-    lines: list[str] = []
-    for seed in args.seeds:
-        for kind, cfg in (("heads", "reacher_heads.toml"), ("single", "reacher_single.toml")):
-            r = run(cfg, seed, args.steps, Path(args.out))
-            r["seed"] = seed
-            results[kind].append(r)
-            print(kind, seed, json.dumps(r, default=str), flush=True)
-    lines += [
-        f"Reacher-v5, DDPG, {args.steps} env steps per run, final actor on {EVAL_EPISODES} "
+def render(stored: list[dict[str, Any]], steps: int) -> str:
+    results = {kind: [r for r in stored if r["kind"] == kind] for kind, _ in ARMS}
+    lines = [
+        f"Reacher-v5, DDPG, {steps} env steps per run, final actor on {EVAL_EPISODES} "
         "episodes (higher is better). Heads: distance + effort = env reward.",
         "",
         "| learner | seed | env return | distance head | effort head | last in-run eval | wall s |",
@@ -128,10 +73,39 @@ def main() -> None:
             extra = {**r["train_heads"], **r["losses"]}
             figs = ", ".join(f"{k} {v:.3g}" for k, v in extra.items())
             lines.append(f"- {kind} seed {r['seed']}: {pts}" + (f"; {figs}" if figs else ""))
-    text = "\n".join(lines)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--steps", type=int, default=10_000)
+    ap.add_argument("--out", default=str(ROOT / "runs" / "reacher_heads"))
+    ap.add_argument("--table", action="store_true", help="only rewrite the table from the runs")
+    args = ap.parse_args(argv)
+    log = RESULTS / "reacher_heads_runs.jsonl"
+    if not args.table:
+        import torch
+
+        torch.set_num_threads(1)
+        log.unlink(missing_ok=True)  # the table is this sweep's runs
+
+        def one(arm: tuple[str, str], seed: int) -> dict[str, Any]:
+            kind, cfg = arm
+            return {"kind": kind, "seed": seed, **run(cfg, seed, args.steps, Path(args.out))}
+
+        sweep(args.seeds, ARMS, one, log, describe=lambda r: json.dumps(r, default=str))
+    params = {"steps": args.steps}
+    text = render(runs.load(log), **params)
     print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "reacher_heads.md").write_text(text + "\n")
+    report.write(
+        RESULTS / "reacher_heads.md",
+        text,
+        render=render,
+        params=params,
+        runs_file=log,
+        command=report.command_line(argv),
+    )
 
 
 if __name__ == "__main__":

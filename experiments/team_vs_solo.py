@@ -324,13 +324,32 @@ def _chosen(rs: list[dict[str, Any]], task: str, arms_: list[str]) -> list[dict[
     return [r for r in rs if r["task"] == task and r["arm"] in arms_]
 
 
-def render(rs: list[dict[str, Any]], task: str, arms: list[str]) -> str:
-    """The tables of ``task`` over the stored runs of ``arms``."""
-    rs = _chosen(rs, task, arms)
+def render(rs: Any, task: str | None = None, arms: list[str] | None = None) -> str:
+    """The tables of ``task`` over the stored runs of ``arms``; given every runs file (a dict
+    of names to their runs), the summary of all of them, every arm."""
+    if isinstance(rs, dict):
+        return summary(rs)
+    rs = _chosen(rs, task, arms or list(ARMS))
     text = table(task, rs)
     if any(r.get("members") for r in rs):
         text += "\n\n" + cost_table(rs)
     return text
+
+
+def summary(files: dict[str, list[dict[str, Any]]]) -> str:
+    """One section per runs file: its tables over every arm it holds, and where its plot is."""
+    parts = [
+        "# Teams against their own learner alone: every stored sweep",
+        "",
+        "One section per runs file (`team_vs_solo_<name>_runs.jsonl`), every arm it holds; the "
+        "per-file tables and plots are `team_vs_solo_<name>*.md` / `.png`. Notes on these "
+        "results: [notes/team_vs_solo.md](notes/team_vs_solo.md).",
+    ]
+    for name, rs in files.items():
+        task = rs[0]["task"]
+        parts += ["", f"## {name} (`team_vs_solo_{name}_runs.jsonl`)", ""]
+        parts.append(render(rs, task, list(ARMS)))
+    return "\n".join(parts)
 
 
 def plot(rs: list[dict[str, Any]], path: Path, task: str, arms: list[str]) -> None:
@@ -342,7 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--task", choices=sorted(TASKS), required=True)
+    ap.add_argument("--task", choices=sorted(TASKS))
+    ap.add_argument(
+        "--summary", action="store_true", help="only write team_vs_solo.md over every runs file"
+    )
     ap.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     ap.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     ap.add_argument("--set", dest="overrides", action="append", default=[])
@@ -351,6 +373,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", action="store_true", help="only rebuild tables from the runs file")
     ap.add_argument("--suffix", default="", help="appended to the table and plot file names")
     args = ap.parse_args(argv)
+    if args.summary:
+        files = {
+            p.name.removeprefix("team_vs_solo_").removesuffix("_runs.jsonl"): p
+            for p in sorted(RESULTS.glob("team_vs_solo_*_runs.jsonl"))
+        }
+        text = render({k: runs.load(v) for k, v in files.items()})
+        report.write(
+            RESULTS / "team_vs_solo.md",
+            text,
+            render=render,
+            runs_file=files,
+            command=report.command_line(argv),
+        )
+        print(text)
+        return 0
+    if args.task is None:
+        ap.error("--task is required (or --summary)")
     runs_path = Path(args.runs or RESULTS / f"team_vs_solo_{args.task}_runs.jsonl")
     if not args.table:
 
