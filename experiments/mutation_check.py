@@ -11,7 +11,7 @@ Everything happens in a copy of the tree under ``/tmp`` (``--workdir``): the mut
 rewritten there and restored after each run, and the copy is deleted at the end, so the source
 tree is never mutated, even when the check is interrupted. Run from the repository root::
 
-    nice -n 10 .venv/bin/python experiments/mutation_check.py --per-file 40 --budget-min 25
+    nice -n 10 .venv/bin/python -m experiments.mutation_check --per-file 40 --budget-min 25
 
 Mutants are drawn at random (``--seed``) up to ``--per-file`` per file and run round robin
 across files until ``--budget-min`` is spent, so a short budget still samples every file.

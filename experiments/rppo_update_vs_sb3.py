@@ -1,11 +1,12 @@
 """wheeler2's recurrent PPO update against sb3-contrib RecurrentPPO's ``train()``, on the same data.
 
-    python experiments/rppo_update_vs_sb3.py            # seed 0
-    python experiments/rppo_update_vs_sb3.py --seed 3
+    python -m experiments.rppo_update_vs_sb3            # seed 0
+    python -m experiments.rppo_update_vs_sb3 --seed 3
 
 Both sides are built from rl-zoo's CartPoleNoVel-v1 values: sb3-contrib's
 ``RecurrentPPO("MlpLstmPolicy", VecNormalize(norm_obs=True, norm_reward=False))`` with the
-policy_kwargs of ``experiments/recurrent_ppo_vs_sb3.py``, and wheeler2's PPO agent built by the
+policy_kwargs of ``experiments.lib.setups`` (recurrent_ppo_vs_sb3's), and wheeler2's PPO agent
+built by the
 engine's own ``make_agent`` from ``cfg/cartpole_novel_rppo.toml`` (``core = "lstm"``,
 ``core_first = true``). sb3's initial weights are copied into ours. The two layouts map one to
 one (same tensor shapes, PyTorch's LSTM gate order i, f, g, o on both sides):
@@ -41,7 +42,14 @@ Items (max |ours - sb3| unless said otherwise):
      the observation normalizer (same raw observation stream through both).
 
 Nothing learns for long here: a handful of updates from one shared rollout (~25 s on one core).
-Needs the ``bench`` extra.
+Needs the ``bench`` extra. It prints its figures; results/notes/rppo_update_vs_sb3.md reads them.
+
+Watching the two updates from the inside takes replacements: sb3-contrib's rollout buffer module
+sees, for the rest of the process, a numpy whose ``random.randint`` is queued (its module
+attribute ``np``, not numpy itself); its ``_get_samples`` and the policy's ``evaluate_actions``
+are wrapped on the instances, and wheeler2's ``agents.ppo.gae`` and the agent's ``_replay`` are
+wrapped to record what they return (these undone after each use). No hook on either side offers
+these values.
 """
 
 from __future__ import annotations
@@ -49,21 +57,19 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "experiments"))
+from experiments.lib import CFG as CFG_DIR
+from experiments.lib.setups import recurrent_ppo_zoo_kwargs
 
 ENV_ID = "CartPoleNoVel-v1"
-CFG = ROOT / "cfg" / "cartpole_novel_rppo.toml"
+CFG = CFG_DIR / "cartpole_novel_rppo.toml"
 N_ENVS, T = 8, 32
 TIME_LIMIT = 16  # shorter than CartPole's 500, so the 32-step rollout holds truncations
-TOTAL = 100_000  # the run length of recurrent_ppo_vs_sb3.py, over which both schedules decay
+TOTAL = 100_000  # the run length of recurrent_ppo_vs_sb3, over which both schedules decay
 HID = 64
 
 # (wheeler2 name, sb3 name) for every parameter; the suffixes are nn.LSTM's / nn.Linear's.
@@ -161,9 +167,7 @@ def build_sb3(seed: int) -> tuple[Any, Any, Splits]:
     )
     env = Recorder(VecNormalize(venv, norm_obs=True, norm_reward=False))
 
-    from recurrent_ppo_vs_sb3 import zoo_kwargs  # the values the learning comparison runs
-
-    kwargs = zoo_kwargs()
+    kwargs = recurrent_ppo_zoo_kwargs()  # the values the learning comparison runs
     assert kwargs["n_steps"] == T and kwargs["policy_kwargs"]["lstm_hidden_size"] == HID
     model = RecurrentPPO("MlpLstmPolicy", env, **kwargs, seed=seed, device="cpu")
     model.set_logger(configure(None, []))

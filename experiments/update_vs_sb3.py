@@ -2,12 +2,14 @@
 
 Both sides start from the same weights (SB3's, copied into ours), take the same random batches
 and the same Gaussian draws (SAC's policy samples, TD3's target-policy noise; fed to both sides
-through patched samplers), and after 1, 2, 10, 50 and 200 gradient steps the script prints the
+through torch's samplers, replaced for the run: ``torch.randn`` when called with a generator, as
+every wheeler2 agent draws, and SB3's ``Normal.rsample`` / ``Tensor.normal_``; no agent has a
+public hook for its draws), and after 1, 2, 10, 50 and 200 gradient steps the script prints the
 largest and the 99th-percentile parameter difference of the actor and of the first critic (and
 SAC's two temperatures).
 
-    python experiments/update_vs_sb3.py sac             # 256-256 nets
-    python experiments/update_vs_sb3.py td3 --hidden 64 64
+    python -m experiments.update_vs_sb3 sac             # 256-256 nets
+    python -m experiments.update_vs_sb3 td3 --hidden 64 64
 
 Expected: SB3 halves SAC's critic loss (Adam's step is nearly scale-free, not quite where a
 gradient is near Adam's eps) and writes SAC's tanh correction as log(1 - tanh(u)^2 + 1e-6) where
@@ -20,20 +22,19 @@ parameters within the first steps. Needs the ``bench`` extra.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import agents.nets as nets  # noqa: E402
-from wheeler2.agent import Batch, SpaceInfo  # noqa: E402
+from wheeler2 import registry
+from wheeler2.agent import Batch, SpaceInfo
 
 OBS, ACT, B = 11, 3, 256  # Hopper-v5's shapes, batch 256
 REPORT = (1, 2, 10, 50, 200)
@@ -57,7 +58,8 @@ def flat(mods: list[nn.Linear]) -> torch.Tensor:
 
 class NoiseFeed:
     """Queues of standard normal draws: ``ours`` for torch.randn with a generator (how every
-    agent here samples), ``sb3`` for SB3's samplers (patched per algorithm)."""
+    agent here samples), ``sb3`` for SB3's samplers (replaced per algorithm). ``patches`` are
+    the replacements, entered for the comparison and undone after it."""
 
     def __init__(self) -> None:
         self.ours: list[torch.Tensor] = []
@@ -69,7 +71,7 @@ class NoiseFeed:
                 return self.ours.pop(0)
             return randn(*args, generator=generator, **kw)
 
-        nets.torch.randn = ours_randn  # the agents' modules share this torch module
+        self.patches: list[Any] = [mock.patch.object(torch, "randn", ours_randn)]
 
 
 def build(algo: str, hidden: list[int], feed: NoiseFeed) -> tuple[Any, Any, Callable]:
@@ -82,7 +84,8 @@ def build(algo: str, hidden: list[int], feed: NoiseFeed) -> tuple[Any, Any, Call
     space = SpaceInfo(OBS, ACT, False)
     common = dict(batch_size=B, gamma=0.99, tau=0.005, seed=0, device="cpu")
     if algo == "sac":
-        from agents.sac import SAC, Params
+        SAC = registry.resolve_algo("sac")
+        Params = SAC.Params
 
         sb = SB3SAC("MlpPolicy", env, learning_rate=3e-4, policy_kwargs={"net_arch": hidden},
                     **common)  # fmt: skip
@@ -94,14 +97,15 @@ def build(algo: str, hidden: list[int], feed: NoiseFeed) -> tuple[Any, Any, Call
         def rsample(dist: Any, sample_shape: Any = ()) -> torch.Tensor:
             return dist.loc + feed.sb3.pop(0) * dist.scale
 
-        torch.distributions.Normal.rsample = rsample
+        feed.patches.append(mock.patch.object(torch.distributions.Normal, "rsample", rsample))
 
         def noise(e1: torch.Tensor, e2: torch.Tensor) -> None:
             feed.sb3[:] = [e1, e2]  # SB3 samples pi(obs), then pi(next_obs)
             feed.ours[:] = [e2, e1]  # ours pi(next_obs), then pi(obs)
 
     else:
-        from agents.td3 import TD3, Params
+        TD3 = registry.resolve_algo("td3")
+        Params = TD3.Params
 
         sb = SB3TD3("MlpPolicy", env, learning_rate=1e-3, policy_kwargs={"net_arch": hidden},
                     policy_delay=2, target_policy_noise=0.2, target_noise_clip=0.5,
@@ -117,7 +121,7 @@ def build(algo: str, hidden: list[int], feed: NoiseFeed) -> tuple[Any, Any, Call
                 return t.copy_(mean + std * feed.sb3.pop(0))
             return normal_(t, mean, std, **kw)
 
-        torch.Tensor.normal_ = fed_normal
+        feed.patches.append(mock.patch.object(torch.Tensor, "normal_", fed_normal))
 
         def noise(e1: torch.Tensor, e2: torch.Tensor) -> None:
             feed.sb3[:] = [e1]
@@ -136,11 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
     ap.add_argument("--steps", type=int, default=max(REPORT))
     args = ap.parse_args(argv)
-    from stable_baselines3.common.type_aliases import ReplayBufferSamples
-
     torch.set_num_threads(1)
     feed = NoiseFeed()
     sb, ours, noise = build(args.algo, args.hidden, feed)
+    with contextlib.ExitStack() as replaced:
+        for patch in feed.patches:
+            replaced.enter_context(patch)
+        compare(args, sb, ours, noise)
+    return 0
+
+
+def compare(args: Any, sb: Any, ours: Any, noise: Callable) -> None:
+    from stable_baselines3.common.type_aliases import ReplayBufferSamples
+
     sb_actor = (
         [sb.actor.latent_pi, sb.actor.mu, sb.actor.log_std] if args.algo == "sac" else [sb.actor.mu]
     )
@@ -170,7 +182,6 @@ def main(argv: list[str] | None = None) -> int:
             if args.algo == "sac":
                 line += f"  alpha ours {ours.alpha:.6f} sb3 {float(sb.log_ent_coef.exp()):.6f}"
             print(line, flush=True)
-    return 0
 
 
 if __name__ == "__main__":
