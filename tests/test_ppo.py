@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import io
 
 import numpy as np
 import pytest
 import torch
 
+from agents.onpolicy import Rollout
 from agents.ppo import PPO, Params, clipped_surrogate, gae
 from wheeler2.agent import ActOut, SpaceInfo, Transitions
 
@@ -210,7 +212,7 @@ def test_truncated_step_stores_and_bootstraps_from_the_final_observation(monkeyp
     no, yes = np.zeros(1, bool), np.ones(1, bool)
     reward = np.ones((1, 1), np.float32)
     assert agent.observe(Transitions(obs, out.action, reward, final, no, yes, reset, out)) is None
-    np.testing.assert_array_equal(agent.rollout["next_obs"][0].numpy(), final)
+    np.testing.assert_array_equal(agent.rollout.next_obs[0].numpy(), final)
     out = agent.act(reset, explore=True)
     nxt = reset + 0.5
     assert agent.observe(Transitions(reset, out.action, reward, nxt, no, no, nxt, out)) is not None
@@ -328,13 +330,11 @@ def test_update_matches_the_ppo_loss_written_out(absent, clip_range_vf):
     buf = agent.rollout  # the rollout the update used (kept until the next one starts)
     T, n = 4, 3
     with torch.no_grad():
-        values = ref.critic(buf["obs"].flatten(0, 1)).view(T, n)
-        next_values = ref.critic(buf["next_obs"].flatten(0, 1)).view(T, n)
-        adv = gae(
-            buf["reward"], values, next_values, buf["terminated"], buf["done"], 0.99, 0.95
-        ).flatten()
+        values = ref.critic(buf.obs.flatten(0, 1)).view(T, n)
+        next_values = ref.critic(buf.next_obs.flatten(0, 1)).view(T, n)
+        adv = gae(buf.reward, values, next_values, buf.terminated, buf.done, 0.99, 0.95).flatten()
     returns = adv + values.flatten()
-    old_v, w = values.flatten(), buf["valid"].flatten()
+    old_v, w = values.flatten(), buf.valid.flatten()
     assert w.sum() == (11 if absent else 12)  # the absent row is masked
 
     def mmean(x):  # noqa: ANN001, ANN202
@@ -345,11 +345,11 @@ def test_update_matches_the_ppo_loss_written_out(absent, clip_range_vf):
         a = (adv - mu) / (mmean((adv - mu) ** 2).sqrt() + 1e-8)
     else:
         a = (adv - mu) / (((adv - mu) ** 2).sum() / 11).sqrt()  # the sample std, 1e-8 aside
-    obs_all, act_all = buf["obs"].flatten(0, 1), buf["action"].flatten(0, 1)
+    obs_all, act_all = buf.obs.flatten(0, 1), buf.action.flatten(0, 1)
     stats = np.zeros(5)
     for _ in range(2):
         logp, ent = evaluate_actions(ref.policy, obs_all, act_all)
-        log_ratio = logp - buf["logp"].flatten()
+        log_ratio = logp - buf.logp.flatten()
         ratio = log_ratio.exp()
         surr = torch.min(ratio * a, ratio.clamp(0.9, 1.1) * a)
         v = ref.critic(obs_all)
@@ -391,7 +391,7 @@ def test_actions_not_drawn_by_act_are_scored_under_the_current_policy():
     assert agent.observe(step) is None
     with torch.no_grad():
         logp_all = torch.log_softmax(agent.policy(torch.as_tensor(obs)), -1)
-    torch.testing.assert_close(agent.rollout["logp"][0], logp_all[[0, 1], [2, 0]])
+    torch.testing.assert_close(agent.rollout.logp[0], logp_all[[0, 1], [2, 0]])
 
 
 # One row has no variance: the explained variance's var() warns (and the agent reports 0).
@@ -478,9 +478,16 @@ def test_minibatches_take_every_row_once(core, batch_size, sizes):
     T, n = 4, 3
     space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
     agent = PPO(space, Params(n_steps=T, batch_size=batch_size, core=core, core_size=4))
-    mbs = agent._minibatches(T, n)
-    assert [len(m) for m in mbs] == sizes
-    assert sorted(torch.cat(mbs).tolist()) == list(range(T * n if core == "none" else n))
+    agent.rollout = Rollout.empty(T, n, space, agent.state_dim, agent.device)
+    mbs = agent.minibatches(batch_size)
+    whole = [m.rows if m.copies is None else m.copies for m in mbs]  # steps, or env copies
+    assert [len(m) for m in whole] == sizes
+    assert sorted(torch.cat(whole).tolist()) == list(range(T * n if core == "none" else n))
+    # Either way every flat step [t * n + copy] once; a copy's rows are its whole sequence.
+    assert sorted(torch.cat([m.rows for m in mbs]).tolist()) == list(range(T * n))
+    for m in mbs:
+        if m.copies is not None:
+            assert sorted((m.rows % n).unique().tolist()) == sorted(m.copies.tolist())
 
 
 @pytest.mark.parametrize("batch_size", [5, 10])  # one or two env copies per minibatch
@@ -497,21 +504,21 @@ def test_recurrent_update_replays_what_the_policy_did(batch_size):
     params.lr = 1e-12
     agent = PPO(space, params, seed=0)
     seen = []
-    update = agent._update
+    update = agent.update
 
     def spy() -> dict[str, float]:
         buf = agent.rollout
         with torch.no_grad():
-            logp, _, v = agent._replay(buf, torch.arange(n), T)
-            sc0 = buf["state0"][:, agent.actor_state_dim :]
-            _, after = agent.critic.sequence(buf["obs"], sc0, buf["starts"])
-            v_last = agent.critic.step(buf["next_obs"][-1], after)[0]
+            logp, v = agent.log_probs()[0], agent.values()
+            sc0 = buf.state0[:, agent.actor_state_dim :]
+            _, after = agent.critic.sequence(buf.obs, sc0, buf.starts)
+            v_last = agent.critic.step(buf.next_obs[-1], after)[0]
         seen.append({"logp": logp.view(T, n), "v": v.view(T, n), "v_last": v_last})
-        seen[-1]["buf"] = {k: x.clone() for k, x in buf.items()}
+        seen[-1]["buf"] = copy.deepcopy(buf)
         seen[-1]["metrics"] = update()
         return seen[-1]["metrics"]
 
-    agent._update = spy
+    agent.update = spy
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(n, 3)).astype(np.float32)
     state = agent.initial_state(n)
@@ -527,16 +534,16 @@ def test_recurrent_update_replays_what_the_policy_did(batch_size):
     assert len(seen) == 2
     for s in seen:
         buf = s["buf"]
-        torch.testing.assert_close(s["logp"], buf["logp"], atol=1e-5, rtol=0)
-        torch.testing.assert_close(s["v"], buf["value"], atol=1e-5, rtol=0)
-        torch.testing.assert_close(buf["next_value"][-1], s["v_last"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(s["logp"], buf.logp, atol=1e-5, rtol=0)
+        torch.testing.assert_close(s["v"], buf.value, atol=1e-5, rtol=0)
+        torch.testing.assert_close(buf.next_value[-1], s["v_last"], atol=1e-5, rtol=0)
         assert s["metrics"]["approx_kl"] < 1e-9 and s["metrics"]["clip_fraction"] == 0.0
     # The second chunk goes on from the first: its states are not the initial ones, and a
     # copy whose episode ended at the first chunk's last step starts a new one.
     first, second = seen[0]["buf"], seen[1]["buf"]
-    assert second["state0"].abs().sum() > 0
-    torch.testing.assert_close(second["starts"][0], first["done"][-1].bool())
-    assert first["starts"].any() and second["starts"].any()
+    assert second.state0.abs().sum() > 0
+    torch.testing.assert_close(second.starts[0], first.done[-1].bool())
+    assert first.starts.any() and second.starts.any()
 
 
 def test_a_minibatch_with_one_active_row_averages_over_that_row():

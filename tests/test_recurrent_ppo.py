@@ -13,6 +13,7 @@ import torch
 
 import envs.novel  # noqa: F401 - registers the NoVel ids
 from agents.cores import RecurrentActor, RecurrentCritic
+from agents.onpolicy import Rollout
 from agents.ppo import PPO, Params
 from envs.gym import GymVecEnv
 from wheeler2 import registry
@@ -87,18 +88,17 @@ def spy_on_update(agent: PPO) -> list[dict[str, Any]]:
     """Before each update, replay every copy's sequence and keep it beside what was stored,
     with the critic as it was (the update changes it)."""
     seen: list[dict[str, Any]] = []
-    update = agent._update
+    update = agent.update
 
     def spy() -> dict[str, float]:
         buf = agent.rollout
-        T, n = buf["reward"].shape
         with torch.no_grad():
-            logp, _, v = agent._replay(buf, torch.arange(n), T)
+            logp, v = agent.log_probs()[0], agent.values()
         replayed = {"replay_logp": logp, "replay_v": v, "critic": copy.deepcopy(agent.critic)}
-        seen.append({k: t.clone() for k, t in buf.items()} | replayed)
+        seen.append({"rollout": copy.deepcopy(buf)} | replayed)
         return update()
 
-    agent._update = spy  # type: ignore[method-assign]
+    agent.update = spy  # type: ignore[method-assign]
     return seen
 
 
@@ -131,16 +131,18 @@ def test_the_replayed_log_probs_are_the_behaviour_ones(
     finally:
         member.close()
     assert len(seen) == 5
-    starts = torch.stack([b["starts"] for b in seen])
+    starts = torch.stack([b["rollout"].starts for b in seen])
     assert starts.any(), "no episode began inside a chunk: the test would not test resets"
-    for buf in seen:
-        n = buf["reward"].shape[1]
+    for s in seen:
+        buf = s["rollout"]
+        n = buf.reward.shape[1]
         # Episode-start flags: step t starts an episode where step t-1 ended one.
-        torch.testing.assert_close(buf["starts"][1:], buf["done"][:-1].bool())
-        torch.testing.assert_close(buf["replay_logp"].view(T, n), buf["logp"], atol=1e-5, rtol=0)
-        torch.testing.assert_close(buf["replay_v"].view(T, n), buf["value"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(buf.starts[1:], buf.done[:-1].bool())
+        torch.testing.assert_close(s["replay_logp"].view(T, n), buf.logp, atol=1e-5, rtol=0)
+        torch.testing.assert_close(s["replay_v"].view(T, n), buf.value, atol=1e-5, rtol=0)
     if env_id == "PendulumNoVel-v1":
-        truncated = torch.stack([b["done"].bool() & ~b["terminated"].bool() for b in seen])
+        rollouts = [b["rollout"] for b in seen]
+        truncated = torch.stack([b.done.bool() & ~b.terminated.bool() for b in rollouts])
         assert truncated.any()
 
 
@@ -155,28 +157,30 @@ def test_a_truncated_step_bootstraps_from_the_state_after_it() -> None:
     for _ in range(T):
         member.step()
     member.close()
-    buf = seen[0]
+    buf = seen[0]["rollout"]
     t = 199  # both copies' first episode is cut at 200 steps
-    assert buf["done"][t].all() and not buf["terminated"][t].any()
-    critic = buf["critic"]
+    assert buf.done[t].all() and not buf.terminated[t].any()
+    critic = seen[0]["critic"]
     with torch.no_grad():
-        sc0 = buf["state0"][:, agent.actor_state_dim :]
-        _, s_after = critic.sequence(buf["obs"][: t + 1], sc0, buf["starts"][: t + 1])
-        expected, _ = critic.step(buf["next_obs"][t], s_after)
-    _, next_values = agent._recurrent_values(buf)
+        sc0 = buf.state0[:, agent.actor_state_dim :]
+        _, s_after = critic.sequence(buf.obs[: t + 1], sc0, buf.starts[: t + 1])
+        expected, _ = critic.step(buf.next_obs[t], s_after)
+    agent.rollout = buf  # the rollout the update used, as it was stored
+    _, next_values = agent.rollout_values()
     torch.testing.assert_close(next_values[t], expected, atol=1e-5, rtol=0)
     # Elsewhere inside an episode it is simply the next step's value.
-    torch.testing.assert_close(next_values[:t], buf["value"][1 : t + 1])
+    torch.testing.assert_close(next_values[:t], buf.value[1 : t + 1])
 
 
 def test_minibatches_are_whole_env_copy_sequences() -> None:
     agent = PPO(SpaceInfo(3, 2, True), Params(core="gru", n_steps=32, batch_size=64))
-    mbs = agent._minibatches(32, 8)
+    agent.rollout = Rollout.empty(32, 8, agent.space, agent.state_dim, agent.device)
+    mbs = [m.copies for m in agent.minibatches(64)]
     assert [len(m) for m in mbs] == [2, 2, 2, 2]
     assert sorted(torch.cat(mbs).tolist()) == list(range(8))
     # A batch smaller than one sequence still takes one whole copy.
-    agent.params.batch_size = 8
-    assert [len(m) for m in agent._minibatches(32, 3)] == [1, 1, 1]
+    agent.rollout = Rollout.empty(32, 3, agent.space, agent.state_dim, agent.device)
+    assert [len(m.copies) for m in agent.minibatches(8)] == [1, 1, 1]
 
 
 def test_recurrent_ppo_learns_on_synthetic_rollouts_without_error() -> None:
@@ -284,7 +288,7 @@ def test_normalize_obs_feeds_the_policy_normalized_observations() -> None:
     # The third batch was stored normalized by the statistics of the first three.
     first_three = np.concatenate(rows[:3]).astype(np.float64)
     expected = (rows[2] - first_three.mean(0)) / first_three.std(0)
-    np.testing.assert_allclose(agent.rollout["obs"][2].numpy(), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(agent.rollout.obs[2].numpy(), expected, rtol=1e-4, atol=1e-5)
     assert "obs_norm" in agent.state_dict()
 
 

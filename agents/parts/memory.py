@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from agents.nets import activation, ortho_init_
+from agents.parts.encoders import activation, ortho_init_
 
 CORE_KINDS = ("gru", "lstm")
 MAX_STRETCHES = 6  # sequence(): beyond this many reset times, one packed call instead
