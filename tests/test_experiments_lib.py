@@ -1,0 +1,303 @@
+"""experiments/'s shared library: statistics, stored runs, reports and their regeneration, and
+the scripts' hygiene (no ``sys.path`` edits; every script imports and answers ``--help``)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # experiments/ is not installed: its scripts run from the root
+    sys.path.insert(0, str(ROOT))
+
+from experiments.lib import RESULTS, arms, report, runs, stats  # noqa: E402
+
+EXPERIMENTS = ROOT / "experiments"
+SCRIPTS = sorted(p.stem for p in EXPERIMENTS.glob("*.py") if p.stem != "__init__")
+
+
+# -- statistics --------------------------------------------------------------------------------
+
+
+def test_bootstrap_of_two_values_by_hand() -> None:
+    # Resamples of [0, 1]: (0, 0) with p 1/4, mean 0; (0, 1) or (1, 0) with p 1/2, mean 0.5;
+    # (1, 1) with p 1/4, mean 1. So the 2.5th and 97.5th percentiles are 0 and 1.
+    ci = stats.bootstrap(np.mean, [0.0, 1.0], resamples=4_000, rng=1)
+    assert ci == (0.5, 0.0, 1.0)
+    ci = stats.bootstrap(np.mean, [0.0, 1.0], confidence=0.4, resamples=4_000, rng=1)
+    assert ci == (0.5, 0.5, 0.5)  # the middle 40% of that distribution is all 0.5
+    assert stats.median_ci([3.0, 3.0, 3.0]) == (3.0, 3.0, 3.0)
+
+
+def test_bootstrap_mean_interval_matches_the_normal_one() -> None:
+    # For the mean of n = 400 normal draws the percentile interval is mean +- 1.96 s / sqrt(n),
+    # up to the bootstrap's own noise (about 3% of the half-width at 10,000 resamples).
+    x = np.random.default_rng(0).normal(2.0, 3.0, 400)
+    point, lo, hi = stats.bootstrap(np.mean, x, rng=0)
+    half = 1.96 * x.std(ddof=1) / math.sqrt(len(x))
+    assert point == pytest.approx(x.mean())
+    assert lo == pytest.approx(x.mean() - half, abs=0.06 * half)
+    assert hi == pytest.approx(x.mean() + half, abs=0.06 * half)
+
+
+def test_bootstrap_is_paired_and_reproducible() -> None:
+    a = [10.0, 20.0, 30.0, 40.0, 50.0]
+    # Paired: every resample draws the same seeds from both, so a ratio of equal samples is 1.
+    assert stats.ratio_ci(a, a, resamples=500) == (1.0, 1.0, 1.0)
+    assert stats.ratio_ci(a, [x / 2 for x in a], resamples=500) == (2.0, 2.0, 2.0)
+    once = stats.ratio_ci(a, a[::-1], resamples=500, rng=3)
+    assert once == stats.ratio_ci(a, a[::-1], resamples=500, rng=3)
+    # A Generator is advanced, so intervals drawn from one in turn reproduce in that order.
+    b = [12.0, 18.0, 33.0, 41.0, 47.0]
+    draws = []
+    for _ in range(2):
+        gen = np.random.default_rng(3)
+        draws.append([stats.ratio_ci(a, b, resamples=500, confidence=0.5, rng=gen) for _ in "12"])
+    assert draws[0] == draws[1] and draws[0][0] != draws[0][1]
+    with pytest.raises(ValueError, match="equal lengths"):
+        stats.ratio_ci(a, a[:3])
+
+
+def test_bootstrap_draws_are_the_per_resample_draws_of_the_old_scripts() -> None:
+    # compare_sb3 and recurrent_ppo_vs_sb3 drew rng.integers(0, n, n) once per resample; one
+    # (resamples, n) draw gives the same indices, so their tables came out unchanged.
+    w, s = [5.0, 7.0, 6.0, 9.0, 4.0], [6.0, 6.0, 8.0, 7.0, 5.0]
+    rng = np.random.default_rng(0)
+    loop = []
+    for _ in range(2_000):
+        i = rng.integers(0, 5, 5)
+        loop.append(np.median(np.array(w)[i]) / np.median(np.array(s)[i]))
+    lo, hi = np.percentile(loop, [2.5, 97.5])
+    assert stats.ratio_ci(w, s, resamples=2_000)[1:] == pytest.approx((lo, hi))
+
+
+def test_ratio_of_medians_with_unsolved_seeds() -> None:
+    inf = math.inf
+    solved, never = np.array([1.0, 2.0, 3.0]), np.array([inf, inf, inf])
+    assert stats.ratio_of_medians(solved, np.array([2.0, 4.0, 6.0])) == 0.5
+    assert math.isnan(stats.ratio_of_medians(solved, never))  # "drop": undefined
+    assert stats.ratio_of_medians(solved, never, "rank") == 0.0  # only the baseline never
+    assert stats.ratio_of_medians(never, solved, "rank") == inf
+    assert math.isnan(stats.ratio_of_medians(never, never, "rank"))
+    point, lo, hi = stats.ratio_ci(never, never, resamples=200)
+    assert math.isnan(point) and math.isnan(lo) and math.isnan(hi)
+    with pytest.raises(ValueError, match="unsolved"):
+        stats.ratio_of_medians(solved, solved, "skip")
+
+
+def test_iqm_on_known_arrays() -> None:
+    from scipy.stats import trim_mean
+
+    assert stats.iqm(range(1, 9)) == 4.5  # mean of 3, 4, 5, 6
+    assert stats.iqm([5.0, 1.0, 100.0, 2.0, -50.0]) == pytest.approx((1 + 2 + 5) / 3)
+    for n in (1, 2, 3, 5, 7, 10, 13):
+        x = np.random.default_rng(n).normal(size=n)
+        assert stats.iqm(x) == pytest.approx(trim_mean(x, 0.25))  # rliable's aggregate_iqm
+    assert stats.iqm([1.0, 2.0, 3.0, math.inf]) == 2.5  # an unsolved seed in the cut quarter
+    assert stats.iqm([1.0, 2.0, math.inf, math.inf]) == math.inf  # one in the middle half
+
+
+def test_steps_to_threshold_and_seeds_solved_on_hand_made_curves() -> None:
+    curve = [(1_000, -900.0), (2_000, -200.0), (3_000, -150.0), (4_000, -300.0)]
+    assert stats.first_reach(curve, -200.0) == 2_000
+    assert stats.first_reach(curve, -200.0, strict=True) == 3_000  # "above", not "at or above"
+    assert stats.first_reach(curve, 0.0) is None
+    assert stats.first_reach([(1, None), (2, 0.95)], 0.9) == 2  # success None: no episodes
+    evals = [
+        {"env_steps": 500, "wall_s": 1.5, "return": -50.0, "success": 0.1},
+        {"env_steps": 1_000, "wall_s": 3.0, "return": -20.0, "success": 0.9},
+        {"env_steps": 1_500, "wall_s": 4.5, "return": -10.0, "success": 1.0},
+    ]
+    assert stats.to_threshold(evals, 0.9, key="success") == (1_000, 3.0)
+    assert stats.to_threshold(evals, -10.0) == (1_500, 4.5)
+    assert stats.to_threshold(evals, -10.0, strict=True) == (None, None)
+    assert stats.eval_points(evals, "success") == [(500, 0.1), (1_000, 0.9), (1_500, 1.0)]
+    steps = [1_000, None, 3_000, None]
+    assert stats.solved(steps) == 2
+    assert stats.solved([1.0, math.inf]) == 1
+    assert list(stats.censored(steps)) == [1_000, math.inf, 3_000, math.inf]
+    assert stats.median(stats.censored(steps)) == math.inf  # half unsolved: the median is never
+    assert stats.median(stats.censored([1_000, None, 3_000])) == 3_000
+
+
+def test_cells() -> None:
+    assert stats.fmt(None) == stats.fmt(math.nan) == "—"
+    assert stats.fmt(math.inf) == "never"
+    assert stats.fmt(12_611, ",") == "12,611"
+    assert stats.Interval(0.59, 0.28, 0.84).cell() == "0.59 [0.28, 0.84]"
+    assert stats.Interval(1.0, math.nan, math.nan).cell() == "1.00"
+    assert stats.mean_sd([1.0, 3.0]) == "2.0 ± 1.4"
+
+
+# -- arms and stored runs ----------------------------------------------------------------------
+
+
+def test_interleave_runs_every_arm_of_a_seed_before_the_next_seed() -> None:
+    assert arms.interleave([0, 1], ["a", "b", "c"]) == [
+        (0, "a"), (0, "b"), (0, "c"), (1, "a"), (1, "b"), (1, "c"),
+    ]  # fmt: skip
+    # rotate: two arms alternate which runs first (compare_sb3's order).
+    assert arms.interleave([0, 1, 2], ["w", "s"], rotate=True) == [
+        (0, "w"), (0, "s"), (1, "s"), (1, "w"), (2, "w"), (2, "s"),
+    ]  # fmt: skip
+
+
+def test_sweep_appends_each_run_as_it_finishes(tmp_path: Path) -> None:
+    log = tmp_path / "x_runs.jsonl"
+    seen = []
+
+    def run(arm: str, seed: int) -> dict:
+        seen.append(len(runs.load(log)))  # the earlier runs are on disk already
+        return {"arm": arm, "seed": seed}
+
+    done = arms.sweep([0, 1], ["a", "b"], run, log, describe=str)
+    assert seen == [0, 1, 2, 3]
+    assert runs.load(log) == done == [
+        {"arm": "a", "seed": 0}, {"arm": "b", "seed": 0},
+        {"arm": "a", "seed": 1}, {"arm": "b", "seed": 1},
+    ]  # fmt: skip
+    runs.append(log, {"arm": "a", "seed": 0, "rerun": True})
+    latest = runs.latest(runs.load(log), lambda r: (r["arm"], r["seed"]))
+    assert latest[("a", 0)]["rerun"] and len(latest) == 4
+    assert runs.load(tmp_path / "missing_runs.jsonl") == []
+
+
+def test_parse_set_reads_toml_values() -> None:
+    assert arms.parse_set("team.0.params.gamma=0.95") == ("team.0.params.gamma", 0.95)
+    assert arms.parse_set('env.id="Pendulum-v1"') == ("env.id", "Pendulum-v1")
+    assert arms.parse_set("env.kwargs={step_ms=2.0}") == ("env.kwargs", {"step_ms": 2.0})
+    assert arms.parse_set("team.target.params.hidden=[64, 64]")[1] == [64, 64]
+    with pytest.raises(ValueError, match="TABLE.KEY=VALUE"):
+        arms.parse_set("gamma")
+
+
+# -- reports and regeneration ------------------------------------------------------------------
+
+
+def test_regenerate_a_result_file_from_its_stored_runs(tmp_path: Path) -> None:
+    # compare_sb3_sac.md and its runs, copied: the table is rebuilt from the runs alone.
+    for name in ("compare_sb3_sac.md", "compare_sb3_sac_runs.jsonl"):
+        shutil.copy(RESULTS / name, tmp_path / name)
+    md = tmp_path / "compare_sb3_sac.md"
+    committed = report.body_of(md)
+    meta = report.read_meta(md)
+    md.write_text(md.read_text().replace("| 1.00 |", "| 9.99 |"))  # a hand edit: it goes
+    report.regenerate(md, now="2030-01-01 00:00 UTC")
+    assert report.body_of(md) == committed
+    rebuilt = report.read_meta(md)
+    assert rebuilt["rebuilt"] == "2030-01-01 00:00 UTC"
+    assert {k: rebuilt[k] for k in meta if k != "rebuilt"} == {
+        k: v for k, v in meta.items() if k != "rebuilt"
+    }  # command, date, params, runs kept
+    assert "rebuilt from them on 2030-01-01" in md.read_text()
+
+
+def test_write_and_regenerate_round_trip(tmp_path: Path) -> None:
+    # A small table through a real script's render (her_parity: steps to 0.9 per arm and seed).
+    from experiments import her_parity
+
+    log = tmp_path / "toy_runs.jsonl"
+    for arm, seed, steps in (
+        ("sb3", 0, 4_000),
+        ("w2", 0, 6_000),
+        ("sb3", 1, None),
+        ("w2", 1, 5_000),
+    ):
+        runs.append(log, {"arm": arm, "seed": seed, "steps": steps, "curve": []})
+    params = {"max_steps": 10_000, "eval_every": 1_000}
+    md = report.write(
+        tmp_path / "toy.md",
+        her_parity.render(runs.load(log), **params),
+        render=her_parity.render,
+        params=params,
+        runs_file=log,
+        command="python -m experiments.her_parity --table --jsonl toy_runs.jsonl",
+        date="2026-01-01 00:00 UTC",
+    )
+    meta = report.read_meta(md)
+    assert meta["module"] == "experiments.her_parity" and meta["runs"] == "toy_runs.jsonl"
+    body = report.body_of(md)
+    assert "| sb3 | 4,000 | — | 7,500 | 1/2 |" in body  # unsolved: counted as 11,000
+    assert "| w2 | 6,000 | 5,000 | 5,500 | 2/2 |" in body
+    report.regenerate(md)
+    assert report.body_of(md) == body
+
+
+def test_every_result_file_is_generated_and_names_what_rebuilds_it() -> None:
+    """Under results/ (notes/ aside) every markdown file carries the generated header; where it
+    is rebuildable, its module has render() and its runs files are there."""
+    tables = [p for p in RESULTS.rglob("*.md") if "notes" not in p.relative_to(RESULTS).parts]
+    assert tables
+    for path in tables:
+        assert report.is_generated(path), f"{path}: hand-written? move it to results/notes/"
+        try:
+            meta = report.read_meta(path)
+        except report.NotGenerated:
+            continue  # written before its script stored runs (marked so in its header)
+        module = importlib.import_module(meta["module"])
+        assert callable(module.render), meta["module"]
+        files = meta["runs"] if isinstance(meta["runs"], dict) else {"": meta["runs"]}
+        for name in files.values():
+            assert (path.parent / name).is_file(), f"{path}: runs file {name} is missing"
+        for plot in meta["plots"]:
+            assert callable(module.plot) and (path.parent / plot).is_file(), (path, plot)
+        json.dumps(meta["params"])
+
+
+def test_not_generated_files_say_so(tmp_path: Path) -> None:
+    note = tmp_path / "note.md"
+    note.write_text("# A reading\n")
+    with pytest.raises(report.NotGenerated, match="no regen header"):
+        report.regenerate(note)
+    report.mark_legacy(note, "experiments.x", "python experiments/x.py")
+    assert report.is_generated(note) and report.body_of(note) == "# A reading\n"
+    with pytest.raises(report.NotGenerated):
+        report.read_meta(note)
+
+
+# -- the scripts -------------------------------------------------------------------------------
+
+
+def test_no_sys_path_edits_in_experiments() -> None:
+    offenders = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in sorted(EXPERIMENTS.rglob("*"))
+        if p.suffix in (".py", ".sh") and p.is_file()
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"\bsys\.path\b", line)
+    ]
+    assert not offenders, "scripts run as python -m experiments.<name>: " + ", ".join(offenders)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_imports_and_answers_help(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = importlib.import_module(f"experiments.{name}")
+    assert module.__doc__, f"experiments/{name}.py has no docstring"
+    if name == "__main__":
+        return
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        module.main()
+    assert exit_.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_regen_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from experiments.__main__ import main
+
+    assert main(["list"]) == 0
+    listed = capsys.readouterr().out
+    assert "experiments/results/her_parity.md: generated by experiments.her_parity" in listed
+    assert "experiments/results/notes/her_parity.md: hand-written" in listed
+    with pytest.raises(SystemExit, match="no such result file"):
+        main(["regen", "results/nothing_here.md"])
