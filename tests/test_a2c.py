@@ -46,7 +46,7 @@ def test_updates_every_n_steps_without_reset(discrete):
         updated.append(metrics is not None)
         obs = nxt
     assert [i for i, u in enumerate(updated) if u] == [4, 9]
-    assert len(agent.steps) == 2  # the third rollout has begun, nothing was reset
+    assert agent.rollout.t == 2  # the third rollout has begun, nothing was reset
     assert agent.env_steps == 48 and agent.updates == 2
     assert any(not torch.equal(b, a) for b, a in zip(before, agent.actor.parameters()))
 
@@ -149,30 +149,26 @@ def test_recurrent_rollout_replays_the_behaviour_log_probs_and_values(critic_cor
     params = Params(core="gru", core_size=5, hidden=[8], n_steps=T, critic_core=critic_core)
     agent = A2C(space, params, seed=0)
     seen = []
-    update = agent._update
+    update = agent.update
 
-    def spy(steps: list) -> dict[str, float]:
-        def stack(key: str) -> torch.Tensor:
-            return torch.as_tensor(np.stack([s[key] for s in steps]))
-
-        obs, starts, nxt = stack("obs"), stack("starts"), stack("next_obs")
-        state0 = torch.as_tensor(agent._state0)
-        sa, sc = state0[:, : agent.actor_state_dim], state0[:, agent.actor_state_dim :]
+    def spy() -> dict[str, float]:
+        r = agent.rollout
+        obs, starts, nxt = r.obs, r.starts, r.next_obs
+        sa, sc = r.state0[:, : agent.actor_state_dim], r.state0[:, agent.actor_state_dim :]
         with torch.no_grad():
             out, _ = agent.policy.sequence(obs, sa, starts)
-            logp = agent.policy.evaluate(out, stack("action").long())[0]
+            logp = agent.policy.evaluate(out, r.action.long())[0]
             if critic_core:
                 v, after = agent.critic.sequence(obs, sc, starts)
                 v_last = agent.critic.step(nxt[-1], after)[0]
             else:
                 v, v_last = agent.critic(obs), agent.critic(nxt[-1])
-        seen.append(
-            {"logp": logp, "v": v, "v_last": v_last, "starts": starts, "done": stack("done")}
-        )
-        seen[-1] |= {"value": stack("value"), "next_value": stack("next_value")}
-        return update(steps)
+        seen.append({"logp": logp, "v": v, "v_last": v_last, "starts": starts.clone()})
+        seen[-1] |= {"done": r.done.clone(), "value": r.value.clone()}
+        seen[-1]["next_value"] = r.next_value.clone()
+        return update()
 
-    agent._update = spy
+    agent.update = spy
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(n, 3)).astype(np.float32)
     state = agent.initial_state(n)
@@ -197,7 +193,7 @@ def test_recurrent_rollout_replays_the_behaviour_log_probs_and_values(critic_cor
     first, second = seen
     torch.testing.assert_close(second["starts"][0], first["done"][-1].bool())
     assert first["starts"].any() and second["starts"].any()
-    assert np.abs(agent._state0).sum() > 0  # the second rollout went on from the first
+    assert agent.rollout.state0.abs().sum() > 0  # the second rollout went on from the first
 
 
 def _assert_same(a, b, where: str = "") -> None:

@@ -332,7 +332,7 @@ def test_recurrent_a2c_replays_the_behaviour_log_probs_and_values() -> None:
     agent = A2C(SpaceInfo(2, 2, True), p, seed=1)
     assert agent.state_dim == 64
     acted: list[tuple[np.ndarray, np.ndarray]] = []
-    act, update = agent.act, agent._update
+    act, update = agent.act, agent.update
 
     def spy_act(obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> Any:
         out = act(obs, explore, state)
@@ -341,26 +341,23 @@ def test_recurrent_a2c_replays_the_behaviour_log_probs_and_values() -> None:
 
     checked: list[bool] = []
 
-    def spy_update(steps: list[dict[str, np.ndarray]]) -> dict[str, float]:
-        def col(key: str) -> torch.Tensor:
-            return torch.as_tensor(np.stack([s[key] for s in steps]))
-
-        s0 = torch.as_tensor(agent._state0)
+    def spy_update() -> dict[str, float]:
+        r = agent.rollout
         a = agent.actor_state_dim
         with torch.no_grad():
-            out, _ = agent.policy.sequence(col("obs"), s0[:, :a], col("starts"))
-            logp = agent.policy.evaluate(out, col("action"))[0]
-            v, _ = agent.critic.sequence(col("obs"), s0[:, a:], col("starts"))
+            out, _ = agent.policy.sequence(r.obs, r.state0[:, :a], r.starts)
+            logp = agent.policy.evaluate(out, r.action)[0]
+            v, _ = agent.critic.sequence(r.obs, r.state0[:, a:], r.starts)
         k = len(checked) * T
         np.testing.assert_allclose(
             logp.numpy(), np.stack([x[0] for x in acted[k : k + T]]), atol=1e-5
         )
         np.testing.assert_allclose(v.numpy(), np.stack([x[1] for x in acted[k : k + T]]), atol=1e-5)
-        checked.append(bool(col("starts").any()))
-        return update(steps)
+        checked.append(bool(r.starts.any()))
+        return update()
 
     agent.act = spy_act  # type: ignore[method-assign]
-    agent._update = spy_update  # type: ignore[method-assign]
+    agent.update = spy_update  # type: ignore[method-assign]
     member = Member("m", "explorer", agent, env, ENV_HEAD, None, 0)
     for _ in range(3 * T):
         member.step()
