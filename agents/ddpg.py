@@ -21,8 +21,6 @@ Defaults are the rl-zoo Pendulum-v1 hyperparameters, so that config stays short.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,34 +31,14 @@ from torch import nn
 from torch.func import functional_call, grad_and_value
 
 from agents.detached import HeadActorTrainer, head_problem
-from agents.nets import (
-    DeterministicActor,
-    NumpyForward,
-    QCritic,
-    feature_dim,
-    noise_off,
-    noisy_head_,
-    noisy_layers,
-    rbf_features_,
-    resample_noise,
-    resolve_device,
-    seeded,
-)
-from agents.noise import KINDS, make_noise
-from agents.normalize import IdentityNorm, make_obs_norm
-from agents.offpolicy import ActorCriticSteps
-from agents.recurrent import (
-    RecurrentActor,
-    SequenceParams,
-    Sequences,
-    core_problem,
-    offpolicy_needs,
-    recurrent_actor_critic,
-    state_rows,
-    step_two_cores,
-)
-from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SequenceBatch, SpaceInfo, Transitions
-from wheeler2.needs import AgentNeeds
+from agents.noise import KINDS, noise_from
+from agents.offpolicy import OffPolicy, View
+from agents.parts import seeded
+from agents.parts.batch import StepView
+from agents.parts.heads import DeterministicActor, QCritic
+from agents.parts.noisy import noise_off, noisy_head_, resample_noise
+from agents.recurrent import SequenceParams, body, core_problem
+from wheeler2.agent import Agent, SpaceInfo, Transitions
 from wheeler2.schema import bounded, choice, sizes
 
 Net = Callable[..., torch.Tensor]
@@ -118,91 +96,49 @@ class Params(SequenceParams):
     head_states: int = bounded(10_000, ge=1)  # its last observations those states come from
 
 
-class DDPG(ActorCriticSteps, Agent):
+class DDPG(OffPolicy, Agent):
     Params = Params
-    uses_replay = True
-
-    @classmethod
-    def needs(cls, params: Params) -> AgentNeeds:
-        return offpolicy_needs(params)
+    saved = {
+        "actor": "actor_net",
+        "critic": "critic",
+        "actor_target": "actor_target",
+        "critic_target": "critic_target",
+        "actor_opt": "actor_opt",
+        "critic_opt": "critic_opt",
+        "head_q_mean": "head_q_mean",
+        "head_q_sq": "head_q_sq",
+    }
 
     def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
-        super().__init__(space, params, resolve_device(device, params.device), seed)
-        if space.discrete:
-            raise ValueError("DDPG needs a continuous (Box) action space")
         if params.policy_delay < 1:
             raise ValueError(f"policy_delay must be >= 1, got {params.policy_delay}")
-        problem = core_problem(params)
-        if problem is not None:
-            raise ValueError(f"{problem[0]}: {problem[1]}")
-        p, dev = params, self.device
-        self.head_names = space.heads
-        self.recurrent = p.core != "none"
-        in_dim = feature_dim(p.features, space.obs_dim, p.rbf_centers)
+        super().__init__(space, params, device, seed)
+        p, act_dim, heads = params, space.act_dim, space.num_heads
         with seeded(seed):
-            if self.recurrent:
-                self.actor_net, self.critic, self.core_state = recurrent_actor_critic(
-                    RecurrentActor, p, space, twin=False
-                )
-                self.state_dim = 2 * self.core_state
-            else:
-                self.actor_net = DeterministicActor(in_dim, p.hidden, space.act_dim, "relu")
-                self.critic = QCritic(
-                    in_dim, space.act_dim, p.hidden, space.num_heads, p.critic, "relu"
-                )
+            self.actor_net = self.net(
+                lambda d: DeterministicActor(d, p.hidden, act_dim, "relu"), actions="continuous"
+            )
+            self.critic = self.net(
+                lambda d: QCritic(d, act_dim, p.hidden, heads, p.critic, "relu"), critic=True
+            )
             if p.noisy:
-                noisy_head_(
-                    self.actor_net.mlp if self.recurrent else self.actor_net, p.noisy_sigma0
-                )
-        if p.features == "rbf":
-            for net in (self.actor_net, self.critic):
-                rbf_features_(net, space.obs_dim, p.rbf_centers, p.rbf_width, p.rbf_seed)
-        self.actor_net.to(dev)
-        self.critic.to(dev)
-        self.actor_target = _frozen_copy(self.actor_net)
+                noisy_head_(body(self.actor_net), p.noisy_sigma0)
+        self.actor_target = self.target(self.actor_net)
         if p.noisy:
             self.actor_target.eval()  # the target actor acts with the mean weights
         # The actor's parameter noise, drawn on the CPU from the agent's seed.
         self.noise_gen = torch.Generator().manual_seed(seed + 3)
-        # The actor's noisy layers, listed once: act and learn redraw their noise.
-        self._noisy = nn.ModuleList(noisy_layers(self.actor_net))
-        self.critic_target = _frozen_copy(self.critic)
-        self.actor_opt = torch.optim.Adam(self.actor_net.parameters(), lr=p.lr_actor, fused=True)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=p.lr_critic, fused=True)
-        # Flat parameter lists, built once: the Polyak update and autograd take them every step.
-        self.actor_params = list(self.actor_net.parameters())
-        self.critic_params = list(self.critic.parameters())
-        self.target_params = list(self.actor_target.parameters()) + list(
-            self.critic_target.parameters()
-        )
-        self.online_params = self.actor_params + self.critic_params
-
-        self.head_w = torch.tensor(space.head_weights, dtype=torch.float32, device=dev)
+        self.critic_target = self.target(self.critic)
+        self.actor_opt, self.actor_params = self.optimizer(self.actor_net, p.lr_actor)
+        self.critic_opt, self.critic_params = self.optimizer(self.critic, p.lr_critic)
+        # The layers after each network's core (the networks themselves when feedforward).
+        self.mu, self.mu_target = body(self.actor_net), body(self.actor_target)
+        self.q, self.q_target = body(self.critic), body(self.critic_target)
         # Running mean and mean square of each head's Q(s, mu(s)), for normalize_heads.
-        self.head_q_mean = torch.zeros(space.num_heads, device=dev)
-        self.head_q_sq = torch.ones(space.num_heads, device=dev)
+        self.head_q_mean = torch.zeros(heads, device=self.device)
+        self.head_q_sq = torch.ones(heads, device=self.device)
+        self.noise = noise_from(p, act_dim, seed + 1) if p.noise != "none" else None
 
-        self.obs_norm = make_obs_norm(p.normalize_obs, space.obs_dim, p.obs_clip, dev)
-        # Acting on the CPU without input normalization goes through numpy (see NumpyForward).
-        self.fast_actor = (
-            NumpyForward.of(self.actor_net, squash=True)
-            if isinstance(self.obs_norm, IdentityNorm) and not self.recurrent
-            else None
-        )
-        self.noise = make_noise(
-            p.noise,
-            p.noise_std,
-            space.act_dim,
-            seed + 1,
-            beta=p.noise_beta,
-            horizon=p.noise_horizon,
-            theta=p.ou_theta,
-            dt=p.ou_dt,
-        )
-        self.rng = np.random.default_rng(seed + 2)
-        self.env_steps = 0
-        self.updates = 0
-        self.last_actor_loss = 0.0
         # A detached explorer's actor learns in observe, against the critic it pulls.
         self.head_trainer: HeadActorTrainer | None = None
         if p.head:
@@ -219,7 +155,7 @@ class DDPG(ActorCriticSteps, Agent):
                 per_step=p.head_updates,
                 max_grad_norm=p.max_grad_norm,
                 seed=seed + 4,
-                device=dev,
+                device=self.device,
             )
 
         # compile = true: the two losses' gradients by torch.func over the nets' weights, each
@@ -240,56 +176,8 @@ class DDPG(ActorCriticSteps, Agent):
                 torch.compile(self._actor_grads, fullgraph=True, dynamic=False),
             )
 
-    @property
-    def actor(self) -> nn.Module:
-        return self.actor_net
-
-    def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
-        n = len(obs)
-        if self.recurrent:
-            return self._act_recurrent(obs, explore, state)
-        if explore and self.env_steps < self.params.learning_starts:
-            # Uniform actions fill the buffer with diverse data before the policy means anything.
-            a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
-            return ActOut(action=a)
-        if self.params.noisy:
-            if explore:  # one draw of the parameter noise per act batch, no action noise
-                resample_noise(self._noisy, self.noise_gen)
-                a = self._act(obs)
-            else:
-                with noise_off(self.actor_net):
-                    a = self._act(obs)
-            return ActOut(action=a.astype(np.float32, copy=False))
-        a = self._act(obs)
-        if explore and self.params.noise != "none":
-            a = np.clip(a + self.noise(n), -1.0, 1.0)
-        return ActOut(action=a.astype(np.float32, copy=False))
-
-    def _act_recurrent(self, obs: np.ndarray, explore: bool, state: np.ndarray | None) -> ActOut:
-        n, p = len(obs), self.params
-        if p.noisy and explore:  # one draw of the parameter noise per act batch
-            resample_noise(self._noisy, self.noise_gen)
-        quiet = noise_off(self.actor_net) if p.noisy and not explore else contextlib.nullcontext()
-        with torch.inference_mode(), quiet:
-            x = self.obs_norm.normalize(
-                torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-            )
-            h = state_rows(state, n, self.state_dim, self.device)
-            ya, h = step_two_cores(self.actor_net.core, self.critic.core, x, h)
-            a = self.actor_net.on(ya, x).cpu().numpy()
-            nxt = h.cpu().numpy()
-        if explore and self.env_steps < p.learning_starts:
-            a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
-        elif explore and not p.noisy and p.noise != "none":
-            a = np.clip(a + self.noise(n), -1.0, 1.0)
-        return ActOut(action=a.astype(np.float32, copy=False), state=nxt)
-
-    def _act(self, obs: np.ndarray) -> np.ndarray:
-        if self.fast_actor is not None:
-            return self.fast_actor(obs)
-        with torch.inference_mode():
-            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-            return self.actor_net(self.obs_norm.normalize(x)).cpu().numpy()
+    def decide(self, z: torch.Tensor, sample: bool) -> torch.Tensor:
+        return self.mu(z)
 
     def head_values(self, obs: np.ndarray) -> np.ndarray:
         """Q_h(s, mu(s)) of each head, ``[N, H]``: evaluation holds it against each head's
@@ -300,11 +188,7 @@ class DDPG(ActorCriticSteps, Agent):
             return self.critic(x, self.actor_net(x)).cpu().numpy()
 
     def observe(self, step: Transitions) -> dict[str, float] | None:
-        self.env_steps += len(step.obs)
-        self.obs_norm.update(step.obs)  # acting data only: evaluation never calls observe
-        done = np.logical_or(step.terminated, step.truncated)
-        if done.any():
-            self.noise.reset(done)
+        super().observe(step)
         trainer = self.head_trainer
         if trainer is not None:
             obs = step.obs if step.active is None else step.obs[step.active]
@@ -330,79 +214,86 @@ class DDPG(ActorCriticSteps, Agent):
             params.head, role, heads, syncs, params.normalize_obs
         )
 
-    def learn(self, batch: Batch) -> LearnOut:
+    def update(self, v: View) -> tuple[dict[str, float], torch.Tensor]:
         p = self.params
         if p.noisy:  # one draw of the actor's noise per learn step (the target uses the means)
-            resample_noise(self._noisy, self.noise_gen)
-        if self.recurrent:
-            return self.learn_sequences(batch)  # type: ignore[arg-type]
-        obs, action = self.obs_norm.normalize(batch.obs), batch.action
-        next_obs = self.obs_norm.normalize(batch.next_obs)
-        args = (obs, action, next_obs, batch.reward, batch.discount, batch.weight)
-        if self._compiled is not None:
-            grads, (critic_loss, (head_losses, td, q_mean)) = self._compiled[0](*args)
-            self._critic_step(critic_loss, list(grads.values()))
+            resample_noise(self.actor_net, self.noise_gen)
+        compiled = self._compiled
+        if compiled is not None:  # (a StepView: compile = true is feedforward only)
+            assert isinstance(v, StepView)
+            args = (v.obs, v.action, v.next_obs, v.reward, v.discount, v.weight)
+            grads, (critic_loss, (head_losses, td, q_mean)) = compiled[0](*args)
+            self.critic_step(critic_loss, list(grads.values()))
+            zc = v.obs
         else:
+            zc = v.read(self.critic)
             critic_loss, (head_losses, td, q_mean) = self._critic_objective(
-                self.critic, self.actor_target, self.critic_target, *args
+                v, zc, self.q, self.mu_target, self.q_target
             )
-            self._critic_step(critic_loss)
+            self.critic_step(critic_loss)
 
         if self.updates % p.policy_delay == 0:
             head_stats = (self.head_q_mean, self.head_q_sq)
-            if self._compiled is not None:
-                grads, (actor_loss, head_stats) = self._compiled[1](obs, *head_stats)
-                self._actor_step(actor_loss, list(grads.values()))
+            if compiled is not None:
+                grads, (actor_loss, head_stats) = compiled[1](v.obs, *head_stats)
+                self.actor_step(actor_loss, list(grads.values()))
             else:
+                za = v.read(self.actor_net)
+                # The actor climbs Q; the critic's core (if any) is the critic's to train.
                 actor_loss, head_stats = self._actor_objective(
-                    self.actor_net, self.critic, obs, head_stats
+                    v, za, zc.detach(), self.mu, self.q, head_stats
                 )
-                self._actor_step(actor_loss)
+                self.actor_step(actor_loss)
+            self.update_targets()
             if p.normalize_heads:
                 self.head_q_mean.copy_(head_stats[0])
                 self.head_q_sq.copy_(head_stats[1])
 
-        with torch.no_grad():
-            abs_td = td.detach().abs()
-            # One priority per sample: the heads' |TD| averaged with the task's head weights.
-            td_error = (abs_td * self.head_w).sum(-1) / self.head_w.sum()
-            stats = torch.stack([critic_loss.detach(), q_mean]).tolist()
-        return LearnOut(metrics=self._metrics(stats, head_losses), td_error=td_error.cpu().numpy())
+        # One priority per sample: the heads' |TD| averaged with the task's head weights.
+        abs_td = (td.detach().abs() * self.head_w).sum(-1) / self.head_w.sum()
+        metrics = self.report(
+            head_losses,
+            critic_loss=critic_loss.detach(),
+            actor_loss=self.last_actor_loss,
+            q_mean=q_mean,
+        )
+        return metrics, abs_td
 
-    # The two losses of a feedforward batch, written once for both ways of taking their
-    # gradients: the nets come in as callables (the modules, or their weights bound by
-    # functional_call).
+    # The two losses, written once for both ways of taking their gradients: the layers come in
+    # as callables (the modules, or their weights bound by functional_call), the inputs from
+    # the view (a StepView built inside the traced function with compile = true).
     def _critic_objective(
-        self,
-        critic: Net,
-        actor_target: Net,
-        critic_target: Net,
-        obs: torch.Tensor,
-        action: torch.Tensor,
-        next_obs: torch.Tensor,
-        reward: torch.Tensor,
-        discount: torch.Tensor,
-        weight: torch.Tensor,
+        self, v: View, zc: torch.Tensor, q_net: Net, mu_target: Net, q_target: Net
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """(critic loss, (each head's loss [H], TD errors [B, H], mean Q))."""
+        """(critic loss, (each head's loss [H], TD errors [..., H], mean Q))."""
         with torch.no_grad():
-            q_next = critic_target(next_obs, actor_target(next_obs))  # [B, H]
-            y = reward + discount.unsqueeze(-1) * q_next
-        q = critic(obs, action)  # [B, H]
+            a_next = mu_target(v.read_next(self.actor_target))
+            y = v.target(q_target(v.read_next(self.critic_target), a_next))  # [..., H]
+        q = q_net(zc, v.action)  # [..., H]
         td = y - q
-        head_losses = (weight.unsqueeze(-1) * td.pow(2)).mean(0)  # [H]
-        return head_losses.sum(), (head_losses, td, q.detach().mean())
+        head_losses = v.head_losses(td.pow(2))  # [H]
+        return head_losses.sum(), (head_losses, td, v.mean(q.detach().mean(-1)))
 
     def _actor_objective(
-        self, actor: Net, critic: Net, obs: torch.Tensor, stats: tuple[torch.Tensor, torch.Tensor]
+        self,
+        v: View,
+        za: torch.Tensor,
+        zc: torch.Tensor,
+        mu: Net,
+        q_net: Net,
+        stats: tuple[torch.Tensor, torch.Tensor],
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """(actor loss, the heads' running Q statistics: updated by this batch with
         ``normalize_heads``, else ``stats`` as they came)."""
-        q_pi = critic(obs, actor(obs))  # [B, H]
+        q_pi = q_net(zc, mu(za))  # [..., H]
         if self.params.normalize_heads:
-            scale, *stats = running_scale(q_pi.detach(), *stats, self.params.head_norm_decay)
+            # Each head's Q over its running std, so heads of different reward scales pull
+            # equally.
+            scale, *stats = running_scale(
+                v.trained(q_pi.detach()), *stats, self.params.head_norm_decay
+            )
             q_pi = q_pi / scale
-        return -(q_pi * self.head_w).sum(-1).mean(), tuple(stats)
+        return -v.mean((q_pi * self.head_w).sum(-1)), tuple(stats)
 
     def _bound(self, name: str, weights: dict[str, torch.Tensor] | None = None) -> Net:
         """Net ``name`` as a function of ``weights`` (default: views of its own)."""
@@ -410,92 +301,23 @@ class DDPG(ActorCriticSteps, Agent):
         return lambda *x: functional_call(net, w, x)
 
     def _critic_grads(self, *args: torch.Tensor) -> Any:
+        obs, action, next_obs, reward, discount, weight = args
+        v = StepView(obs, action, reward, next_obs, discount, weight)
+
         def loss(w: dict[str, torch.Tensor]) -> Any:
             nets = (self._bound("critic", w), self._bound("actor_target"))
-            return self._critic_objective(*nets, self._bound("critic_target"), *args)
+            return self._critic_objective(v, obs, *nets, self._bound("critic_target"))
 
         return grad_and_value(loss, has_aux=True)(self._views["critic"])
 
     def _actor_grads(self, obs: torch.Tensor, *stats: torch.Tensor) -> Any:
+        v = StepView(obs, obs, obs, obs, obs, obs)  # (only the observations are read)
+
         def loss(w: dict[str, torch.Tensor]) -> Any:
-            return self._actor_objective(
-                self._bound("actor_net", w), self._bound("critic"), obs, stats
-            )
+            nets = (self._bound("actor_net", w), self._bound("critic"))
+            return self._actor_objective(v, obs, obs, *nets, stats)  # type: ignore[arg-type]
 
         return grad_and_value(loss, has_aux=True)(self._views["actor_net"])
-
-    def learn_sequences(self, batch: SequenceBatch) -> LearnOut:
-        """The DDPG step on B sequences, time-major inside: positions t of ``mask`` are the
-        samples, each row weighted by its sequence's importance weight."""
-        p = self.params
-        s = Sequences.of(batch, self.obs_norm, self.state_dim, "DDPG")
-        ha, hc = s.state.split(self.core_state, dim=1)
-        with torch.no_grad():
-            ya = s.next_features(self.actor_target.core, ha)
-            yc = s.next_features(self.critic_target.core, hc)
-            a_next = self.actor_target.on(ya, s.nxt)
-            y = s.target(self.critic_target.on(yc, s.nxt, a_next))  # [T, B, H]
-        feats = s.unroll(self.critic.core, hc, p.seq_burn_in)
-        q = self.critic.on(feats, s.x, s.action)  # [T, B, H]
-        td = y - q
-        head_losses = s.weighted(td.pow(2))  # [H]
-        critic_loss = head_losses.sum()
-
-        self._critic_step(critic_loss)
-
-        if self.updates % p.policy_delay == 0:
-            a_pi = self.actor_net.on(s.unroll(self.actor_net.core, ha, p.seq_burn_in), s.x)
-            # The actor climbs Q; the critic's core is the critic's.
-            q_pi = self.critic.on(feats.detach(), s.x, a_pi)  # [T, B, H]
-            if p.normalize_heads:
-                q_pi = q_pi / self._head_scale(q_pi.detach()[s.mask > 0])
-            self._actor_step(-s.mean((q_pi * self.head_w).sum(-1)))
-
-        with torch.no_grad():
-            abs_td = (td.detach().abs() * self.head_w).sum(-1) / self.head_w.sum()  # [T, B]
-            stats = torch.stack([critic_loss.detach(), s.mean(q.detach().mean(-1))]).tolist()
-        return LearnOut(
-            metrics=self._metrics(stats, head_losses), td_error=s.priority(abs_td, p.seq_eta)
-        )
-
-    def _head_scale(self, q_pi: torch.Tensor) -> torch.Tensor:
-        """Running std of each head's Q, so heads of different reward scales pull equally."""
-        scale, mean, sq = running_scale(
-            q_pi, self.head_q_mean, self.head_q_sq, self.params.head_norm_decay
-        )
-        self.head_q_mean.copy_(mean)
-        self.head_q_sq.copy_(sq)
-        return scale
-
-    def state_dict(self) -> dict[str, Any]:
-        # Tensors and plain values only: checkpoints load with weights_only=True.
-        return {
-            "algo": "ddpg",  # lets resume name a member whose algo changed
-            "actor": self.actor_net.state_dict(),
-            "critic": self.critic.state_dict(),
-            "actor_target": self.actor_target.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "actor_opt": self.actor_opt.state_dict(),
-            "critic_opt": self.critic_opt.state_dict(),
-            "head_q_mean": self.head_q_mean.clone(),
-            "head_q_sq": self.head_q_sq.clone(),
-            "env_steps": self.env_steps,
-            "updates": self.updates,
-            "obs_norm": self.obs_norm.state_dict(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor_net.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.actor_target.load_state_dict(state["actor_target"])
-        self.critic_target.load_state_dict(state["critic_target"])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        self.head_q_mean.copy_(state["head_q_mean"])
-        self.head_q_sq.copy_(state["head_q_sq"])
-        self.env_steps = int(state["env_steps"])
-        self.updates = int(state["updates"])
-        self.obs_norm.load_state_dict(state.get("obs_norm", {}))
 
 
 def running_scale(
@@ -506,9 +328,3 @@ def running_scale(
     mean = mean.lerp(q.mean(0), 1 - decay)
     sq = sq.lerp(q.pow(2).mean(0), 1 - decay)
     return (sq - mean.pow(2)).clamp_min(0.0).sqrt().clamp_min(1e-3), mean, sq
-
-
-def _frozen_copy(net: nn.Module) -> nn.Module:
-    target = copy.deepcopy(net)
-    target.requires_grad_(False)
-    return target

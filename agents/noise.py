@@ -15,7 +15,7 @@ copy's episode ends (``reset(done)``), so a new episode never continues the last
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pink
@@ -163,3 +163,19 @@ class OUNoise:
     def reset(self, done: np.ndarray) -> None:
         if self.state is not None and len(self.state) == len(done):
             self.state[done] = 0.0
+
+
+def noise_from(params: Any, act_dim: int, seed: int) -> Noise:
+    """The action noise a deterministic actor's ``Params`` asks for (``noise``, ``noise_std``,
+    ``noise_beta``, ``noise_horizon``, ``ou_theta``, ``ou_dt``: DDPG's and TD3's fields)."""
+    p = params
+    return make_noise(
+        p.noise,
+        p.noise_std,
+        act_dim,
+        seed,
+        beta=p.noise_beta,
+        horizon=p.noise_horizon,
+        theta=p.ou_theta,
+        dt=p.ou_dt,
+    )

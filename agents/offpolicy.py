@@ -1,21 +1,341 @@
-"""The gradient steps of the off-policy actor-critics: :func:`loss_step` and :func:`actor_step`
-(DDPG, TD3 and SAC), and the mixin DDPG and TD3 share (deterministic actor, per-head critics,
-Polyak targets).
+"""The off-policy base (DDPG, TD3, SAC, DQN and any new off-policy algorithm): what every one
+of them does the same way, so that an algorithm file holds its ``Params``, its networks and its
+losses.
 
-A mixin: the agent sets ``params`` (``max_grad_norm``, ``tau``), ``critic_opt`` / ``actor_opt``,
-the flat ``critic_params`` / ``actor_params`` / ``online_params`` / ``target_params`` lists,
-``head_names``, ``updates`` and ``last_actor_loss``.
+:class:`OffPolicy` owns
+
+* acting: uniform random actions for the first ``learning_starts`` env steps, the policy's
+  action (through the numpy forward pass on the CPU where it applies), exploration on top of it
+  (:meth:`OffPolicy.explore`: the action noise; NoisyNet layers redrawn per act batch), and the
+  policy state rows of a recurrent agent, every network's core advanced each step;
+* building networks from parts (:meth:`OffPolicy.net`: RBF features or a recurrent core before
+  a head), target networks (:meth:`OffPolicy.target`, Polyak averaging), optimizer steps;
+* ``learn``: the batch as a view (``agents/parts/batch.py``), so that the algorithm's
+  :meth:`update` is written once for transitions and for replayed sequences, and its new
+  priorities;
+* ``state_dict`` / ``load_state_dict`` from the declared ``saved`` attributes, ``needs``,
+  ``observe`` (counters, input statistics, noise restarts) and ``check_member``.
+
+It is a mixin, listed before :class:`wheeler2.agent.Agent` (``class TD3(OffPolicy, Agent)``):
+the registry takes the one Agent subclass a module of ``agents/`` defines for its algorithm,
+and this module defines none. The step helpers below (one fused Adam call, gradients of the
+actor's parameters only) are shared with the detached explorer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import contextlib
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
-from agents.nets import polyak_
+from agents.normalize import IdentityNorm, make_obs_norm
+from agents.parts import resolve_device
+from agents.parts.batch import SequenceView, StepView
+from agents.parts.encoders import feature_dim, rbf_features_
+from agents.parts.noisy import noise_off, noisy_layers
+from agents.parts.numpy_forward import NumpyForward
+from agents.parts.targets import frozen_copy, polyak_
+from agents.recurrent import RecurrentNet, core_problem, state_rows
+from wheeler2.agent import ActOut, Batch, LearnOut, SpaceInfo, Transitions
+from wheeler2.needs import AgentNeeds
+
+View = StepView | SequenceView
+
+
+def offpolicy_needs(params: Any) -> AgentNeeds:
+    """An off-policy learner's needs: its discount, warm-up, sequences and device."""
+    return AgentNeeds(
+        gamma=float(params.gamma),
+        replay_min_size=int(params.learning_starts),
+        sequence=params.replay_sequence,
+        device=params.device,
+    )
+
+
+class OffPolicy:
+    """The base of an off-policy algorithm; see the module docstring.
+
+    An algorithm sets ``discrete`` (its action space), ``saved`` (checkpoint key -> attribute:
+    networks, targets, optimizers, tensors, generators), ``policy`` (the attribute of the
+    network that acts and that explorers sync from) and writes ``__init__`` (networks through
+    :meth:`net`, :meth:`target`, :meth:`optimizer`), :meth:`decide` (an action from the policy
+    network's input) and :meth:`update` (its losses on a view).
+    """
+
+    uses_replay: ClassVar[bool] = True
+    discrete: ClassVar[bool] = False
+    saved: ClassVar[dict[str, str]] = {}
+    # Checkpoint keys renamed since a checkpoint was written: old -> new, read by load_state_dict.
+    renamed: ClassVar[dict[str, str]] = {}
+    policy: ClassVar[str] = "actor_net"
+    # The policy samples its actions (SAC): the numpy path serves only the deterministic one.
+    stochastic: ClassVar[bool] = False
+    # Uniform random actions for the first learning_starts env steps (DQN: epsilon-greedy).
+    random_warmup: ClassVar[bool] = True
+
+    space: SpaceInfo
+    params: Any
+    device: torch.device
+    state_dim: int
+
+    def __init__(self, space: SpaceInfo, params: Any, device: str = "cpu", seed: int = 0):
+        super().__init__(space, params, resolve_device(device, params.device), seed)  # type: ignore[call-arg]
+        name = type(self).__name__
+        if space.discrete != self.discrete:
+            kind = "a discrete" if self.discrete else "a continuous (Box)"
+            raise ValueError(f"{name} needs {kind} action space")
+        problem = core_problem(params)
+        if problem is not None:
+            raise ValueError(f"{problem[0]}: {problem[1]}")
+        p = params
+        self.recurrent = p.core != "none"
+        self.head_names = space.heads
+        self.head_w = torch.tensor(space.head_weights, dtype=torch.float32, device=self.device)
+        self.obs_norm = make_obs_norm(p.normalize_obs, space.obs_dim, p.obs_clip, self.device)
+        self.rng = np.random.default_rng(seed + 2)  # warm-up actions
+        self.noise: Any = None  # an action noise process (agents/noise.py), if any
+        self.state_dim = 0
+        self.cores: list[RecurrentNet] = []  # the networks with a core, in policy-state order
+        self.target_params: list[torch.Tensor] = []
+        self.online_params: list[torch.Tensor] = []
+        self.env_steps = 0
+        self.updates = 0
+        self.last_actor_loss: Any = 0.0
+
+    # -- building ------------------------------------------------------------------------------
+
+    def net(
+        self,
+        body: Callable[[int], nn.Module],
+        *,
+        critic: bool = False,
+        actions: str | None = None,
+    ) -> nn.Module:
+        """A network from parts: the head ``body(input width)`` after the observation encoder
+        (the observation itself, or its RBF features with ``features = "rbf"``), or after a
+        recurrent core (:class:`RecurrentNet`, whose state joins the policy state). ``critic``
+        and ``actions`` are the recurrent network's sync declarations (a critic has no roles)."""
+        p, obs_dim = self.params, self.space.obs_dim
+        if self.recurrent:
+            net: nn.Module = RecurrentNet(
+                p.core,
+                obs_dim,
+                p.core_size,
+                p.core_skip,
+                body,
+                name="q" if critic else "mlp",
+                roles=not critic,
+                actions=actions,
+            )
+            size = net.core.state_dim
+            net.state_at = (self.state_dim, self.state_dim + size)
+            self.state_dim += size
+            self.cores.append(net)
+        else:
+            features = getattr(p, "features", "none")
+            net = body(feature_dim(features, obs_dim, getattr(p, "rbf_centers", 0)))
+            if features == "rbf":
+                rbf_features_(net, obs_dim, p.rbf_centers, p.rbf_width, p.rbf_seed)
+        return net.to(self.device)
+
+    def target(self, net: nn.Module) -> nn.Module:
+        """A target network of ``net``: a frozen copy that :meth:`update_targets` moves."""
+        copy = frozen_copy(net)
+        self.target_params += list(copy.parameters())
+        self.online_params += list(net.parameters())
+        return copy
+
+    @staticmethod
+    def optimizer(
+        net: nn.Module, lr: float, fused: bool | None = True
+    ) -> tuple[torch.optim.Adam, list[torch.Tensor]]:
+        """(Adam over ``net``'s parameters, those parameters as a list)."""
+        params = list(net.parameters())
+        return torch.optim.Adam(params, lr=lr, fused=fused), params
+
+    # -- acting --------------------------------------------------------------------------------
+
+    @property
+    def actor(self) -> nn.Module:
+        return getattr(self, self.policy)
+
+    @cached_property
+    def fast_actor(self) -> NumpyForward | None:
+        """The policy's numpy forward pass, where it applies (CPU, no input normalization)."""
+        if self.recurrent or not isinstance(self.obs_norm, IdentityNorm):
+            return None
+        return NumpyForward.of(self.actor, squash=True)
+
+    @cached_property
+    def noisy(self) -> list[nn.Module]:
+        """The policy's NoisyNet layers (redrawn per act batch when exploring)."""
+        return noisy_layers(self.actor)
+
+    def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
+        n = len(obs)
+        warm = self.random_warmup and explore and self.env_steps < self.params.learning_starts
+        if warm and not self.recurrent:
+            # Uniform actions fill the buffer with diverse data before the policy means anything.
+            return ActOut(action=self.uniform(n))
+        if self.noisy and explore:  # one draw of the parameter noise per act batch
+            for layer in self.noisy:
+                layer.resample(self.noise_gen)
+        means = self.noisy and not explore  # evaluation acts on the mean weights
+        with noise_off(self.actor) if means else contextlib.nullcontext():
+            a, nxt = self._forward(obs, explore and not warm, state)
+        if warm:  # a recurrent policy ran all the same: its state moves along the episode
+            a = self.uniform(n)
+        elif explore:
+            a = self.explore(a)
+        return ActOut(
+            action=a.astype(np.int64 if self.discrete else np.float32, copy=False), state=nxt
+        )
+
+    def uniform(self, n: int) -> np.ndarray:
+        return self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
+
+    def _forward(
+        self, obs: np.ndarray, sample: bool, state: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """(the policy's action, the next policy state or None)."""
+        fast = self.fast_actor
+        if fast is not None and not (sample and self.stochastic):
+            return fast(obs), None
+        with torch.inference_mode():
+            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            x = self.obs_norm.normalize(x)
+            if not self.recurrent:
+                return self.decide(x, sample).cpu().numpy(), None
+            h = state_rows(state, len(obs), self.state_dim, self.device)
+            # Every core steps, the critic's on random actions too: the state stored with each
+            # transition must be the one every network reaches along the episode.
+            states = []
+            for net in self.cores:
+                lo, hi = net.state_at
+                y, s = net.core.step(x, h[:, lo:hi])
+                states.append(s)
+                if net is self.actor:
+                    z = net.features(y, x)
+            a = self.decide(z, sample)
+            return a.cpu().numpy(), torch.cat(states, dim=1).cpu().numpy()
+
+    def decide(self, z: torch.Tensor, sample: bool) -> torch.Tensor:
+        """The policy's action from its layers' input ``z`` (``sample``: explore by sampling)."""
+        raise NotImplementedError
+
+    def explore(self, a: np.ndarray) -> np.ndarray:
+        """Exploration on top of the policy's action: the action noise (none with NoisyNet
+        layers, which explore by themselves)."""
+        if self.noise is None or self.noisy:
+            return a
+        return np.clip(a + self.noise(len(a)), -1.0, 1.0)
+
+    def observe(self, step: Transitions) -> dict[str, float] | None:
+        self.env_steps += len(step.obs)
+        self.obs_norm.update(step.obs)  # acting data only: evaluation never calls observe
+        if self.noise is not None:
+            done = np.logical_or(step.terminated, step.truncated)
+            if done.any():
+                self.noise.reset(done)
+        return None
+
+    # -- learning ------------------------------------------------------------------------------
+
+    def learn(self, batch: Batch) -> LearnOut:
+        p = self.params
+        if self.recurrent:
+            name = type(self).__name__
+            v: View = SequenceView.of(
+                batch, self.obs_norm, self.state_dim, name, p.seq_burn_in, p.seq_eta
+            )
+        else:
+            v = StepView.of(batch, self.obs_norm)
+        metrics, abs_td = self.update(v)
+        return LearnOut(metrics=metrics, td_error=v.priority(abs_td))
+
+    def update(self, v: View) -> tuple[dict[str, float], torch.Tensor]:
+        """The algorithm's gradient step(s) on ``v``: (metrics, each sample's |TD error|)."""
+        raise NotImplementedError
+
+    def critic_step(self, loss: torch.Tensor, grads: list[torch.Tensor] | None = None) -> None:
+        """The critic's step on ``loss`` (or on its ``grads`` when they were taken): one update."""
+        p = self.params
+        if grads is None:
+            loss_step(loss, self.critic_opt, self.critic_params, p.max_grad_norm)
+        else:
+            grads_step(grads, self.critic_opt, self.critic_params, p.max_grad_norm)
+        self.updates += 1
+
+    def actor_step(self, loss: torch.Tensor, grads: list[torch.Tensor] | None = None) -> None:
+        """The actor's step on ``loss``, whose gradient runs through a critic it does not train
+        (or on its ``grads`` when they were taken)."""
+        p = self.params
+        if grads is None:
+            actor_step(loss, self.actor_opt, self.actor_params, p.max_grad_norm)
+        else:
+            grads_step(grads, self.actor_opt, self.actor_params, p.max_grad_norm)
+        self.last_actor_loss = loss.detach()
+
+    def update_targets(self, tau: float | None = None) -> None:
+        """theta' <- tau theta + (1 - tau) theta' for every target network."""
+        polyak_(self.target_params, self.online_params, self.params.tau if tau is None else tau)
+
+    def report(self, head_losses: torch.Tensor | None, **values: Any) -> dict[str, float]:
+        """Metrics from scalar tensors (one device sync), and each head's critic loss."""
+        stats = torch.stack([torch.as_tensor(v, device=self.device) for v in values.values()])
+        metrics = dict(zip(values, stats.tolist()))
+        if head_losses is not None and len(self.head_names) > 1:
+            for name, loss in zip(self.head_names, head_losses.detach().tolist()):
+                metrics[f"critic_loss/{name}"] = loss
+        return metrics
+
+    # -- the engine's questions, checkpoints -----------------------------------------------------
+
+    @classmethod
+    def needs(cls, params: Any) -> AgentNeeds:
+        return offpolicy_needs(params)
+
+    @staticmethod
+    def check_member(
+        params: Any, *, role: str, heads: tuple[str, ...], syncs: bool
+    ) -> tuple[str, str] | None:
+        """(key, problem) when these params do not combine (raised as a ConfigError)."""
+        return core_problem(params)
+
+    def state_dict(self) -> dict[str, Any]:
+        # Tensors and plain values only: checkpoints load with weights_only=True.
+        state: dict[str, Any] = {"algo": type(self).__module__.rsplit(".", 1)[-1]}
+        for key, attr in self.saved.items():
+            obj = getattr(self, attr)
+            if isinstance(obj, torch.Generator):
+                state[key] = obj.get_state()
+            elif isinstance(obj, torch.Tensor):
+                state[key] = obj.detach().clone()
+            else:
+                state[key] = obj.state_dict()
+        state |= {"env_steps": self.env_steps, "updates": self.updates}
+        return state | {"obs_norm": self.obs_norm.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = {self.renamed.get(k, k): v for k, v in state.items()}
+        for key, attr in self.saved.items():
+            obj = getattr(self, attr)
+            if isinstance(obj, torch.Generator):
+                if key in state:  # (checkpoints from before it was saved have none)
+                    obj.set_state(state[key])
+            elif isinstance(obj, torch.Tensor):
+                with torch.no_grad():
+                    obj.copy_(state[key])
+            else:
+                obj.load_state_dict(state[key])
+        self.env_steps = int(state["env_steps"])
+        self.updates = int(state["updates"])
+        self.obs_norm.load_state_dict(state.get("obs_norm", {}))
 
 
 def adam_step(opt: torch.optim.Optimizer) -> None:
@@ -95,50 +415,3 @@ def grads_step(
     if max_norm > 0:
         nn.utils.clip_grad_norm_(params, max_norm)
     adam_step(opt)
-
-
-class ActorCriticSteps:
-    params: Any
-    critic_opt: torch.optim.Optimizer
-    actor_opt: torch.optim.Optimizer
-    critic_params: list[torch.Tensor]
-    actor_params: list[torch.Tensor]
-    online_params: list[torch.Tensor]
-    target_params: list[torch.Tensor]
-    head_names: tuple[str, ...]
-    updates: int
-    last_actor_loss: Any
-
-    def _critic_step(
-        self, critic_loss: torch.Tensor, grads: list[torch.Tensor] | None = None
-    ) -> None:
-        """The critic step on ``critic_loss``, or on its ``grads`` when they were taken."""
-        if grads is None:
-            loss_step(critic_loss, self.critic_opt, self.critic_params, self.params.max_grad_norm)
-        else:
-            grads_step(grads, self.critic_opt, self.critic_params, self.params.max_grad_norm)
-        self.updates += 1
-
-    def _actor_step(
-        self, actor_loss: torch.Tensor, grads: list[torch.Tensor] | None = None
-    ) -> None:
-        """The (delayed) actor step (on ``grads`` when they were taken) and the target updates
-        that go with it."""
-        if grads is None:
-            actor_step(actor_loss, self.actor_opt, self.actor_params, self.params.max_grad_norm)
-        else:
-            grads_step(grads, self.actor_opt, self.actor_params, self.params.max_grad_norm)
-        polyak_(self.target_params, self.online_params, self.params.tau)
-        self.last_actor_loss = actor_loss.detach()
-
-    def _metrics(self, stats: list[float], head_losses: torch.Tensor) -> dict[str, float]:
-        """The step's metrics from ``stats`` = [critic loss, mean Q] and each head's loss."""
-        metrics = {
-            "critic_loss": stats[0],
-            "actor_loss": float(self.last_actor_loss),
-            "q_mean": stats[1],
-        }
-        if len(self.head_names) > 1:
-            for name, loss in zip(self.head_names, head_losses.detach().tolist()):
-                metrics[f"critic_loss/{name}"] = loss
-        return metrics

@@ -40,35 +40,16 @@ max|delta| + (1 - seq_eta) mean|delta|``.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
-from agents.nets import (
-    NumpyForward,
-    SquashedGaussianActor,
-    TwinQCritic,
-    polyak_,
-    resolve_device,
-    seeded,
-)
-from agents.normalize import IdentityNorm, make_obs_norm
-from agents.offpolicy import actor_step, loss_step
-from agents.recurrent import (
-    RecurrentSquashedActor,
-    SequenceParams,
-    Sequences,
-    offpolicy_needs,
-    recurrent_actor_critic,
-    state_rows,
-    step_two_cores,
-)
-from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SequenceBatch, SpaceInfo, Transitions
-from wheeler2.needs import AgentNeeds
+from agents.offpolicy import OffPolicy, View
+from agents.parts import seeded
+from agents.parts.heads import SquashedGaussianActor, TwinQCritic
+from agents.recurrent import SequenceParams, body
+from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes
 
 
@@ -97,243 +78,95 @@ class Params(SequenceParams):
     device: str = "cpu"  # "cpu" | "cuda"
 
 
-class SAC(Agent):
+class SAC(OffPolicy, Agent):
     Params = Params
-    uses_replay = True
-
-    @classmethod
-    def needs(cls, params: Params) -> AgentNeeds:
-        return offpolicy_needs(params)
+    saved = {
+        "actor": "actor_net",
+        "critic": "critic",
+        "critic_target": "critic_target",
+        "actor_opt": "actor_opt",
+        "critic_opt": "critic_opt",
+        "log_alpha": "log_alpha",
+        "alpha_opt": "alpha_opt",
+        "gen": "gen",
+    }
+    stochastic = True  # explores by sampling its policy (no action noise)
 
     def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
-        super().__init__(space, params, resolve_device(device, params.device), seed)
-        if space.discrete:
-            raise ValueError("SAC needs a continuous (Box) action space")
-        p, dev = params, self.device
-        self.head_names = space.heads
-        self.recurrent = p.core != "none"
+        super().__init__(space, params, device, seed)
+        p, act_dim, heads, dev = params, space.act_dim, space.num_heads, self.device
         with seeded(seed):
-            if self.recurrent:
-                self.actor_net, self.critic, self.core_state = recurrent_actor_critic(
-                    RecurrentSquashedActor, p, space, twin=True
-                )
-                self.state_dim = 2 * self.core_state
-            else:
-                self.actor_net = SquashedGaussianActor(
-                    space.obs_dim, p.hidden, space.act_dim, "relu"
-                )
-                self.critic = TwinQCritic(
-                    space.obs_dim, space.act_dim, p.hidden, space.num_heads, p.critic, "relu"
-                )
-        self.actor_net.to(dev)
-        self.critic.to(dev)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_opt = torch.optim.Adam(self.actor_net.parameters(), lr=p.lr_actor, fused=True)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=p.lr_critic, fused=True)
+            self.actor_net = self.net(
+                lambda d: SquashedGaussianActor(d, p.hidden, act_dim, "relu"),
+                actions="continuous",
+            )
+            self.critic = self.net(
+                lambda d: TwinQCritic(d, act_dim, p.hidden, heads, p.critic, "relu"), critic=True
+            )
+        self.critic_target = self.target(self.critic)  # (no target actor)
+        self.actor_opt, self.actor_params = self.optimizer(self.actor_net, p.lr_actor)
+        self.critic_opt, self.critic_params = self.optimizer(self.critic, p.lr_critic)
         self.log_alpha = torch.tensor(
             float(np.log(p.alpha_init)), device=dev, requires_grad=p.learn_alpha
         )
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=p.lr_alpha)
-        self.target_entropy = float(p.target_entropy_per_dim * space.act_dim)
-        self.actor_params = list(self.actor_net.parameters())
-        self.critic_params = list(self.critic.parameters())
-        self.target_params = list(self.critic_target.parameters())
-
-        self.head_w = torch.tensor(space.head_weights, dtype=torch.float32, device=dev)
+        self.target_entropy = float(p.target_entropy_per_dim * act_dim)
+        # The layers after each network's core (the networks themselves when feedforward).
+        self.pi = body(self.actor_net)
+        self.q, self.q_target = body(self.critic), body(self.critic_target)
         total = float(self.head_w.sum())
         # Each head's share of the entropy bonus, c_h / C (C = 1 if the weights cancel out).
         self.entropy_share = self.head_w / (total if abs(total) > 1e-8 else 1.0)
-
-        self.obs_norm = make_obs_norm(p.normalize_obs, space.obs_dim, p.obs_clip, dev)
-        # The deterministic (evaluation) action on the CPU goes through numpy (NumpyForward).
-        self.fast_mean = (
-            NumpyForward.of(self.actor_net, squash=True)
-            if isinstance(self.obs_norm, IdentityNorm) and not self.recurrent
-            else None
-        )
-        self.rng = np.random.default_rng(seed + 2)
         # Policy samples (acting and learning) have their own stream, on the agent's device.
         self.gen = torch.Generator(device=dev)
         self.gen.manual_seed(seed + 3)
-        self.env_steps = 0
-        self.updates = 0
-
-    @property
-    def actor(self) -> nn.Module:
-        return self.actor_net
 
     @property
     def alpha(self) -> float:
         return float(self.log_alpha.detach().exp())
 
-    def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
-        n = len(obs)
-        if self.recurrent:
-            return self._act_recurrent(obs, explore, state)
-        if explore and self.env_steps < self.params.learning_starts:
-            # Uniform actions fill the buffer with diverse data before the policy means anything.
-            a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
-            return ActOut(action=a)
-        if not explore and self.fast_mean is not None:
-            return ActOut(action=self.fast_mean(obs).astype(np.float32, copy=False))
-        with torch.inference_mode():
-            x = self.obs_norm.normalize(
-                torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-            )
-            a = self.actor_net.sample(x, self.gen)[0] if explore else self.actor_net(x)
-        return ActOut(action=a.cpu().numpy())
+    def decide(self, z: torch.Tensor, sample: bool) -> torch.Tensor:
+        """A draw of the policy when exploring, else its mean action tanh(mu(s))."""
+        return self.pi.sample(z, self.gen)[0] if sample else self.pi(z)
 
-    def _act_recurrent(self, obs: np.ndarray, explore: bool, state: np.ndarray | None) -> ActOut:
-        n = len(obs)
-        random = explore and self.env_steps < self.params.learning_starts
-        with torch.inference_mode():
-            x = self.obs_norm.normalize(
-                torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-            )
-            h = state_rows(state, n, self.state_dim, self.device)
-            ya, h = step_two_cores(self.actor_net.core, self.critic.core, x, h)
-            if random:
-                a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
-            elif explore:
-                a = self.actor_net.sample_on(ya, x, self.gen)[0].cpu().numpy()
-            else:
-                a = self.actor_net.mean_on(ya, x).cpu().numpy()
-            nxt = h.cpu().numpy()
-        return ActOut(action=a, state=nxt)
-
-    def observe(self, step: Transitions) -> dict[str, float] | None:
-        self.env_steps += len(step.obs)
-        self.obs_norm.update(step.obs)  # acting data only: evaluation never calls observe
-        return None
-
-    def learn(self, batch: Batch) -> LearnOut:
-        if self.recurrent:
-            return self.learn_sequences(batch)  # type: ignore[arg-type]
-        obs, action = self.obs_norm.normalize(batch.obs), batch.action
-        next_obs = self.obs_norm.normalize(batch.next_obs)
+    def update(self, v: View) -> tuple[dict[str, float], torch.Tensor]:
         alpha = self.log_alpha.detach().exp()
         with torch.no_grad():
-            a_next, logp_next = self.actor_net.sample(next_obs, self.gen)
-            q_next = self.critic_target(next_obs, a_next).min(0).values  # [B, H]
-            soft = q_next - alpha * self.entropy_share * logp_next.unsqueeze(-1)
-            y = batch.reward + batch.discount.unsqueeze(-1) * soft  # [B, H]
-        q = self.critic(obs, action)  # [2, B, H]
+            # a', logp' from the online policy (SAC has no target actor).
+            a_next, logp_next = self.pi.sample(v.read_next(self.actor_net), self.gen)
+            q_next = self.q_target(v.read_next(self.critic_target), a_next).min(0).values
+            y = v.target(q_next - alpha * self.entropy_share * logp_next.unsqueeze(-1))
+        zc = v.read(self.critic)
+        q = self.q(zc, v.action)  # [2, ..., H]
         td = y - q
-        # Per head: the pair's losses summed, each importance-weighted over the batch.
-        head_losses = (batch.weight.unsqueeze(-1) * td.pow(2)).mean(1).sum(0)  # [H]
+        # Per head: the pair's losses summed, each importance-weighted over the samples.
+        head_losses = v.head_losses(td.pow(2))  # [H]
         critic_loss = head_losses.sum()
-        self._critic_step(critic_loss)
+        self.critic_step(critic_loss)
 
-        a_pi, logp = self.actor_net.sample(obs, self.gen)
-        q_pi = self.critic(obs, a_pi).min(0).values  # [B, H]
-        actor_loss = (alpha * logp - (q_pi * self.head_w).sum(-1)).mean()
-        self._actor_step(actor_loss)
+        a_pi, logp = self.pi.sample(v.read(self.actor_net), self.gen)
+        # The actor climbs Q; the critic's core (if any) is the critic's to train.
+        q_pi = self.q(zc.detach(), a_pi).min(0).values  # [..., H]
+        actor_loss = v.mean(alpha * logp - (q_pi * self.head_w).sum(-1))
+        self.actor_step(actor_loss)
 
         logp = logp.detach()
-        alpha_loss = -(self.log_alpha * (logp + self.target_entropy)).mean()
-        self._alpha_step(alpha_loss)
-
-        with torch.no_grad():
-            abs_td = td.detach().abs().mean(0)  # [B, H], the pair averaged
-            # One priority per sample: the heads' |TD| averaged with the task's head weights.
-            td_error = (abs_td * self.head_w).sum(-1) / self.head_w.sum()
-            losses = (critic_loss, actor_loss, q.detach().mean(), alpha, alpha_loss, -logp.mean())
-        return LearnOut(metrics=self._metrics(losses, head_losses), td_error=td_error.cpu().numpy())
-
-    def learn_sequences(self, batch: SequenceBatch) -> LearnOut:
-        """The SAC step on B sequences, time-major inside: positions t of ``mask`` are the
-        samples, each row weighted by its sequence's importance weight."""
-        p = self.params
-        s = Sequences.of(batch, self.obs_norm, self.state_dim, "SAC")
-        ha, hc = s.state.split(self.core_state, dim=1)
-        alpha = self.log_alpha.detach().exp()
-        with torch.no_grad():
-            ya = s.next_features(self.actor_net.core, ha)
-            a_next, logp_next = self.actor_net.sample_on(ya, s.nxt, self.gen)
-            yc = s.next_features(self.critic_target.core, hc)
-            q_next = self.critic_target.on(yc, s.nxt, a_next).min(0).values  # [T + n - 1, B, H]
-            y = s.target(q_next - alpha * self.entropy_share * logp_next.unsqueeze(-1))
-        feats = s.unroll(self.critic.core, hc, p.seq_burn_in)
-        q = self.critic.on(feats, s.x, s.action)  # [2, T, B, H]
-        td = y - q
-        head_losses = s.weighted(td.pow(2))  # [H]
-        critic_loss = head_losses.sum()
-        self._critic_step(critic_loss)
-
-        ya = s.unroll(self.actor_net.core, ha, p.seq_burn_in)
-        a_pi, logp = self.actor_net.sample_on(ya, s.x, self.gen)  # [T, B, A], [T, B]
-        # The actor climbs Q; the critic's core is the critic's.
-        q_pi = self.critic.on(feats.detach(), s.x, a_pi).min(0).values  # [T, B, H]
-        actor_loss = s.mean(alpha * logp - (q_pi * self.head_w).sum(-1))
-        self._actor_step(actor_loss)
-
-        logp = logp.detach()
-        alpha_loss = -s.mean(self.log_alpha * (logp + self.target_entropy))
-        self._alpha_step(alpha_loss)
-
-        with torch.no_grad():
-            abs_td = (td.detach().abs().mean(0) * self.head_w).sum(-1) / self.head_w.sum()
-            q_mean = s.mean(q.detach().mean((0, 3)))
-            losses = (critic_loss, actor_loss, q_mean, alpha, alpha_loss, -s.mean(logp))
-        return LearnOut(
-            metrics=self._metrics(losses, head_losses), td_error=s.priority(abs_td, p.seq_eta)
-        )
-
-    def _critic_step(self, critic_loss: torch.Tensor) -> None:
-        loss_step(critic_loss, self.critic_opt, self.critic_params, self.params.max_grad_norm)
-
-    def _actor_step(self, actor_loss: torch.Tensor) -> None:
-        actor_step(actor_loss, self.actor_opt, self.actor_params, self.params.max_grad_norm)
-
-    def _alpha_step(self, alpha_loss: torch.Tensor) -> None:
-        """The temperature's step, then the critics' targets: the end of one update."""
+        alpha_loss = -v.mean(self.log_alpha * (logp + self.target_entropy))
         if self.params.learn_alpha:
             self.alpha_opt.zero_grad(set_to_none=True)
             alpha_loss.backward()
             self.alpha_opt.step()
-        polyak_(self.target_params, self.critic_params, self.params.tau)
-        self.updates += 1
+        self.update_targets()  # the critics' targets, every step
 
-    def _metrics(
-        self, losses: tuple[torch.Tensor, ...], head_losses: torch.Tensor
-    ) -> dict[str, float]:
-        with torch.no_grad():
-            stats = torch.stack([v.detach() for v in losses]).tolist()
-        names = ("critic_loss", "actor_loss", "q_mean", "alpha", "alpha_loss", "entropy")
-        metrics = dict(zip(names, stats))
-        if len(self.head_names) > 1:
-            for name, loss in zip(self.head_names, head_losses.detach().tolist()):
-                metrics[f"critic_loss/{name}"] = loss
-        return metrics
-
-    def state_dict(self) -> dict[str, Any]:
-        # Tensors and plain values only: checkpoints load with weights_only=True.
-        return {
-            "algo": "sac",  # lets resume name a member whose algo changed
-            "actor": self.actor_net.state_dict(),
-            "critic": self.critic.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "actor_opt": self.actor_opt.state_dict(),
-            "critic_opt": self.critic_opt.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "alpha_opt": self.alpha_opt.state_dict(),
-            "gen": self.gen.get_state(),
-            "env_steps": self.env_steps,
-            "updates": self.updates,
-            "obs_norm": self.obs_norm.state_dict(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor_net.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        self.alpha_opt.load_state_dict(state["alpha_opt"])
-        if "gen" in state:
-            self.gen.set_state(state["gen"])
-        self.env_steps = int(state["env_steps"])
-        self.updates = int(state["updates"])
-        self.obs_norm.load_state_dict(state.get("obs_norm", {}))
+        # One priority per sample: |TD| of the pair averaged, the heads' with the head weights.
+        abs_td = (td.detach().abs().mean(0) * self.head_w).sum(-1) / self.head_w.sum()
+        metrics = self.report(
+            head_losses,
+            critic_loss=critic_loss.detach(),
+            actor_loss=actor_loss.detach(),
+            q_mean=v.mean(q.detach().mean((0, -1))),
+            alpha=alpha,
+            alpha_loss=alpha_loss.detach(),
+            entropy=-v.mean(logp),
+        )
+        return metrics, abs_td

@@ -32,35 +32,17 @@ along the sequence; a sequence's priority is ``seq_eta max|delta| + (1 - seq_eta
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
-from agents.nets import (
-    DeterministicActor,
-    NumpyForward,
-    TwinQCritic,
-    resolve_device,
-    seeded,
-)
-from agents.noise import KINDS, make_noise
-from agents.normalize import IdentityNorm, make_obs_norm
-from agents.offpolicy import ActorCriticSteps
-from agents.recurrent import (
-    RecurrentActor,
-    SequenceParams,
-    Sequences,
-    offpolicy_needs,
-    recurrent_actor_critic,
-    state_rows,
-    step_two_cores,
-)
-from wheeler2.agent import ActOut, Agent, Batch, LearnOut, SequenceBatch, SpaceInfo, Transitions
-from wheeler2.needs import AgentNeeds
+from agents.noise import KINDS, noise_from
+from agents.offpolicy import OffPolicy, View
+from agents.parts import seeded
+from agents.parts.heads import DeterministicActor, TwinQCritic
+from agents.recurrent import SequenceParams, body, first_input
+from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes
 
 
@@ -98,245 +80,90 @@ class Params(SequenceParams):
     device: str = "cpu"  # "cpu" | "cuda"
 
 
-class TD3(ActorCriticSteps, Agent):
+class TD3(OffPolicy, Agent):
     Params = Params
-    uses_replay = True
-
-    @classmethod
-    def needs(cls, params: Params) -> AgentNeeds:
-        return offpolicy_needs(params)
+    saved = {
+        "actor": "actor_net",
+        "critic": "critic",
+        "actor_target": "actor_target",
+        "critic_target": "critic_target",
+        "actor_opt": "actor_opt",
+        "critic_opt": "critic_opt",
+        "gen": "gen",
+    }
 
     def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
-        super().__init__(space, params, resolve_device(device, params.device), seed)
-        if space.discrete:
-            raise ValueError("TD3 needs a continuous (Box) action space")
-        p, dev = params, self.device
-        self.head_names = space.heads
-        self.recurrent = p.core != "none"
+        super().__init__(space, params, device, seed)
+        p, act_dim, heads = params, space.act_dim, space.num_heads
         with seeded(seed):
-            if self.recurrent:
-                self.actor_net, self.critic, self.core_state = recurrent_actor_critic(
-                    RecurrentActor, p, space, twin=True
-                )
-                self.state_dim = 2 * self.core_state
-            else:
-                self.actor_net = DeterministicActor(space.obs_dim, p.hidden, space.act_dim, "relu")
-                self.critic = TwinQCritic(
-                    space.obs_dim, space.act_dim, p.hidden, space.num_heads, p.critic, "relu"
-                )
-        self.actor_net.to(dev)
-        self.critic.to(dev)
-        self.actor_target = _frozen_copy(self.actor_net)
-        self.critic_target = _frozen_copy(self.critic)
-        self.actor_opt = torch.optim.Adam(self.actor_net.parameters(), lr=p.lr_actor, fused=True)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=p.lr_critic, fused=True)
-        # Flat parameter lists, built once: the Polyak update and autograd take them every step.
-        self.actor_params = list(self.actor_net.parameters())
-        self.critic_params = list(self.critic.parameters())
-        self.target_params = list(self.actor_target.parameters()) + list(
-            self.critic_target.parameters()
-        )
-        self.online_params = self.actor_params + self.critic_params
-        self.head_w = torch.tensor(space.head_weights, dtype=torch.float32, device=dev)
-
-        self.obs_norm = make_obs_norm(p.normalize_obs, space.obs_dim, p.obs_clip, dev)
-        # Acting on the CPU without input normalization goes through numpy (see NumpyForward).
-        self.fast_actor = (
-            NumpyForward.of(self.actor_net, squash=True)
-            if isinstance(self.obs_norm, IdentityNorm) and not self.recurrent
-            else None
-        )
-        self.noise = make_noise(
-            p.noise,
-            p.noise_std,
-            space.act_dim,
-            seed + 1,
-            beta=p.noise_beta,
-            horizon=p.noise_horizon,
-            theta=p.ou_theta,
-            dt=p.ou_dt,
-        )
-        self.rng = np.random.default_rng(seed + 2)
+            self.actor_net = self.net(
+                lambda d: DeterministicActor(d, p.hidden, act_dim, "relu"), actions="continuous"
+            )
+            self.critic = self.net(
+                lambda d: TwinQCritic(d, act_dim, p.hidden, heads, p.critic, "relu"), critic=True
+            )
+        self.actor_target = self.target(self.actor_net)
+        self.critic_target = self.target(self.critic)
+        self.actor_opt, self.actor_params = self.optimizer(self.actor_net, p.lr_actor)
+        self.critic_opt, self.critic_params = self.optimizer(self.critic, p.lr_critic)
+        # The layers after each network's core (the networks themselves when feedforward).
+        self.mu, self.mu_target = body(self.actor_net), body(self.actor_target)
+        self.q, self.q_target = body(self.critic), body(self.critic_target)
+        self.noise = noise_from(p, act_dim, seed + 1) if p.noise != "none" else None
         # The target-policy smoothing noise has its own stream, on the learner's device.
-        self.gen = torch.Generator(device=dev)
+        self.gen = torch.Generator(device=self.device)
         self.gen.manual_seed(seed + 3)
-        self.env_steps = 0
-        self.updates = 0
-        self.last_actor_loss = 0.0
 
-    @property
-    def actor(self) -> nn.Module:
-        return self.actor_net
-
-    def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
-        n = len(obs)
-        if self.recurrent:
-            return self._act_recurrent(obs, explore, state)
-        if explore and self.env_steps < self.params.learning_starts:
-            # Uniform actions fill the buffer with diverse data before the policy means anything.
-            a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
-            return ActOut(action=a)
-        if self.fast_actor is not None:
-            a = self.fast_actor(obs)
-        else:
-            with torch.inference_mode():
-                x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-                a = self.actor_net(self.obs_norm.normalize(x)).cpu().numpy()
-        if explore and self.params.noise != "none":
-            a = np.clip(a + self.noise(n), -1.0, 1.0)
-        return ActOut(action=a.astype(np.float32, copy=False))
+    def decide(self, z: torch.Tensor, sample: bool) -> torch.Tensor:
+        return self.mu(z)
 
     def head_values(self, obs: np.ndarray) -> np.ndarray:
         """Q_h(s, mu(s)) of each head, ``[N, H]``, from the critic the actor maximizes
         (``actor_q``): evaluation holds it against each head's discounted return."""
         with torch.inference_mode():
-            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-            x = self.obs_norm.normalize(x)
-            a = self.actor_net(x)
-            q = (
-                self.critic.q1(x, a)
-                if self.params.actor_q == "q1"
-                else self.critic(x, a).min(0).values
-            )
-            return q.cpu().numpy()
-
-    def _act_recurrent(self, obs: np.ndarray, explore: bool, state: np.ndarray | None) -> ActOut:
-        n = len(obs)
-        with torch.inference_mode():
             x = self.obs_norm.normalize(
                 torch.as_tensor(obs, dtype=torch.float32, device=self.device)
             )
-            h = state_rows(state, n, self.state_dim, self.device)
-            ya, h = step_two_cores(self.actor_net.core, self.critic.core, x, h)
-            a = self.actor_net.on(ya, x).cpu().numpy()
-            nxt = h.cpu().numpy()
-        if explore and self.env_steps < self.params.learning_starts:
-            a = self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
-        elif explore and self.params.noise != "none":
-            a = np.clip(a + self.noise(n), -1.0, 1.0)
-        return ActOut(action=a.astype(np.float32, copy=False), state=nxt)
+            zc, a = first_input(self.critic, x), self.actor_net(x)
+            return self._actor_q(zc, a).cpu().numpy()
 
-    def observe(self, step: Transitions) -> dict[str, float] | None:
-        self.env_steps += len(step.obs)
-        self.obs_norm.update(step.obs)  # acting data only: evaluation never calls observe
-        done = np.logical_or(step.terminated, step.truncated)
-        if done.any():
-            self.noise.reset(done)
-        return None
+    def _actor_q(self, zc: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return self.q.q1(zc, a) if self.params.actor_q == "q1" else self.q(zc, a).min(0).values
 
-    def target_action(self, next_obs: torch.Tensor) -> torch.Tensor:
+    def smooth(self, a_next: torch.Tensor) -> torch.Tensor:
         """a' = clip(mu'(s') + clip(eps, -c, c), -1, 1): the smoothed target action."""
         p = self.params
-        a_next = self.actor_target(next_obs)
         eps = torch.randn(a_next.shape, generator=self.gen, device=a_next.device)
         eps = (eps * p.target_noise).clamp(-p.target_noise_clip, p.target_noise_clip)
         return (a_next + eps).clamp(-1.0, 1.0)
 
-    def learn(self, batch: Batch) -> LearnOut:
+    def update(self, v: View) -> tuple[dict[str, float], torch.Tensor]:
         p = self.params
-        if self.recurrent:
-            return self.learn_sequences(batch)  # type: ignore[arg-type]
-        obs, action = self.obs_norm.normalize(batch.obs), batch.action
-        next_obs = self.obs_norm.normalize(batch.next_obs)
         with torch.no_grad():
-            q_next = self.critic_target(next_obs, self.target_action(next_obs))  # [2, B, H]
-            y = batch.reward + batch.discount.unsqueeze(-1) * q_next.min(0).values  # [B, H]
-        q = self.critic(obs, action)  # [2, B, H]
+            a_next = self.smooth(self.mu_target(v.read_next(self.actor_target)))
+            q_next = self.q_target(v.read_next(self.critic_target), a_next)  # [2, ..., H]
+            y = v.target(q_next.min(0).values)  # [..., H]
+        zc = v.read(self.critic)
+        q = self.q(zc, v.action)  # [2, ..., H]
         td = y - q
-        # Per head: the pair's losses summed, each importance-weighted over the batch.
-        head_losses = (batch.weight.unsqueeze(-1) * td.pow(2)).mean(1).sum(0)  # [H]
+        # Per head: the pair's losses summed, each importance-weighted over the samples.
+        head_losses = v.head_losses(td.pow(2))  # [H]
         critic_loss = head_losses.sum()
-
-        self._critic_step(critic_loss)
+        self.critic_step(critic_loss)
 
         if self.updates % p.policy_delay == 0:
-            a_pi = self.actor_net(obs)
-            if p.actor_q == "q1":
-                q_pi = self.critic.q1(obs, a_pi)  # [B, H]
-            else:
-                q_pi = self.critic(obs, a_pi).min(0).values
-            actor_loss = -(q_pi * self.head_w).sum(-1).mean()
-            self._actor_step(actor_loss)
+            a_pi = self.mu(v.read(self.actor_net))
+            # The actor climbs Q; the critic's core (if any) is the critic's to train.
+            q_pi = self._actor_q(zc.detach(), a_pi)  # [..., H]
+            self.actor_step(-v.mean((q_pi * self.head_w).sum(-1)))
+            self.update_targets()
 
-        with torch.no_grad():
-            abs_td = td.detach().abs().mean(0)  # [B, H], the pair averaged
-            # One priority per sample: the heads' |TD| averaged with the task's head weights.
-            td_error = (abs_td * self.head_w).sum(-1) / self.head_w.sum()
-            stats = torch.stack([critic_loss.detach(), q.detach().mean()]).tolist()
-        return LearnOut(metrics=self._metrics(stats, head_losses), td_error=td_error.cpu().numpy())
-
-    def learn_sequences(self, batch: SequenceBatch) -> LearnOut:
-        """The TD3 step on B sequences, time-major inside: positions t of ``mask`` are the
-        samples, each row weighted by its sequence's importance weight."""
-        p = self.params
-        s = Sequences.of(batch, self.obs_norm, self.state_dim, "TD3")
-        ha, hc = s.state.split(self.core_state, dim=1)
-        with torch.no_grad():
-            ya = s.next_features(self.actor_target.core, ha)
-            yc = s.next_features(self.critic_target.core, hc)
-            a_next = self._smooth(self.actor_target.on(ya, s.nxt))
-            y = s.target(self.critic_target.on(yc, s.nxt, a_next).min(0).values)  # [T, B, H]
-        feats = s.unroll(self.critic.core, hc, p.seq_burn_in)
-        q = self.critic.on(feats, s.x, s.action)  # [2, T, B, H]
-        td = y - q
-        head_losses = s.weighted(td.pow(2))  # [H]
-        critic_loss = head_losses.sum()
-
-        self._critic_step(critic_loss)
-
-        if self.updates % p.policy_delay == 0:
-            a_pi = self.actor_net.on(s.unroll(self.actor_net.core, ha, p.seq_burn_in), s.x)
-            feats = feats.detach()  # the actor climbs Q; the critic's core is the critic's
-            if p.actor_q == "q1":
-                q_pi = self.critic.q1_on(feats, s.x, a_pi)  # [T, B, H]
-            else:
-                q_pi = self.critic.on(feats, s.x, a_pi).min(0).values
-            self._actor_step(-s.mean((q_pi * self.head_w).sum(-1)))
-
-        with torch.no_grad():
-            abs_td = (td.detach().abs().mean(0) * self.head_w).sum(-1) / self.head_w.sum()
-            stats = torch.stack([critic_loss.detach(), s.mean(q.detach().mean((0, 3)))]).tolist()
-        return LearnOut(
-            metrics=self._metrics(stats, head_losses), td_error=s.priority(abs_td, p.seq_eta)
+        # One priority per sample: |TD| of the pair averaged, the heads' with the head weights.
+        abs_td = (td.detach().abs().mean(0) * self.head_w).sum(-1) / self.head_w.sum()
+        metrics = self.report(
+            head_losses,
+            critic_loss=critic_loss.detach(),
+            actor_loss=self.last_actor_loss,
+            q_mean=v.mean(q.detach().mean((0, -1))),
         )
-
-    def _smooth(self, a_next: torch.Tensor) -> torch.Tensor:
-        p = self.params
-        eps = torch.randn(a_next.shape, generator=self.gen, device=a_next.device)
-        eps = (eps * p.target_noise).clamp(-p.target_noise_clip, p.target_noise_clip)
-        return (a_next + eps).clamp(-1.0, 1.0)
-
-    def state_dict(self) -> dict[str, Any]:
-        # Tensors and plain values only: checkpoints load with weights_only=True.
-        return {
-            "algo": "td3",  # lets resume name a member whose algo changed
-            "actor": self.actor_net.state_dict(),
-            "critic": self.critic.state_dict(),
-            "actor_target": self.actor_target.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "actor_opt": self.actor_opt.state_dict(),
-            "critic_opt": self.critic_opt.state_dict(),
-            "gen": self.gen.get_state(),
-            "env_steps": self.env_steps,
-            "updates": self.updates,
-            "obs_norm": self.obs_norm.state_dict(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor_net.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.actor_target.load_state_dict(state["actor_target"])
-        self.critic_target.load_state_dict(state["critic_target"])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        if "gen" in state:
-            self.gen.set_state(state["gen"])
-        self.env_steps = int(state["env_steps"])
-        self.updates = int(state["updates"])
-        self.obs_norm.load_state_dict(state.get("obs_norm", {}))
-
-
-def _frozen_copy(net: nn.Module) -> nn.Module:
-    target = copy.deepcopy(net)
-    target.requires_grad_(False)
-    return target
+        return metrics, abs_td

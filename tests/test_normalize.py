@@ -182,9 +182,9 @@ def test_ppo_folds_each_batch_in_before_normalizing_it_as_vecnormalize_does() ->
         )
     )
     buf = agent.rollout
-    np.testing.assert_allclose(buf["obs"][0].numpy(), seen[0].numpy(), atol=1e-6)
+    np.testing.assert_allclose(buf.obs[0].numpy(), seen[0].numpy(), atol=1e-6)
     expected_next = _vecnormalize([obs0, obs1], next_obs, 10.0)
-    np.testing.assert_allclose(buf["next_obs"][0].numpy(), expected_next, atol=1e-5)
+    np.testing.assert_allclose(buf.next_obs[0].numpy(), expected_next, atol=1e-5)
     seen.clear()
     agent.act(obs1, explore=True)
     np.testing.assert_allclose(seen[0].numpy(), _vecnormalize([obs0, obs1], obs1, 10.0), atol=1e-5)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from agents.cores import RecurrentCore
-from agents.recurrent import unroll
+from agents.parts.batch import unroll
 from agents.td3 import TD3, Params
 from wheeler2.agent import Batch, SequenceBatch, SpaceInfo
 
@@ -196,17 +196,17 @@ def test_a_short_run_trains_on_sequences_with_stored_states(tmp_path, capsys) ->
     from tests.offpolicy_runs import run_text
 
     seen: list[SequenceBatch] = []
-    learn = TD3.learn_sequences
+    learn = TD3.learn
 
     def spy(self: TD3, batch: SequenceBatch):  # noqa: ANN202
         seen.append(batch)
         return learn(self, batch)
 
-    TD3.learn_sequences = spy  # type: ignore[method-assign]
+    TD3.learn = spy  # type: ignore[method-assign]
     try:
         _, summary = run_text(tmp_path, capsys, RUN)
     finally:
-        TD3.learn_sequences = learn  # type: ignore[method-assign]
+        TD3.learn = learn  # type: ignore[method-assign]
     assert summary["env_steps"] >= 600 and summary["eval"]
     assert len(seen) >= 15  # (600 - 200) * 0.05 updates
     batch = seen[-1]
@@ -224,7 +224,7 @@ def test_a_short_run_trains_on_sequences_with_stored_states(tmp_path, capsys) ->
 
 def test_sequence_pieces_by_hand() -> None:
     from agents.normalize import IdentityNorm
-    from agents.recurrent import Sequences
+    from agents.parts.batch import SequenceView
 
     # B = 2 rows of T = 3; row 0 trains positions 1, 2, row 1 position 0 only; weights 2 and 1.
     arrays = dict(
@@ -240,19 +240,19 @@ def test_sequence_pieces_by_hand() -> None:
         weight=np.array([2.0, 1.0], np.float32),
         index=np.arange(2),
     )
-    s = Sequences.of(Batch.from_numpy(arrays, "cpu"), IdentityNorm(), 4, "test")
+    s = SequenceView.of(Batch.from_numpy(arrays, "cpu"), IdentityNorm(), 4, "test", eta=0.5)
     assert s.state.shape == (2, 4) and not s.state.any()  # no stored state: the initial one
     values = torch.tensor([[10.0, 20.0], [30.0, 40.0], [50.0, 60.0]])  # [T, B]
     assert float(s.mean(values)) == pytest.approx((30 + 50 + 20) / 3)  # the trained positions
-    # weighted: sum of w * x over trained positions / count = (2*30 + 2*50 + 1*20) / 3
-    assert s.weighted(values.unsqueeze(-1)).tolist() == pytest.approx([180 / 3])
+    # head_losses: sum of w * x over trained positions / count = (2*30 + 2*50 + 1*20) / 3
+    assert s.head_losses(values.unsqueeze(-1)).tolist() == pytest.approx([180 / 3])
     # The bootstrap of position t is next-value position boot[b, t].
     v_next = torch.arange(8.0).reshape(4, 2, 1)  # value (k, b) = 2k + b
     y = s.target(v_next)  # r + 0.5 * v_next[boot]
     expected = [[1 + 0.5 * 2, 4 + 0.5 * 1], [2 + 0.5 * 4, 5 + 0.5 * 3], [3 + 0.5 * 6, 6 + 0.5 * 5]]
     np.testing.assert_allclose(y.squeeze(-1).numpy(), expected)
     # Priorities: eta max + (1 - eta) mean over each row's trained positions.
-    prio = s.priority(torch.tensor([[9.0, 1.0], [1.0, 9.0], [3.0, 9.0]]), 0.5)
+    prio = s.priority(torch.tensor([[9.0, 1.0], [1.0, 9.0], [3.0, 9.0]]))
     np.testing.assert_allclose(prio, [0.5 * 3 + 0.5 * 2, 0.5 * 1 + 0.5 * 1])
 
 
@@ -415,7 +415,7 @@ def test_options_that_do_not_combine_with_a_core_are_refused(tmp_path) -> None: 
     from agents.ddpg import DDPG
     from agents.ddpg import Params as DDPGParams
     from wheeler2.config import ConfigError, load
-    from wheeler2.runtime import build
+    from wheeler2.runtime.team import prepare_team
 
     with pytest.raises(ValueError, match="features"):
         _build("dqn", features="rbf")
@@ -425,7 +425,7 @@ def test_options_that_do_not_combine_with_a_core_are_refused(tmp_path) -> None: 
     path = tmp_path / "bad.toml"
     path.write_text(DQN_RBF)
     with pytest.raises(ConfigError) as info:
-        build.prepare_team(load(path), {})
+        prepare_team(load(path), {})
     err = info.value
     assert (err.file, err.table, err.key) == (str(path), "[[team]] target", "features")
     assert 'core = "gru"' in err.message
@@ -550,18 +550,18 @@ def test_a_short_run_of_each_learner_trains_on_sequences(tmp_path, capsys, algo,
 
     cls = registry.resolve_algo(algo)
     seen: list[tuple[SequenceBatch, dict[str, float]]] = []
-    learn = cls.learn_sequences
+    learn = cls.learn
 
     def spy(self, batch: SequenceBatch):  # noqa: ANN001, ANN202
         out = learn(self, batch)
         seen.append((batch, out.metrics))
         return out
 
-    cls.learn_sequences = spy
+    cls.learn = spy
     try:
         _, summary = run_text(tmp_path, capsys, SHORT.format(algo=algo, env=env, core=core))
     finally:
-        cls.learn_sequences = learn
+        cls.learn = learn
     assert summary["env_steps"] >= 500 and summary["eval"]
     assert len(seen) >= 12  # (500 - 200) * 0.05 updates
     for _, metrics in seen:

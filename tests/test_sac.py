@@ -23,7 +23,9 @@ from wheeler2 import checkpoint as ckpt
 from wheeler2 import cli
 from wheeler2.agent import ActOut, Batch, SpaceInfo, Transitions
 from wheeler2.config import load
-from wheeler2.runtime import build
+from wheeler2.runtime.parts import make_agent
+from wheeler2.runtime.seeds import member_seed
+from wheeler2.runtime.team import prepare_team
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO_HEADS = SpaceInfo(
@@ -287,7 +289,7 @@ def test_checkpoint_round_trip_restores_everything_and_the_next_step():
 
 
 # ------------------------------------------------------------------------------------------
-# recurrent SAC (learn_sequences): with a silent core the losses are the feedforward ones per
+# recurrent SAC (sequences): with a silent core the losses are the feedforward ones per
 # trained position
 
 
@@ -405,8 +407,8 @@ def test_team_ppo_explorer_takes_the_mean_path_and_an_apex_actor_the_whole_polic
         "log_std_head",
     }
     config = load(run / "config.toml")
-    plan = build.prepare_team(config, {}).plans[2]
-    own = build.make_agent(config, plan, SpaceInfo(3, 1, False), build.member_seed(config, plan))
+    plan = prepare_team(config, {}).plans[2]
+    own = make_agent(config, plan, SpaceInfo(3, 1, False), member_seed(config, plan))
     assert not torch.equal(apex["actor"]["log_std_head.weight"], own.actor.log_std_head.weight)
 
 

@@ -22,7 +22,9 @@ from wheeler2 import checkpoint as ckpt
 from wheeler2 import cli
 from wheeler2.agent import ActOut, Batch, SpaceInfo, Transitions
 from wheeler2.config import load
-from wheeler2.runtime import build
+from wheeler2.runtime.parts import make_agent
+from wheeler2.runtime.seeds import member_seed
+from wheeler2.runtime.team import prepare_team
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO_HEADS = SpaceInfo(
@@ -238,7 +240,7 @@ def test_checkpoint_round_trip_restores_everything_and_the_next_step():
 
 
 # ------------------------------------------------------------------------------------------
-# recurrent TD3 (learn_sequences): with a silent core the losses are the feedforward ones per
+# recurrent TD3 (sequences): with a silent core the losses are the feedforward ones per
 # trained position
 
 
@@ -405,9 +407,9 @@ def test_team_ppo_explorer_syncs_from_td3_and_an_apex_actor_never_learns(tmp_pat
     assert {n.rsplit(".", 1)[0] for n in team["apex"]["synced"]} == {"trunk.0", "trunk.2", "head"}
     # The Ape-X actor holds the learner's actor (synced), not its own initial one.
     config = load(run / "config.toml")
-    plan = build.prepare_team(config, {}).plans[2]
+    plan = prepare_team(config, {}).plans[2]
     space = SpaceInfo(3, 1, False)
-    own = build.make_agent(config, plan, space, build.member_seed(config, plan)).actor
+    own = make_agent(config, plan, space, member_seed(config, plan)).actor
     assert not torch.equal(apex["actor"]["head.weight"], own.head.weight)
 
 

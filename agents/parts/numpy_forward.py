@@ -52,7 +52,9 @@ class NumpyForward:
     @classmethod
     def of(cls, net: MLP, squash: bool) -> NumpyForward | None:
         """None where it does not apply: tensors off the CPU or not float32, or a layer it
-        does not know."""
+        does not know (or ``net`` is no :class:`MLP`)."""
+        if not isinstance(net, MLP):
+            return None
         tensors = [*net.parameters(), *net.buffers()]
         if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
             return None
