@@ -28,24 +28,13 @@ per rollout of whole episodes, and the baseline fitted on its own with its own s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
 import torch
-from torch import nn
 
-from agents.nets import (
-    ACTIVATIONS,
-    VCritic,
-    build_actor,
-    evaluate_actions,
-    resolve_device,
-    sample_action,
-    seeded,
-)
+from agents.nets import ACTIVATIONS, seeded
+from agents.onpolicy import OnPolicy, actor_critic, masked_mean
 from agents.returns import lambda_returns
-from wheeler2.agent import ActOut, Agent, SpaceInfo, Transitions
-from wheeler2.needs import AgentNeeds
+from wheeler2.agent import SpaceInfo
 from wheeler2.schema import bounded, choice, sizes
 
 
@@ -83,125 +72,56 @@ def policy_gradient_loss(
     return -(adv * logp * w).sum() / w.sum().clamp(min=1.0)
 
 
-class PG(Agent):
+class PG(OnPolicy):
     Params = Params
-    uses_replay = False
-
-    @classmethod
-    def needs(cls, params: Params) -> AgentNeeds:
-        return AgentNeeds(gamma=float(params.gamma), device=params.device)
+    algo = "pg"
+    checkpoint = ("policy", "critic", "pi_opt", "vf_opt")
+    acts_with_value = False  # the baseline is evaluated at the update
 
     def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
-        super().__init__(space, params, resolve_device(device, params.device), seed)
+        super().__init__(space, params, device, seed)
         p = params
         with seeded(seed):
-            self.policy = build_actor(
-                space.obs_dim,
-                space.act_dim,
-                space.discrete,
-                p.hidden,
-                p.activation,
-                p.log_std_init,
-                p.ortho_init,
-            ).to(self.device)
-            self.critic = VCritic(space.obs_dim, p.hidden, p.activation, p.ortho_init)
-        self.critic.to(self.device)
+            policy, critic = actor_critic(
+                space, p.hidden, p.activation, p.log_std_init, p.ortho_init
+            )
+        self.setup(policy, critic)
         self.pi_opt = torch.optim.Adam(self.policy.parameters(), lr=p.lr)
         self.vf_opt = torch.optim.Adam(self.critic.parameters(), lr=p.vf_lr)
-        self.gen = torch.Generator(device=self.device).manual_seed(seed)
-        self.head_w = torch.tensor(space.head_weights, dtype=torch.float32, device=self.device)
-        self.env_steps = 0
-        self.updates = 0
-        self.steps: list[dict[str, np.ndarray]] = []  # the current rollout, up to n_steps
 
-    @property
-    def actor(self) -> nn.Module:
-        return self.policy
+    def update(self) -> dict[str, float]:
+        p, r = self.params, self.rollout
+        assert r is not None
+        w = r.valid.flatten()
+        wm = w if bool((w < 1.0).any()) else None
 
-    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
-        with torch.inference_mode():
-            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-            action, raw, logp = sample_action(self.policy, x, explore, self.gen)
-        extras = {}
-        if not self.space.discrete:
-            extras["raw_action"] = raw.cpu().numpy()  # the unclipped sample, for log pi
-        return ActOut(action=action.cpu().numpy(), logp=logp.cpu().numpy(), extras=extras)
-
-    def observe(self, step: Transitions) -> dict[str, float] | None:
-        n = len(step.obs)
-        active = np.ones(n, bool) if step.active is None else step.active
-        if self.steps and len(self.steps[-1]["obs"]) != n:
-            self.steps = []  # the number of rows changed: a rollout must be rectangular
-        self.env_steps += int(active.sum())
-        # Copies: the engine may reuse its arrays for the next vector step.
-        self.steps.append(
-            {
-                "obs": np.array(step.obs, np.float32),
-                "next_obs": np.array(step.next_obs, np.float32),
-                "action": np.array(step.act_out.extras.get("raw_action", step.action)),
-                "reward": np.array(step.reward, np.float32).reshape(n, -1),
-                "terminated": np.array(step.terminated, np.float32),
-                "done": np.array(step.terminated | step.truncated, np.float32),
-                # Absent multi-agent rows: kept for the rectangular recursion, weight 0.
-                "valid": np.array(active, np.float32),
-            }
-        )
-        if len(self.steps) < self.params.n_steps:
-            return None
-        metrics = self._update(self.steps)
-        self.steps = []
-        return metrics
-
-    def _update(self, steps: list[dict[str, np.ndarray]]) -> dict[str, float]:
-        p, dev = self.params, self.device
-
-        def stack(key: str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-            return torch.as_tensor(np.stack([s[key] for s in steps]), dtype=dtype, device=dev)
-
-        T, n = len(steps), len(steps[0]["obs"])
-        obs = stack("obs").flatten(0, 1)  # [T * N, obs_dim]
-        action = stack("action", torch.long if self.space.discrete else torch.float32)
-        action = action.flatten(0, 1)
-        rewards = stack("reward") @ self.head_w  # [T, N]
-        terminated, dones = stack("terminated"), stack("done")
-        w = stack("valid").flatten()
-        masked = bool((w < 1.0).any())
-        wm = w if masked else None
-
+        values, next_values = self.rollout_values()
         with torch.no_grad():
-            next_values = self.critic(stack("next_obs").flatten(0, 1)).view(T, n)
             # lambda = 1: Monte Carlo to the episode end, V where the episode is cut.
-            returns = lambda_returns(rewards, next_values, terminated, dones, p.gamma, 1.0)
+            returns = lambda_returns(r.reward, next_values, r.terminated, r.done, p.gamma, 1.0)
             targets = returns
             if p.td_lambda < 1.0:
                 targets = lambda_returns(
-                    rewards, next_values, terminated, dones, p.gamma, p.td_lambda
+                    r.reward, next_values, r.terminated, r.done, p.gamma, p.td_lambda
                 )
-            returns, targets = returns.flatten(), targets.flatten()
-            values = self.critic(obs)
+            returns, targets, values = returns.flatten(), targets.flatten(), values.flatten()
             adv = returns - values if p.baseline else returns.clone()
             if p.normalize_advantage and len(adv) > 1:
-                mu = _mean(adv, wm)
-                adv = (adv - mu) / (_mean((adv - mu).pow(2), wm).sqrt() + 1e-8)
+                mu = masked_mean(adv, wm)
+                adv = (adv - mu) / (masked_mean((adv - mu).pow(2), wm).sqrt() + 1e-8)
 
         # One policy-gradient step on the whole rollout.
-        logp, entropy = evaluate_actions(self.policy, obs, action)
+        logp, entropy = self.log_probs()
         policy_loss = policy_gradient_loss(logp, adv, wm)
-        entropy = _mean(entropy, wm)
-        self.pi_opt.zero_grad(set_to_none=True)
-        (policy_loss - p.ent_coef * entropy).backward()
-        if p.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.policy.parameters(), p.max_grad_norm)
-        self.pi_opt.step()
+        entropy = masked_mean(entropy, wm)
+        loss = policy_loss - p.ent_coef * entropy
+        self.gradient_step(self.pi_opt, loss, self.policy.parameters(), p.max_grad_norm)
 
         # The baseline regresses on its targets (fixed for this rollout) with its own steps.
         for _ in range(p.vf_iters):
-            value_loss = _mean((targets - self.critic(obs)).pow(2), wm)
-            self.vf_opt.zero_grad(set_to_none=True)
-            value_loss.backward()
-            self.vf_opt.step()
+            value_loss = masked_mean((targets - self.values()).pow(2), wm)
+            self.gradient_step(self.vf_opt, value_loss, self.critic.parameters())
 
-        self.updates += 1
         var_ret = targets.var()
         explained = 1.0 - (targets - values).var() / var_ret if var_ret > 0 else 0.0
         stats = torch.stack([policy_loss, value_loss, entropy]).detach().tolist()
@@ -211,31 +131,3 @@ class PG(Agent):
             "entropy": stats[2],
             "explained_variance": float(explained),
         }
-
-    def state_dict(self) -> dict[str, Any]:
-        # The partial rollout is not saved: a resumed agent starts a fresh one.
-        return {
-            "algo": "pg",
-            "policy": self.policy.state_dict(),
-            "critic": self.critic.state_dict(),
-            "pi_opt": self.pi_opt.state_dict(),
-            "vf_opt": self.vf_opt.state_dict(),
-            "env_steps": self.env_steps,
-            "updates": self.updates,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
-        self.critic.load_state_dict(state["critic"])
-        self.pi_opt.load_state_dict(state["pi_opt"])
-        self.vf_opt.load_state_dict(state["vf_opt"])
-        self.env_steps = int(state["env_steps"])
-        self.updates = int(state["updates"])
-        self.steps = []
-
-
-def _mean(x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
-    """Mean of ``x`` over the rows with weight 1 (all rows when ``w`` is None)."""
-    if w is None:
-        return x.mean()
-    return (x * w).sum() / w.sum().clamp(min=1.0)
