@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from ray_tmpdir import ray_tmpdir
 
-from wheeler2.runtime.build import set_compute_threads
+from wheeler2.process import set_compute_threads
 
 # The test process computes the way every wheeler2 process does: one torch / BLAS thread. With
 # the default (one per core) a small PPO update here took ~100x longer while another process

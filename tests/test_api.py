@@ -17,7 +17,7 @@ from wheeler2 import cli, registry
 from wheeler2.checkpoint import CheckpointError
 from wheeler2.config import ConfigError, load
 from wheeler2.env import AchievedGoalInObs, policy_obs
-from wheeler2.runtime import build
+from wheeler2.runtime.seeds import eval_reset_seed
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -173,7 +173,7 @@ def test_evaluate_is_load_policy_played_on_the_eval_seeds(runs: dict[str, Path])
     result = wheeler2.evaluate(run_dir, episodes=2)
     assert result["episodes"] == 2
     policy = wheeler2.load_policy(run_dir)
-    seed = build.eval_reset_seed(load(run_dir / "config.toml"))
+    seed = eval_reset_seed(load(run_dir / "config.toml"))
     returns = []
     for i in range(2):
         env = gym.make("Pendulum-v1")

@@ -299,8 +299,8 @@ def test_check_refuses_a_buffer_larger_than_memory(write_config, capsys):
 def test_buffer_estimate_matches_what_the_storage_allocates(write_config):
     from wheeler2.buffer import Layout
     from wheeler2.buffer.storage import field_specs
-    from wheeler2.config.probe import buffer_bytes
-    from wheeler2.runtime.build import prepare_team
+    from wheeler2.runtime.probe import buffer_bytes
+    from wheeler2.runtime.team import prepare_team
 
     cfg = load(write_config(REAL), ["buffer.capacity=1000", "buffer.prioritized=true"])
     info = prepare_team(cfg, {}).tables[0].info
@@ -311,10 +311,12 @@ def test_buffer_estimate_matches_what_the_storage_allocates(write_config):
 
 
 def test_check_with_env_uses_the_free_memory_it_is_given(write_config):
+    from wheeler2.runtime.probe import check_with_env
+
     cfg = load(write_config(REAL), ["buffer.capacity=1000"])
-    config.check_with_env(cfg, free=lambda: {"RAM": 10**9})
+    check_with_env(cfg, free=lambda: {"RAM": 10**9})
     with pytest.raises(ConfigError) as info:
-        config.check_with_env(cfg, free=lambda: {"/dev/shm": 1000, "RAM": 10**9})
+        check_with_env(cfg, free=lambda: {"/dev/shm": 1000, "RAM": 10**9})
     assert (info.value.table, info.value.key) == ("[buffer]", "capacity")
     assert "free: /dev/shm 1_000 bytes, RAM 1_000_000_000 bytes" in info.value.message
 

@@ -16,7 +16,8 @@ import torch
 from agents.ddpg import DDPG, Params
 from wheeler2.agent import ActOut, Batch, SpaceInfo, Transitions
 from wheeler2.config import ConfigError, load
-from wheeler2.runtime import build, run_experiment
+from wheeler2.runtime import run_experiment
+from wheeler2.runtime.team import prepare_team
 from wheeler2.sync import (
     ModuleSet,
     WeightClient,
@@ -304,7 +305,7 @@ def _config(tmp_path: Path, **kw: object) -> Path:
 
 def _refused(tmp_path: Path, **kw: object) -> ConfigError:
     with pytest.raises(ConfigError) as info:
-        build.prepare_team(load(_config(tmp_path, **kw)), {})
+        prepare_team(load(_config(tmp_path, **kw)), {})
     return info.value
 
 
@@ -358,9 +359,9 @@ def test_ray_is_refused_for_now(tmp_path):
 
 
 def test_the_table_pulls_the_critic_only_when_a_member_asks(tmp_path):
-    setup = build.prepare_team(load(_config(tmp_path)), {})
+    setup = prepare_team(load(_config(tmp_path)), {})
     assert setup.tables[0].pulls == ("critic",)
-    table = build.prepare_team(load(_config(tmp_path, per_copy="")), {}).tables[0]
+    table = prepare_team(load(_config(tmp_path, per_copy="")), {}).tables[0]
     assert table.pulls == ()
     assert table.published is table.learner.actor
 

@@ -15,9 +15,10 @@ import envs.novel  # noqa: F401 - registers the NoVel ids
 import wheeler2
 from envs.gym import GymVecEnv
 from wheeler2.buffer import Layout, Replay, ReplayConfig
-from wheeler2.config import ConfigError, check_with_env, load
+from wheeler2.config import ConfigError, load
 from wheeler2.env import FrameStack, FrameStackError
 from wheeler2.runtime.member import Member
+from wheeler2.runtime.probe import check_with_env
 from wheeler2.task import Head, RewardHeads
 
 K = 3

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from wheeler2.config import load
-from wheeler2.runtime import build
+from wheeler2.runtime.heads import head_reward_spec, make_heads, make_task, resolved_heads_config
+from wheeler2.runtime.parts import make_env
 
 TASK_MODULE = "w2test_heads_task"
 
@@ -83,16 +84,16 @@ def experiment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def _heads(config):
-    env = build.make_env(config, 1, 0)
+    env = make_env(config, 1, 0)
     try:
-        heads = build.make_heads(config, env, build.make_task(config))
+        heads = make_heads(config, env, make_task(config))
     finally:
         env.close()
     return heads
 
 
 def _summary(heads) -> list[tuple[str, str, float]]:
-    return [(h.name, build.head_reward_spec(h), h.weight) for h in heads.heads]
+    return [(h.name, head_reward_spec(h), h.weight) for h in heads.heads]
 
 
 TASK_HEADS = [
@@ -117,7 +118,7 @@ def test_the_resolved_config_records_the_heads_and_reads_back_to_them(
 ) -> None:
     config = load(experiment(""))
     heads = _heads(config)
-    resolved = build.resolved_heads_config(config, heads)
+    resolved = resolved_heads_config(config, heads)
     assert [(h.name, h.reward, h.weight) for h in resolved.task.heads] == TASK_HEADS
     # What config.toml holds when the run directory is written from the resolved config.
     saved = tmp_path / "config.toml"
@@ -127,7 +128,7 @@ def test_the_resolved_config_records_the_heads_and_reads_back_to_them(
     assert _summary(_heads(again)) == TASK_HEADS
     # Resolving a config whose heads are already explicit changes nothing.
     explicit = load(experiment(EXPLICIT_ENV_HEAD))
-    assert build.resolved_heads_config(explicit, _heads(explicit)).task == explicit.task
+    assert resolved_heads_config(explicit, _heads(explicit)).task == explicit.task
 
 
 def test_a_run_records_its_task_heads_and_resumes_with_them(experiment) -> None:

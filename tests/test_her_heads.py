@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 from wheeler2.config import load
-from wheeler2.runtime import build
+from wheeler2.runtime.heads import make_heads, make_task
 from wheeler2.runtime.member import Member
+from wheeler2.runtime.parts import make_agent, make_env, replay_layout, space_info
+from wheeler2.runtime.plan import learner_plan, needs_of, plan_team
+from wheeler2.runtime.replays import replay_config
 
 N_BITS = 6
 
@@ -90,14 +93,14 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.Fixt
 def test_her_batch_recomputes_every_head(config) -> None:  # noqa: ANN001
     from wheeler2.buffer import Replay
 
-    env = build.make_env(config, 2, 0)
-    heads = build.make_heads(config, env, build.make_task(config))
+    env = make_env(config, 2, 0)
+    heads = make_heads(config, env, make_task(config))
     assert heads.names == ("reached", "shaped")
-    plan = build.learner_plan(build.plan_team(config))
-    agent = build.make_agent(config, plan, build.space_info(env.info, heads), 0)
+    plan = learner_plan(plan_team(config))
+    agent = make_agent(config, plan, space_info(env.info, heads), 0)
     replay = Replay.create(
-        build.replay_layout(env.info, heads, logp=False),
-        build.replay_config(config, build.needs_of(plan)),
+        replay_layout(env.info, heads, logp=False),
+        replay_config(config, needs_of(plan)),
         gamma=0.95,
         relabel=heads.relabel,
         seed=0,

@@ -12,7 +12,11 @@ import torch
 
 from wheeler2 import checkpoint as ckpt
 from wheeler2.config import ConfigError, load, validate
-from wheeler2.runtime import build, run_experiment
+from wheeler2.runtime import run_experiment
+from wheeler2.runtime.parts import make_agent, space_info
+from wheeler2.runtime.replays import own_replay_spec, replay_spec
+from wheeler2.runtime.seeds import member_seed
+from wheeler2.runtime.team import prepare_team
 
 BASE = """
 [experiment]
@@ -59,10 +63,10 @@ def _load(tmp_path: Path, count: int = 4, per_copy: str = "", **kwargs):
 
 
 def _noise_stds(config) -> list[float]:
-    setup = build.prepare_team(config, {})
-    space = build.space_info(setup.tables[0].info, setup.heads)
+    setup = prepare_team(config, {})
+    space = space_info(setup.tables[0].info, setup.heads)
     actors = [p for p in setup.plans if p.role == "actor"]
-    agents = [build.make_agent(config, p, space, 0) for p in actors]
+    agents = [make_agent(config, p, space, 0) for p in actors]
     return [a.noise.std for a in agents]
 
 
@@ -121,11 +125,11 @@ def test_an_actor_acts_with_synced_weights_and_never_learns(tmp_path):
     payload = ckpt.load(run_dir / "checkpoints" / "latest.pt")
     learner = payload["members"]["target"]
     assert learner["updates"] > 0
-    setup = build.prepare_team(config, {})
-    space = build.space_info(setup.tables[0].info, setup.heads)
+    setup = prepare_team(config, {})
+    space = space_info(setup.tables[0].info, setup.heads)
     for plan in setup.plans[1:]:
         saved = payload["members"][plan.name]
-        fresh = build.make_agent(config, plan, space, build.member_seed(config, plan)).state_dict()
+        fresh = make_agent(config, plan, space, member_seed(config, plan)).state_dict()
         assert saved["updates"] == 0 and saved["env_steps"] > 0
         # Its critic is still its initial one (it never took a gradient step) ...
         for k, v in fresh["critic"].items():
@@ -151,10 +155,10 @@ def test_own_share_draws_that_fraction_of_each_batch_from_the_learners_own_table
 
     monkeypatch.setattr(Trainer, "_prepare", spy)
     config = _load(tmp_path, count=1, overrides=["buffer.own_share=0.25"])
-    setup = build.prepare_team(config, {})
-    spec = build.own_replay_spec(config, setup.tables[0])
+    setup = prepare_team(config, {})
+    spec = own_replay_spec(config, setup.tables[0])
     assert spec.cfg.batch_size == 8 and spec.cfg.updates_per_insert == 0
-    assert build.replay_spec(config, setup.tables[0]).cfg.batch_size == 32 - 8
+    assert replay_spec(config, setup.tables[0]).cfg.batch_size == 32 - 8
     run_dir = run_experiment(config)
     steps = ckpt.load(run_dir / "checkpoints" / "latest.pt")["member_steps"]
     assert seen, "the learner never sampled"

@@ -20,8 +20,11 @@ import mo_gymnasium as mo  # noqa: E402
 from wheeler2 import registry  # noqa: E402
 from wheeler2.agent import ActOut  # noqa: E402
 from wheeler2.config import ConfigError, load  # noqa: E402
-from wheeler2.runtime import build  # noqa: E402
+from wheeler2.needs import AgentNeeds  # noqa: E402
 from wheeler2.runtime.evaluation import evaluate  # noqa: E402
+from wheeler2.runtime.heads import make_heads, resolved_heads_config  # noqa: E402
+from wheeler2.runtime.parts import make_env  # noqa: E402
+from wheeler2.runtime.team import prepare_team  # noqa: E402
 from wheeler2.task import RewardHeads  # noqa: E402
 
 ENV = "mo-hopper-v5"  # 3 objectives, actions already in [-1, 1] (no rescaling to undo)
@@ -104,8 +107,8 @@ def test_heads_are_the_env_vector_reward_step_by_step() -> None:
 
 def test_sum_mode_is_one_head_equal_to_the_weighted_sum(tmp_path: Path) -> None:
     config = load(write_config(tmp_path, '{ heads = "sum", head_weights = [1.0, 0.5, 0.25] }'))
-    env = build.make_env(config, 1, 5)
-    heads = build.make_heads(config, env, None)
+    env = make_env(config, 1, 5)
+    heads = make_heads(config, env, None)
     assert heads.names == ("env",) and heads.weights == (1.0,)
     obs = env.reset(seed=5).obs
     a = np.full((1, 3), 0.3, np.float32)
@@ -119,12 +122,12 @@ def test_sum_mode_is_one_head_equal_to_the_weighted_sum(tmp_path: Path) -> None:
 
 def test_default_weights_are_ones_and_config_records_resolvable_heads(tmp_path: Path) -> None:
     config = load(write_config(tmp_path))
-    env = build.make_env(config, 1, 0)
-    heads = build.make_heads(config, env, None)
+    env = make_env(config, 1, 0)
+    heads = make_heads(config, env, None)
     env.close()
     assert heads.names == ("forward", "height", "energy")
     assert heads.weights == (1.0, 1.0, 1.0)
-    written = build.resolved_heads_config(config, heads)
+    written = resolved_heads_config(config, heads)
     specs = [h.reward for h in written.task.heads]
     assert specs == ["envs.mo:objective_0", "envs.mo:objective_1", "envs.mo:objective_2"]
     # resume / eval read these specs back from the run's config.toml
@@ -139,6 +142,11 @@ class FixedAgent:
 
     def __init__(self, gamma: float) -> None:
         self.params = SimpleNamespace(gamma=gamma)
+
+    @staticmethod
+    def needs(params: SimpleNamespace) -> AgentNeeds:
+        """The discount the eval holds head values against, declared as every agent does."""
+        return AgentNeeds(gamma=params.gamma)
 
     def act(self, obs: np.ndarray, explore: bool) -> ActOut:
         return ActOut(action=np.full((len(obs), 3), 0.2, np.float32))
@@ -193,7 +201,7 @@ def test_run_writes_each_heads_value_error(tmp_path: Path) -> None:
 def test_wrong_weight_count_names_file_key_and_expected(tmp_path: Path) -> None:
     path = write_config(tmp_path, "{ head_weights = [1.0, 2.0] }")
     with pytest.raises(ConfigError) as err:
-        build.prepare_team(load(path), {})
+        prepare_team(load(path), {})
     e = err.value
     assert (e.file, e.table, e.key) == (str(path), "[env]", "kwargs.head_weights")
     assert "expected 3 weights" in e.message and "got 2" in e.message
@@ -209,7 +217,7 @@ def test_wrong_weight_count_names_file_key_and_expected(tmp_path: Path) -> None:
 def test_bad_adapter_keys(tmp_path: Path, kwargs: str, key: str, text: str) -> None:
     path = write_config(tmp_path, kwargs)
     with pytest.raises(ConfigError) as err:
-        build.prepare_team(load(path), {})
+        prepare_team(load(path), {})
     assert (err.value.file, err.value.key) == (str(path), key)
     assert text in err.value.message
 

@@ -134,15 +134,17 @@ def test_parallel_api_test_on_team_envs() -> None:
 
 def _member_from_config(path: Path, sets: list[str], member: int = 0):  # noqa: ANN202
     from wheeler2.config import load
-    from wheeler2.runtime import build
+    from wheeler2.runtime.heads import make_heads, make_task
     from wheeler2.runtime.member import Member
+    from wheeler2.runtime.parts import make_agent, make_env, space_info
+    from wheeler2.runtime.plan import plan_team
 
     config = load(path, overrides=sets)
-    plans = build.plan_team(config)
+    plans = plan_team(config)
     plan = plans[member]
-    env = build.make_env(config, int(config.env.num_envs), 0, plan)
-    heads = build.make_heads(config, env, build.make_task(config))
-    agent = build.make_agent(config, plan, build.space_info(env.info, heads), 0)
+    env = make_env(config, int(config.env.num_envs), 0, plan)
+    heads = make_heads(config, env, make_task(config))
+    agent = make_agent(config, plan, space_info(env.info, heads), 0)
     return config, env, heads, agent, Member
 
 
@@ -197,12 +199,13 @@ def test_multiwalker_fallen_walkers_are_masked_end_to_end() -> None:
 def test_member_globs_select_agents_and_reward_modes() -> None:
     pytest.importorskip("mpe2", reason="pip install mpe2")
     from wheeler2.config import load
-    from wheeler2.runtime import build
+    from wheeler2.runtime import parts
+    from wheeler2.runtime.plan import plan_team
 
     path = ROOT / "cfg" / "simple_spread_team.toml"
     config = load(path, overrides=['team.0.agents=["agent_0", "agent_2"]', "env.num_envs=2"])
-    plan = build.plan_team(config)[0]
-    env = build.make_env(config, 2, 0, plan)
+    plan = plan_team(config)[0]
+    env = parts.make_env(config, 2, 0, plan)
     try:
         assert env.agent_names == ["agent_0", "agent_2"] and env.num_envs == 4
         assert env.other_agents == ["agent_1"]

@@ -14,7 +14,9 @@ import torch
 
 from wheeler2 import novelty, registry
 from wheeler2.novelty import RND
-from wheeler2.runtime import build
+from wheeler2.runtime.heads import head_reward_spec, make_heads, make_task
+from wheeler2.runtime.parts import make_env
+from wheeler2.task import Head
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = ROOT / "cfg" / "mountaincar_rnd.toml"
@@ -114,7 +116,7 @@ def test_module_head_is_named_by_the_config_and_written_back() -> None:
     head = registry.resolve_object("wheeler2.novelty:rnd")
     assert head is novelty.rnd
     # The run directory's config.toml writes a head back as "module:qualname".
-    assert build.head_reward_spec(build.Head("novelty", 0.1, head)) == "wheeler2.novelty:rnd"
+    assert head_reward_spec(Head("novelty", 0.1, head)) == "wheeler2.novelty:rnd"
     # One predictor per observation width in this process.
     assert head.state(2) is head.state(2) and head.state(2) is not head.state(3)
 
@@ -123,9 +125,9 @@ def test_validate_heads_probe_on_mountaincar() -> None:
     from wheeler2.config import load
 
     config = load(CFG)
-    env = build.make_env(config, 2, 0)
+    env = make_env(config, 2, 0)
     try:
-        heads = build.make_heads(config, env, build.make_task(config))  # runs validate_heads
+        heads = make_heads(config, env, make_task(config))  # runs validate_heads
         assert heads.names == ("env", "novelty") and heads.weights == (1.0, 0.1)
         # The probe (a reset and three random steps of two copies, one batch) trained the
         # predictor once, on its six rows; its bonuses were shape [6] and finite, or this raised.

@@ -439,11 +439,12 @@ def _steps(t: int, start: float = 0.0) -> dict[str, np.ndarray]:
 def test_shard_gate_holds_producers_and_serves_learner(tmp_path: Path, cluster: Cluster) -> None:
     from wheeler2.buffer.ray_shard import ReplayShard
     from wheeler2.buffer.shm import wheeler2_entries
-    from wheeler2.runtime import build
+    from wheeler2.runtime.replays import replay_spec
+    from wheeler2.runtime.team import prepare_team
 
     config = load(write_team(tmp_path, total=5_000))  # min_size 200, gate tolerance 100
     # The team's one table (table 0, the lead learner's), as run_ray builds its shards.
-    spec = build.replay_spec(config, build.prepare_team(config, {}).tables[0])
+    spec = replay_spec(config, prepare_team(config, {}).tables[0])
     # Steps without behaviour log-probs, as an off-policy producer sends them.
     spec = dataclasses.replace(spec, layout=dataclasses.replace(spec.layout, logp=False))
     shard = ReplayShard.remote(spec, 0)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from wheeler2.config import load
-from wheeler2.runtime import build
+from wheeler2.runtime.team import prepare_team
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "cfg").glob("*.toml"))
@@ -25,7 +25,7 @@ def test_cfg_directory_is_not_empty() -> None:
 def test_shipped_config_builds(path: Path) -> None:
     logging.getLogger("mlagents_envs").setLevel(logging.ERROR)
     config = load(path)
-    setup = build.prepare_team(config, {})
+    setup = prepare_team(config, {})
     assert setup.lead.role == "learner"
     assert len(setup.plans) == sum(int(t.count) for t in config.team)
     assert all(t.info.obs_dim > 0 and t.info.act_dim > 0 for t in setup.tables)

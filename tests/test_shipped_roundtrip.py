@@ -19,7 +19,8 @@ import pytest
 
 from wheeler2 import cli, registry
 from wheeler2.config import dumps_toml, load
-from wheeler2.runtime import build
+from wheeler2.runtime.parts import make_env
+from wheeler2.runtime.plan import learner_plan, plan_team
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "cfg").glob("*.toml"))
@@ -61,7 +62,7 @@ def _skip_without_env(path: Path) -> None:
     try:
         config = load(path)
         # The lead learner's agents: a team of unlike agents has no one space for all of them.
-        env = build.make_env(config, 1, 0, build.learner_plan(build.plan_team(config)))
+        env = make_env(config, 1, 0, learner_plan(plan_team(config)))
     except ImportError as exc:
         pytest.skip(f"{path.name}: env package not installed ({exc})")
     except Exception as exc:

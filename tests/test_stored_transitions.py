@@ -13,7 +13,7 @@ import pytest
 from wheeler2 import checkpoint as ckpt
 from wheeler2.config import load
 from wheeler2.runtime import run_experiment
-from wheeler2.runtime.build import MEMBER_SEED_STRIDE
+from wheeler2.runtime.seeds import MEMBER_SEED_STRIDE
 
 pytest.importorskip("mujoco", reason="Hopper-v5 needs gymnasium[mujoco]")
 

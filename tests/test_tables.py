@@ -16,8 +16,10 @@ import pytest
 
 from wheeler2 import checkpoint as ckpt
 from wheeler2.config import ConfigError, load, validate
-from wheeler2.runtime import build, run_experiment
+from wheeler2.runtime import run_experiment
 from wheeler2.runtime.member import MemberLoop
+from wheeler2.runtime.replays import replay_spec
+from wheeler2.runtime.team import prepare_team
 
 TEAMS = """
 [experiment]
@@ -144,7 +146,7 @@ def test_ray_refuses_several_tables() -> None:
 
 
 def test_prepare_gives_each_table_its_own_space_learner_and_layout(tmp_path) -> None:
-    setup = build.prepare_team(_config(tmp_path), {})
+    setup = prepare_team(_config(tmp_path), {})
     main, prey = setup.tables
     assert (main.name, main.lead.name, prey.name, prey.lead.name) == (
         "main",
@@ -156,10 +158,7 @@ def test_prepare_gives_each_table_its_own_space_learner_and_layout(tmp_path) -> 
     assert main.layout().obs_dim == 16 and prey.layout().obs_dim == 14
     assert [p.name for p in prey.plans] == ["prey", "prey-explorer"]
     assert prey.uses_logp and not main.uses_logp  # only the prey table has a PPO producer
-    assert (
-        build.replay_spec(_config(tmp_path), prey).seed
-        != build.replay_spec(_config(tmp_path), main).seed
-    )
+    assert replay_spec(_config(tmp_path), prey).seed != replay_spec(_config(tmp_path), main).seed
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ import pytest
 
 from wheeler2 import cli, registry
 from wheeler2.config import ConfigError, load
-from wheeler2.runtime import build
+from wheeler2.runtime.heads import make_heads, make_task
+from wheeler2.runtime.parts import make_env
 
 TASK = """
 import numpy as np
@@ -93,7 +94,7 @@ def test_spec_is_resolved_against_the_config_folder(tmp_path: Path) -> None:
     config = load(path)
     expected = (path.parent / "tasks_here" / "mytask.py").resolve()
     assert config.task.spec == f"{expected}:Heads"
-    task = build.make_task(config)
+    task = make_task(config)
     assert type(task).__name__ == "Heads"
     # Loaded once under a name of its own; resolving it again gives the same class.
     assert registry.resolve_object(config.task.spec) is type(task)
@@ -108,9 +109,9 @@ reward = "tasks_here/mytask.py:spin"
 """
     path = _write(tmp_path, extra=extra)
     config = load(path)
-    env = build.make_env(config, 2, 0)
+    env = make_env(config, 2, 0)
     try:
-        heads = build.make_heads(config, env, build.make_task(config))
+        heads = make_heads(config, env, make_task(config))
         assert heads.names == ("spin",)
         next_obs = np.array([[1.0, 0.0, -3.0], [0.0, 1.0, 2.0]], np.float32)
         out = heads.compute(

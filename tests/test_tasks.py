@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from wheeler2.config import load
-from wheeler2.runtime import build
+from wheeler2.runtime.heads import make_heads, make_task
+from wheeler2.runtime.parts import make_env
 from wheeler2.task import Task, reward_head
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,8 +107,8 @@ def test_declared_heads_in_definition_order_with_weights() -> None:
 def test_user_task_module_outside_the_repo_runs(tmp_path: Path, monkeypatch) -> None:
     _write_module(tmp_path, "mytask", USER_TASK, monkeypatch)
     config = load(_cfg(tmp_path, "userpkg.mytask:Flip"), out=str(tmp_path / "runs"))
-    probe = build.make_env(config, 1, 0)
-    heads = build.make_heads(config, probe, build.make_task(config))
+    probe = make_env(config, 1, 0)
+    heads = make_heads(config, probe, make_task(config))
     assert heads.names == ("goal", "closeness") and heads.weights == (1.0, 0.1)
     from wheeler2.runtime import run_experiment
 
@@ -152,8 +153,8 @@ def test_function_head_by_module_path(tmp_path: Path, monkeypatch) -> None:
         '[[task.heads]]\nname = "on"\nreward = "userpkg.rewards:bits_on"\nweight = 0.5\n'
     )
     config = load(_cfg(tmp_path, "tasks.bitflip:BitFlip", heads))
-    probe = build.make_env(config, 1, 0)
-    heads_ = build.make_heads(config, probe, build.make_task(config))
+    probe = make_env(config, 1, 0)
+    heads_ = make_heads(config, probe, make_task(config))
     assert heads_.names == ("env", "on") and heads_.weights == (1.0, 0.5)
 
 
@@ -192,8 +193,8 @@ def test_docs_example_runs(tmp_path: Path, monkeypatch) -> None:
     run_dir = run_experiment(config)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == 300
-    probe = build.make_env(config, 1, 0)
-    heads = build.make_heads(config, probe, build.make_task(config))
+    probe = make_env(config, 1, 0)
+    heads = make_heads(config, probe, make_task(config))
     assert heads.names == ("reached", "matching") and heads.weights == (1.0, 0.2)
     # Each head's episode return is reported with the member's figures.
     figures = next(iter(summary["members"].values()))

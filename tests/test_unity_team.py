@@ -32,30 +32,34 @@ def test_unity_mock_team_steps_through_members(num_steps: int) -> None:
     from wheeler2.agent import Transitions
     from wheeler2.buffer import Replay
     from wheeler2.config import load
-    from wheeler2.runtime import build
+    from wheeler2.runtime.heads import make_heads, make_task
     from wheeler2.runtime.member import Member
+    from wheeler2.runtime.parts import make_agent, make_env, replay_layout, space_info
+    from wheeler2.runtime.plan import learner_plan, needs_of, plan_team
+    from wheeler2.runtime.replays import replay_config
+    from wheeler2.runtime.seeds import member_seed
 
     # A learning_starts beyond the test keeps DDPG on its cheap random actions.
     config = load(
         ROOT / "cfg" / "unity_mock_team.toml",
         overrides=["team.0.params.learning_starts=100000", "env.num_envs=1"],
     )
-    plans = build.plan_team(config)
-    lead = build.learner_plan(plans)
-    probe = build.make_env(config, 1, 0, lead)
-    heads = build.make_heads(config, probe, build.make_task(config))
-    layout = build.replay_layout(probe.info, heads, logp=True)
+    plans = plan_team(config)
+    lead = learner_plan(plans)
+    probe = make_env(config, 1, 0, lead)
+    heads = make_heads(config, probe, make_task(config))
+    layout = replay_layout(probe.info, heads, logp=True)
     probe.close()
     replay = Replay.create(
-        layout, build.replay_config(config, build.needs_of(lead), chunk=16), gamma=0.98,
+        layout, replay_config(config, needs_of(lead), chunk=16), gamma=0.98,
         relabel=None, seed=0,
     )  # fmt: skip
     members: list[Member] = []
     seen: dict[str, list[Transitions]] = {p.name: [] for p in plans}
     try:
         for p in plans:
-            env = build.make_env(config, int(config.env.num_envs), build.member_seed(config, p), p)
-            agent = build.make_agent(config, p, build.space_info(env.info, heads), 0)
+            env = make_env(config, int(config.env.num_envs), member_seed(config, p), p)
+            agent = make_agent(config, p, space_info(env.info, heads), 0)
             observe = agent.observe
 
             def spy(step: Transitions, _o=observe, _s=seen[p.name]):  # noqa: ANN001, ANN202

@@ -95,7 +95,7 @@ class Batch:
             return None if value is None else torch.as_tensor(value, device=device)
 
         # Every tensor field by name (a field the sample lacks, e.g. logp, stays None).
-        tensors = {f.name: t(f.name) for f in fields(cls) if f.name != "index"}
+        tensors: dict[str, Any] = {f.name: t(f.name) for f in fields(cls) if f.name != "index"}
         return cls(index=arrays["index"], **tensors)
 
 

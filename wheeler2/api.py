@@ -65,7 +65,7 @@ def validate(config_or_path: Any, **overrides: Any) -> Config:
     training (envs, heads, agents, spaces, sync) and check the config against it. Returns the
     :class:`~wheeler2.config.Config`; raises :class:`~wheeler2.config.ConfigError` naming the
     table and key at fault."""
-    from wheeler2.config import check_with_env
+    from wheeler2.runtime.probe import check_with_env
 
     config = _config(config_or_path, overrides)
     check_with_env(config)
@@ -131,41 +131,26 @@ class LoadedRun:
 def load_learner(run_dir: str | Path, checkpoint: str = "best") -> LoadedRun:
     """The learner of a run, restored from ``checkpoint`` (``"best"`` falls back to
     ``"latest"`` when no eval has improved yet), the way ``wheeler2 eval`` restores it."""
-    from wheeler2 import checkpoint as ckpt
     from wheeler2.config import load
-    from wheeler2.runtime import build
+    from wheeler2.runtime.restore import restore
 
     run_dir = Path(run_dir)
     config = load(run_config_path(run_dir))
     _check_which(checkpoint)
-    path = ckpt.checkpoint_path(run_dir, checkpoint)
-    if not path.exists():
-        path = ckpt.checkpoint_path(run_dir, "latest")
-    if not path.exists():
-        raise ckpt.CheckpointError(
-            f"{run_dir}: no checkpoint; expected {ckpt.CHECKPOINT_DIR}/{ckpt.BEST} or "
-            f"{ckpt.CHECKPOINT_DIR}/{ckpt.LATEST} (does the run have an eval yet?)"
-        )
-    payload = ckpt.load(path)
-    if not isinstance(payload.get("run"), dict):
-        raise ckpt.CheckpointError(f"{path}: not a wheeler2 run checkpoint (no run counters)")
-    plans = build.plan_team(config)
-    lead = build.learner_plan(plans)
-    # One copy, built only to read the spaces and heads the networks were sized from.
-    env = build.make_env(config, 1, build.eval_env_seed(config), lead)
+    # One env copy, built only to read the spaces and heads the networks were sized from.
+    restored = restore(config, run_dir, checkpoint, eval_copies=1)
+    env = restored.env
+    assert env is not None  # restore opens it with eval_copies
     try:
-        heads = build.make_heads(config, env, build.make_task(config))
         info = env.info
         obs_space = getattr(env, "observation_space", None)
         act_space = getattr(env, "action_space", None)
     finally:
         env.close()
-    agent = build.make_agent(config, lead, build.space_info(info, heads), 0)
-    # check_matches refuses a checkpoint of another shape and loads the state once it fits.
-    ckpt.check_matches(
-        path, payload, {lead.name: agent}, {lead.name: lead.algo}, subset=True, required=[lead.name]
+    lead = restored.lead
+    return LoadedRun(
+        run_dir, config, restored.path, restored.learner, lead.algo, info, obs_space, act_space
     )
-    return LoadedRun(run_dir, config, path, agent, lead.algo, info, obs_space, act_space)
 
 
 # -- raw observations in, env actions out ------------------------------------------------------

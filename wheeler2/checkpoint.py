@@ -140,10 +140,10 @@ def _interrupts_held() -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for sig in dict.fromkeys(held):
-            signal.raise_signal(sig)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
 
 
 def _fsync_dir(directory: Path) -> None:

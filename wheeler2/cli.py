@@ -113,7 +113,7 @@ def _describe(config: Config) -> str:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from wheeler2.config import check_with_env
+    from wheeler2.runtime.probe import check_with_env
 
     config = _load(args.file, args.overrides)
     # Builds the team once without training: what `run` would fail on fails here, as one line.

@@ -33,6 +33,12 @@ ONNX_OPSET = 17
 class PolicyModule(nn.Module):
     """normalize -> actor -> deterministic action -> env action, as one traceable module."""
 
+    # Buffers (register_buffer), declared for the type checker.
+    mean: torch.Tensor
+    inv_std: torch.Tensor
+    low: torch.Tensor
+    high: torch.Tensor
+
     def __init__(self, policy: Policy) -> None:
         super().__init__()
         from gymnasium import spaces
@@ -40,7 +46,7 @@ class PolicyModule(nn.Module):
         agent = policy.agent
         # The actor is copied so that tracing or exporting never touches the live agent.
         self.actor = copy.deepcopy(agent.actor).cpu().eval().requires_grad_(False)
-        norm = getattr(agent, "obs_norm", None)
+        norm: Any = getattr(agent, "obs_norm", None)
         self.normalize = norm is not None and hasattr(norm, "mean")
         dim = policy.input_dim
         mean = np.zeros(dim) if not self.normalize else norm.mean
@@ -77,14 +83,16 @@ class PolicyModule(nn.Module):
 def sample_inputs(policy: Policy, copies: int = 8, steps: int = 8) -> np.ndarray:
     """Real flat policy inputs: ``copies`` eval env copies reset and stepped by the policy."""
     from wheeler2.env import policy_obs
-    from wheeler2.runtime import build
+    from wheeler2.runtime.parts import make_env
+    from wheeler2.runtime.plan import learner_plan, plan_team
+    from wheeler2.runtime.seeds import eval_env_seed, eval_reset_seed
 
     config = policy.loaded.config
-    lead = build.learner_plan(build.plan_team(config))
-    env = build.make_env(config, copies, build.eval_env_seed(config), lead)
+    lead = learner_plan(plan_team(config))
+    env = make_env(config, copies, eval_env_seed(config), lead)
     rows = []
     try:
-        st: Any = env.reset(seed=build.eval_reset_seed(config))
+        st: Any = env.reset(seed=eval_reset_seed(config))
         for _ in range(steps):
             flat = policy_obs(st.obs, st.desired_goal)
             rows.append(flat)

@@ -110,7 +110,7 @@ class RND:
     def __call__(
         self,
         obs: np.ndarray,
-        action: np.ndarray,
+        action: np.ndarray | None,
         next_obs: np.ndarray,
         achieved_goal: np.ndarray | None,
         desired_goal: np.ndarray | None,

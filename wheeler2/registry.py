@@ -16,14 +16,10 @@ import pkgutil
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from wheeler2.agent import Agent
-from wheeler2.env import AchievedGoalInObs, FrameStack, FrameStackError
-
-if TYPE_CHECKING:
-    from wheeler2.config import EnvConfig
-    from wheeler2.env import VecEnv
+from wheeler2.env import AchievedGoalInObs, FrameStack, FrameStackError, VecEnv
 
 ALGORITHM_PACKAGE = "agents"
 TASK_PACKAGE = "tasks"
@@ -33,6 +29,26 @@ TASK_PACKAGE = "tasks"
 # "mo:" is MO-Gymnasium: its ids are gymnasium ids too, but a vector reward needs the adapter
 # that turns it into reward heads (envs/mo.py), so the prefix says which one is meant.
 ENV_ADAPTERS = {"pettingzoo": "envs.pettingzoo", "unity": "envs.unity", "mo": "envs.mo"}
+
+
+class EnvSpec(Protocol):
+    """What :func:`make_env` reads of an ``[env]`` table (``config.EnvConfig`` is one); the
+    registry resolves names and imports no config."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def kwargs(self) -> dict[str, Any]: ...
+
+    @property
+    def vector(self) -> str: ...
+
+    @property
+    def achieved_goal_in_obs(self) -> bool: ...
+
+    @property
+    def stack(self) -> int: ...
 
 
 class RegistryError(LookupError):
@@ -272,7 +288,7 @@ def import_builtin_envs() -> None:
 
 
 def make_env(
-    env_cfg: EnvConfig,
+    env_cfg: EnvSpec,
     num_envs: int,
     seed: int,
     agents: tuple[str, ...] | list[str] | None = None,
@@ -296,7 +312,7 @@ def make_env(
 
 
 def _make_adapter(
-    env_cfg: EnvConfig, num_envs: int, seed: int, agents: tuple[str, ...] | list[str] | None
+    env_cfg: EnvSpec, num_envs: int, seed: int, agents: tuple[str, ...] | list[str] | None
 ) -> VecEnv:
     prefix, sep, rest = env_cfg.id.partition(":")
     kwargs = dict(env_cfg.kwargs)

@@ -435,7 +435,8 @@ def problems(obj: Any, skip: Sequence[str] = ()) -> list[str]:
         value = getattr(obj, f.name)
         if value is None and not required(f) and f.default is None:
             continue
-        hint = type_hints(type(obj)).get(f.name)
+        cls: type = type(obj)
+        hint = type_hints(cls).get(f.name)
         nested = [
             a
             for a in (hint, *typing.get_args(hint))

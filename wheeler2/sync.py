@@ -520,7 +520,7 @@ def _slots(module: nn.Module, names: Sequence[str]) -> list[tuple[dict, str]]:
     parameters, with ``overwrite_module_params_on_conversion``).
     """
     entries = _float_entries(module)
-    out = []
+    out: list[tuple[dict, str]] = []
     for name in names:
         if name not in entries:
             raise SyncError(f"cannot sync {name!r}: {type(module).__name__} has no such tensor")
@@ -614,19 +614,20 @@ class WeightPublisher:
             raise RuntimeError("publish() on a closed WeightPublisher")
         shared = self._shared
         sources = self._sources(module)
-        on_cpu = sources[0].device.type == "cpu"
-        if not on_cpu:
+        staging = None  # on the CPU the sources go straight into the block
+        if sources[0].device.type != "cpu":
             # Gather on the device first so the lock only covers one device-to-host copy.
             if self._staging is None or self._staging.device != sources[0].device:
                 self._staging = torch.empty(
                     self._handle.numel, dtype=torch.float32, device=sources[0].device
                 )
-            torch.cat(sources, out=self._staging)
+            staging = self._staging
+            torch.cat(sources, out=staging)
         with self._thread_lock, _Locked(shared.segment.lock_fd(), exclusive=True):
-            if on_cpu:
+            if staging is None:
                 torch.cat(sources, out=shared.flat)
             else:
-                shared.flat.copy_(self._staging)
+                shared.flat.copy_(staging)
             version = int(shared.header[0]) + 1
             shared.header[0] = version
         return version

@@ -193,15 +193,19 @@ def validate_heads(heads: RewardHeads, env: Any, steps: int = 3, seed: int = 0) 
         rows["r"].append(st.reward)
         obs = st.obs
 
-    def cat(key: str) -> np.ndarray | None:
-        return None if rows[key][0] is None else np.concatenate(rows[key])
+    def cat(key: str) -> np.ndarray:
+        return np.concatenate(rows[key])
 
-    batch = (cat("obs"), cat("act"), cat("next"), cat("ag"), cat("dg"))
-    reward = heads.compute(*batch, rows["info"], cat("r"))
+    def cat_goal(key: str) -> np.ndarray | None:  # None for an env without goals
+        return None if rows[key][0] is None else cat(key)
+
+    batch = (cat("obs"), cat("act"), cat("next"))
+    achieved, desired = cat_goal("ag"), cat_goal("dg")
+    reward = heads.compute(*batch, achieved, desired, rows["info"], cat("r"))
     _check_finite(heads, reward, "its reward")
-    if batch[3] is not None:
+    if achieved is not None:
         # HER asks for the same rewards with other goals: the achieved goals of later steps.
-        relabelled = heads.relabel(*batch[:4], batch[3][::-1].copy())
+        relabelled = heads.relabel(*batch, achieved, achieved[::-1].copy())
         _check_finite(heads, relabelled, "its HER-relabelled reward")
 
 

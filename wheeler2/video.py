@@ -9,11 +9,13 @@ recorded episodes are the ones ``wheeler2 eval`` scores. One file per episode, `
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wheeler2.errors import UsageError
 
@@ -80,7 +82,7 @@ def record(
     """Play ``episodes`` (default: ``experiment.eval_episodes``) deterministic episodes of the
     run's learner and write one video per episode next to ``out``."""
     from wheeler2.api import load_policy
-    from wheeler2.runtime import build
+    from wheeler2.runtime.seeds import eval_reset_seed
 
     out = Path(out)
     check_output(out)
@@ -89,7 +91,7 @@ def record(
     episodes = int(episodes or config.experiment.eval_episodes)
     env = make_render_env(config)
     fps = int(env.metadata.get("render_fps") or 30)
-    seed = build.eval_reset_seed(config)
+    seed = eval_reset_seed(config)
     out.parent.mkdir(parents=True, exist_ok=True)
     done: list[Recording] = []
     try:
@@ -109,12 +111,13 @@ def record(
     return done
 
 
-def _write(path: Path, frames: list[np.ndarray], fps: int) -> None:
+def _write(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
     import imageio.v2 as imageio
 
+    images: list[npt.ArrayLike] = list(frames)
     if path.suffix.lower() == ".gif":
         # Pillow's GIF writer takes the frame duration in milliseconds; loop forever.
-        imageio.mimsave(path, frames, duration=1000.0 / fps, loop=0)
+        imageio.mimsave(path, images, duration=1000.0 / fps, loop=0)
     else:
         # macro_block_size=2: H.264 (yuv420p) needs even sizes; pad only that far, not to 16.
-        imageio.mimsave(path, frames, fps=fps, macro_block_size=2)
+        imageio.mimsave(path, images, fps=fps, macro_block_size=2)

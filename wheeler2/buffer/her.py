@@ -28,6 +28,8 @@ from .config import HerConfig
 from .storage import Storage
 
 Relabel = Callable[..., np.ndarray]
+# HER with terminate_on_goal: (next achieved goal, goal) -> [B] bool, the goal was reached.
+Reached = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def choose_goals(

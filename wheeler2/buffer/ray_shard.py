@@ -22,13 +22,28 @@ import asyncio
 import os
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import ray
 
+from .config import Layout, ReplayConfig
+
+if TYPE_CHECKING:
+    from .replay import Replay
+    from .writer import Writer
+
 BATCHES_PER_CALL = 8  # replay batches per sample call: ~1 ms of call latency over ~8 updates
 SAMPLE_WAIT_S = 1.0  # how long a shard holds an unservable sample call before answering empty
+
+
+class ShardSpec(Protocol):
+    """How a shard makes its part of the buffer (``runtime.replays.ReplaySpec`` is one)."""
+
+    @property
+    def cfg(self) -> ReplayConfig: ...
+
+    def create(self) -> Replay: ...
 
 
 @ray.remote(num_cpus=0)
@@ -42,16 +57,16 @@ class ReplayShard:
     sweep of segments whose creator is gone (:func:`wheeler2.buffer.shm.sweep_stale`).
     """
 
-    def __init__(self, spec: Any, shard: int) -> None:
+    def __init__(self, spec: ShardSpec, shard: int) -> None:
         from wheeler2.buffer.shm import sweep_stale
-        from wheeler2.runtime.build import set_compute_threads
+        from wheeler2.process import set_compute_threads
 
         set_compute_threads()
         sweep_stale()  # this node's leftovers of killed runs (the driver sweeps its own node)
         self.replay = spec.create()
         self.shard = shard
         self.timeout_s = float(spec.cfg.timeout_s)
-        self.writers: dict[str, Any] = {}
+        self.writers: dict[str, Writer] = {}
         self.released = False
         self.last_update = time.time()
         self._changed: asyncio.Condition | None = None
@@ -162,7 +177,7 @@ class RemoteWriter:
     """Member-side staging with the Writer's ``add`` / ``flush``: ``chunk`` vector steps per
     remote call, at most one call in flight (waiting on it is how the gate stops a producer)."""
 
-    def __init__(self, shard: Any, producer: str, chunk: int, wait: bool, layout: Any) -> None:
+    def __init__(self, shard: Any, producer: str, chunk: int, wait: bool, layout: Layout) -> None:
         self.layout = layout  # what Member reads to know whether the buffer stores logp
         self.shard = shard
         self.producer = producer
@@ -229,7 +244,9 @@ class ShardedReplay:
     each bringing up to ``BATCHES_PER_CALL`` batches. ``can_sample`` never blocks.
     """
 
-    def __init__(self, shards: list[Any], layout: Any, chunk: int, producer: str, home: int):
+    def __init__(
+        self, shards: list[Any], layout: Layout, chunk: int, producer: str, home: int
+    ) -> None:
         self.shards = shards
         self.layout = layout
         self.chunk = int(chunk)
@@ -279,7 +296,9 @@ class ShardedReplay:
             self._poll()
         return bool(self.queue)
 
-    def sample(self, batch_size: int | None = None, timeout: float | None = None) -> dict:
+    def sample(
+        self, batch_size: int | None = None, timeout: float | None = None
+    ) -> dict[str, np.ndarray]:
         while not self.queue:
             self._poll()
             if not self.queue:

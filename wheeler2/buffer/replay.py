@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +17,7 @@ import numpy as np
 from . import sequence as sequences
 from .config import Layout, ReplayConfig, ReplayError
 from .gate import RatioGate
-from .her import Relabel, call_relabel, choose_goals, relabel_rewards
+from .her import Reached, Relabel, call_relabel, choose_goals, relabel_rewards
 from .nstep import fold_returns, gather_window
 from .sampler import PrioritizedSampler, UniformSampler
 from .shm import new_prefix, register_cleanup, unregister_cleanup
@@ -51,8 +50,7 @@ class ReplayHandle:
     gamma: float
     relabel: Relabel | None
     seed: int
-    # HER with terminate_on_goal: (next achieved goal, goal) -> [B] bool, the goal was reached.
-    reached: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+    reached: Reached | None = None  # HER with terminate_on_goal
 
 
 class Replay:
@@ -88,7 +86,7 @@ class Replay:
         gamma: float,
         relabel: Relabel | None = None,
         seed: int = 0,
-        reached: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+        reached: Reached | None = None,
     ) -> Replay:
         """Allocate the shared buffer in this (owner) process."""
         if cfg.her is not None and (layout.goal_dim <= 0 or relabel is None):
@@ -333,7 +331,7 @@ class Replay:
                 action = raw["action"][rows] if self.layout.discrete else col("action")
                 next_achieved, goal = col("next_achieved_goal"), col("desired_goal")
                 reward[rows] = call_relabel(
-                    self.relabel,
+                    self._relabel_fn(),
                     col("obs"),
                     action,
                     col("next_obs"),
@@ -352,7 +350,12 @@ class Replay:
             rewards = win.reward
             if "relabelled" in raw:
                 rewards = relabel_rewards(
-                    self.relabel, rewards, win.alive, raw["relabelled"], raw["goal"], win.extra
+                    self._relabel_fn(),
+                    rewards,
+                    win.alive,
+                    raw["relabelled"],
+                    raw["goal"],
+                    win.extra,
                 )
             reward, discount = fold_returns(rewards, win.alive, win.terminated, self.gamma)
         obs, next_obs = raw["obs"], raw["next_obs"]
@@ -373,6 +376,12 @@ class Replay:
         if "logp" in raw:
             out["logp"] = contiguous(raw["logp"])
         return out
+
+    def _relabel_fn(self) -> Relabel:
+        """HER's relabel function (:meth:`create` refuses HER without one)."""
+        if self.relabel is None:
+            raise ReplayError("HER relabelling needs a relabel function")
+        return self.relabel
 
     def update_priorities(self, index: np.ndarray, td_error: np.ndarray) -> None:
         """New priorities ``|td_error| + eps`` for a sample's ``index`` (stale ones are ignored)."""

@@ -243,7 +243,7 @@ def finish(
     action = raw.action if raw.action is not None else col("action")
     if lay.goal_dim:
         goal = col("desired_goal").copy()
-        if raw.relabelled is not None and raw.relabelled.shape[0]:
+        if raw.relabelled is not None and raw.goal is not None and raw.relabelled.shape[0]:
             r = raw.relabelled
             goal[r] = raw.goal[:, None, :]
             # One goal for the whole sequence: every alive step's rewards for it.

@@ -23,6 +23,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import _multiprocess
 import numpy as np
@@ -35,7 +36,7 @@ def new_prefix() -> str:
     return f"w2r_{os.getpid()}_{secrets.token_hex(4)}"
 
 
-def _tracker() -> object | None:
+def _tracker() -> Any:
     try:
         from multiprocess import resource_tracker
 
@@ -51,7 +52,9 @@ class Segment:
     (``owner_pid``) unlinks; attachers only map and unmap.
     """
 
-    def __init__(self, name: str, shape: tuple[int, ...], dtype: np.dtype, create: bool) -> None:
+    def __init__(
+        self, name: str, shape: tuple[int, ...], dtype: np.dtype | type, create: bool
+    ) -> None:
         self.name = name
         self.owner_pid = os.getpid() if create else None
         dtype = np.dtype(dtype)

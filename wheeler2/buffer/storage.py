@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config import Layout, ReplayConfig
+from .config import BufferConfig, Layout, ReplayConfig
 from .locks import RobustLock, SharedCondition
 from .shm import NamedSemaphore, Segment
 from .sumtree import padded_size
@@ -65,8 +65,9 @@ def packed_columns(layout: Layout) -> dict[str, tuple[int, int]]:
     return cols
 
 
-def field_specs(layout: Layout, cfg: ReplayConfig) -> dict[str, tuple[tuple[int, ...], type]]:
-    """name -> (shape, dtype) of every shared segment (float fields live in ``packed``)."""
+def field_specs(layout: Layout, cfg: BufferConfig) -> dict[str, tuple[tuple[int, ...], type]]:
+    """name -> (shape, dtype) of every shared segment (float fields live in ``packed``); of
+    ``cfg`` it reads ``capacity`` and ``prioritized``, which a ReplayConfig extends."""
     c = cfg.capacity
     width = max(hi for _, hi in packed_columns(layout).values())
     specs: dict[str, tuple[tuple[int, ...], type]] = {

@@ -19,6 +19,8 @@ Arrays (see ``SumMinTree`` for how they are laid out):
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 try:
@@ -29,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - numba is an install requirement
         "are compiled (pip install 'numba==0.68.1', or reinstall wheeler2 with `make setup`)"
     ) from exc
 
-if numba.config.DISABLE_JIT:  # pragma: no cover - a debugging switch of numba's
+if getattr(numba.config, "DISABLE_JIT", False):  # pragma: no cover - numba's debug switch
     raise ImportError(
         "NUMBA_DISABLE_JIT is set: the priority tree and the HER goal choice would run as "
         "pure Python, thousands of times slower; unset it to sample a wheeler2 replay"
@@ -38,7 +40,7 @@ if numba.config.DISABLE_JIT:  # pragma: no cover - a debugging switch of numba's
 FANOUT = 32
 SHIFT = 5  # log2(FANOUT)
 
-_JIT = {"nogil": True, "cache": True, "boundscheck": False}
+_JIT: dict[str, Any] = {"nogil": True, "cache": True, "boundscheck": False}
 
 
 @numba.njit(**_JIT)

@@ -75,7 +75,10 @@ class Writer:
             self._shapes["state"] = ((lay.state_dim,), np.float32)
             self._no_state = np.zeros((n, lay.state_dim), np.float32)
         self.fields = [f for f in DATA_FIELDS if f in self._shapes]
-        self.stage = {f: np.zeros((n, self.cap, *s), dtype=d) for f, (s, d) in self._shapes.items()}
+        shapes = self._shapes.items()
+        self.stage: dict[str, np.ndarray] = {
+            f: np.zeros((n, self.cap, *s), dtype=d) for f, (s, d) in shapes
+        }
         self.count = np.zeros(n, dtype=np.int64)
         self.ep_step = np.zeros(n, dtype=np.int64)
         # Episode ids: writer uid in the high bits, a per-writer counter below: globally unique.
@@ -116,6 +119,8 @@ class Writer:
             valid = np.asarray(valid, dtype=bool)
             if valid.all():
                 valid = None
+        r: np.ndarray | slice
+        pos: np.ndarray | int
         if valid is None:
             pos = self.count
             r = self._rows
@@ -159,7 +164,7 @@ class Writer:
             v = np.asarray(v)
             if v.shape[0] != n:
                 raise ReplayError(f"{name} has {v.shape[0]} rows, the writer has {n} envs")
-            st[name][r, pos] = v if valid is None else v[r]  # type: ignore[index]
+            st[name][r, pos] = v if valid is None else v[r]
         if valid is None:
             self.count += 1
             self.ep_step += 1

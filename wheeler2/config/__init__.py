@@ -6,8 +6,9 @@ is the contract of ``../shared/DESIGN.md`` section 3; ``docs/config.md`` lists e
 
 Modules: ``model`` (the dataclasses, which are also the schema: each default written once, bounds
 in field metadata, see ``wheeler2.schema``), ``reader`` (the generic table reader plus the rules a
-field cannot state), ``probe`` (checks that need the env built, run by ``wheeler2 check``),
-``overrides`` (``--set``), ``toml_out`` (a TOML writer), ``errors``.
+field cannot state), ``overrides`` (``--set``), ``toml_out`` (a TOML writer), ``errors``. This
+package only parses: the checks that need the env built (``wheeler2 check``) are
+``wheeler2.runtime.probe``'s.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from .model import (
     TaskConfig,
 )
 from .overrides import apply_override
-from .probe import check_against_env, check_with_env
 from .reader import RENAMED, TOP_LEVEL, load, validate
 from .toml_out import dumps_toml
 
@@ -50,8 +50,6 @@ __all__ = [
     "SyncConfig",
     "TaskConfig",
     "apply_override",
-    "check_against_env",
-    "check_with_env",
     "dumps_toml",
     "load",
     "validate",

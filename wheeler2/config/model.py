@@ -116,7 +116,9 @@ class MemberConfig:
     name: str  # in a file: defaults to algo
     algo: str
     role: str = choice(MISSING, ROLES)
-    params: Any  # an instance of the algorithm's Params dataclass
+    # An instance of the algorithm's Params dataclass. (role before it has no default either:
+    # choice(MISSING, ...) is a required field, which mypy cannot see.)
+    params: Any  # type: ignore[misc]
     count: int = bounded(1, ge=1)
     # Params that differ per copy of a count > 1 member: {key = [v0, v1, ...]} (one per copy)
     # or {key = {base = b, alpha = a}}, Ape-X's spread b ** (1 + a i / (count - 1)).

@@ -15,7 +15,7 @@ import tomllib
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wheeler2 import registry
 from wheeler2.schema import (
@@ -41,6 +41,9 @@ from .model import (
     copy_value,
 )
 from .overrides import apply_override
+
+if TYPE_CHECKING:
+    from wheeler2.agent import Agent
 
 # Old key -> new key, per table. The old name keeps working with a warning, so files written for
 # an earlier version still run (DESIGN.md section 3: renames keep the old name working).
@@ -465,7 +468,9 @@ def _member(reader: Reader, label: str, entry: Any) -> MemberConfig:
     return MemberConfig(**values)
 
 
-def _check_actor(reader: Reader, label: str, values: dict[str, Any], agent_class: type) -> None:
+def _check_actor(
+    reader: Reader, label: str, values: dict[str, Any], agent_class: type[Agent]
+) -> None:
     """An actor acts with the learner's synced weights and never learns (Ape-X's actors)."""
     if values["sync"] is None:
         raise reader.error(

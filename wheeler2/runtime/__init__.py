@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wheeler2 import checkpoint as ckpt
 from wheeler2.runtime.experiment import drop_if_empty, new_run_dir
 
 if TYPE_CHECKING:
@@ -23,7 +22,7 @@ def run_experiment(config: Config, run_dir: Path | None = None, resume: bool = F
     claimed = run_dir is None
     out = Path(config.experiment.out)
     fresh_out = claimed and not out.exists()
-    run_dir = new_run_dir(config) if claimed else Path(run_dir)
+    run_dir = new_run_dir(config) if run_dir is None else Path(run_dir)
     try:
         _run_backend(config, run_dir, resume)
     except BaseException:
@@ -71,44 +70,27 @@ def _sweep_shared_memory() -> None:
 def evaluate_run(run_dir: Path, episodes: int | None = None, which: str = "best") -> dict[str, Any]:
     """Evaluate the learner of a finished (or interrupted) run from its checkpoint."""
     from wheeler2.config import load
-    from wheeler2.runtime import build
     from wheeler2.runtime.evaluation import evaluate
+    from wheeler2.runtime.restore import restore
+    from wheeler2.runtime.seeds import eval_reset_seed
 
     run_dir = Path(run_dir)
     config = load(run_dir / "config.toml")
-    path = ckpt.checkpoint_path(run_dir, which)
-    if not path.exists():  # no eval beat the first yet, or the run stopped before one
-        path = ckpt.checkpoint_path(run_dir, "latest")
+    episodes = int(episodes or config.experiment.eval_episodes)
     # A missing, unreadable or unsafe file, or one of another team or network shape, is a
     # CheckpointError (one line, exit 2), not a traceback from inside load_state_dict.
-    payload = ckpt.load(path)
-    run = payload.get("run")
-    if not isinstance(run, dict) or "env_steps" not in run:
-        raise ckpt.CheckpointError(f"{path}: not a wheeler2 run checkpoint (no run counters)")
-    plans = build.plan_team(config)
-    lead = build.learner_plan(plans)
-    episodes = int(episodes or config.experiment.eval_episodes)
-    env = build.make_env(config, episodes, build.eval_env_seed(config), lead)
+    restored = restore(config, run_dir, which, eval_copies=episodes)
+    env = restored.env
+    assert env is not None  # restore opens it with eval_copies
     try:
-        heads = build.make_heads(config, env, build.make_task(config))
-        agent = build.make_agent(config, lead, build.space_info(env.info, heads), 0)
-        # check_matches loads the saved state into ``agent`` once it fits.
-        ckpt.check_matches(
-            path,
-            payload,
-            {lead.name: agent},
-            {lead.name: lead.algo},
-            subset=True,
-            required=[lead.name],
-        )
-        result = evaluate(agent, env, build.eval_reset_seed(config))
+        result = evaluate(restored.learner, env, eval_reset_seed(config))
     finally:
         env.close()
     return {
-        "checkpoint": str(path),
+        "checkpoint": str(restored.path),
         "episodes": episodes,
         "mean_return": result.mean_return,
         "std_return": result.std_return,
         "success": result.success,
-        "env_steps": run["env_steps"],
+        "env_steps": restored.payload["run"]["env_steps"],
     }

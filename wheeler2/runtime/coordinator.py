@@ -15,10 +15,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from wheeler2.log import write_json_atomic
-from wheeler2.runtime import build
 from wheeler2.runtime.experiment import (
     MemberFailed,
     Recorder,
@@ -28,6 +27,7 @@ from wheeler2.runtime.experiment import (
     load_resume_state,
     shield_shutdown,
 )
+from wheeler2.runtime.heads import resolved_heads_config
 from wheeler2.runtime.messages import (
     Building,
     Evaluated,
@@ -38,6 +38,8 @@ from wheeler2.runtime.messages import (
     Started,
     StateReply,
 )
+from wheeler2.runtime.protocols import Backend, Transport
+from wheeler2.runtime.team import TeamSetup, prepare_team
 
 if TYPE_CHECKING:
     from wheeler2.config import Config
@@ -50,37 +52,6 @@ START_GRACE_S = 120.0
 # A loop of the coordinator takes POLL_S and a little work; one that took longer than this did
 # not listen (its process starved, a checkpoint written, a transport call that blocked).
 STALL_S = 2.0
-
-
-class Transport(Protocol):
-    """What a backend provides the coordinator: where members run, how messages travel."""
-
-    def receive(self, timeout: float) -> list[Message]:
-        """Messages that arrived (waiting up to ``timeout`` for the first)."""
-
-    def failures(self) -> dict[str, str]:
-        """Members that are gone without finishing: name -> how (e.g. "exit code -9")."""
-
-    def env_steps(self) -> int:
-        """Env steps of the whole run so far."""
-
-    def request_states(self) -> int:
-        """Ask every member for its state (a checkpoint); returns the request number."""
-
-    def open(self) -> None:
-        """Every member has started: they may take env steps (the start line)."""
-
-    def release(self, table: str) -> None:
-        """Nobody samples ``table`` any more: its producers waiting on the ratio gate may go."""
-
-    def stop(self) -> None:
-        """Members stop at their next step (and producers are released)."""
-
-    def kill(self, name: str) -> None:
-        """End a member that no longer responds."""
-
-    def replay_state(self) -> dict[str, dict[str, Any]]:
-        """Each table's replay contents for a checkpoint (``buffer.checkpoint = true``)."""
 
 
 class Coordinator:
@@ -280,7 +251,7 @@ class Coordinator:
     def _payload(self) -> dict[str, Any]:
         out: dict[str, Any] = {"members": dict(self.states), "member_steps": dict(self.steps)}
         if self.config.buffer.checkpoint:
-            # Read back by build.saved_replay: the lead's table where it always was.
+            # Read back by runtime.restore.saved_replay: the lead's table where it always was.
             replays = self.transport.replay_state()
             lead = replays.pop(self.learners[self.lead], None)
             if lead is not None:
@@ -307,28 +278,22 @@ class Coordinator:
         write_json_atomic(run_dir / "team.json", team)
 
 
-class _Opened(Transport, Protocol):
-    def start(self, run_dir: Path, next_eval: int) -> None: ...
-
-    def close(self) -> None: ...
-
-
 @dataclass
 class Prepared:
     """A team settled in the driver, before any member or actor exists."""
 
     state: RunState
     payload: dict[str, Any]
-    setup: build.TeamSetup
+    setup: TeamSetup
 
 
 def prepare(config: Config, run_dir: Path, resume: bool) -> Prepared:
     """Read the checkpoint (resume), probe the env and build the learner: a bad team or
     checkpoint fails here, before anything is started or written."""
-    from wheeler2.config import check_against_env
+    from wheeler2.runtime.probe import check_against_env
 
     state, payload = load_resume_state(run_dir, config) if resume else (RunState(), {})
-    setup = build.prepare_team(config, payload)
+    setup = prepare_team(config, payload)
     # What `check` refuses, refused here too, with the env the team just probed: a buffer that
     # would not fit in memory must fail before a byte of shared memory is taken.
     check_against_env(config, [t.info for t in setup.tables if t.uses_replay])
@@ -339,7 +304,7 @@ def run_team(
     config: Config,
     run_dir: Path,
     prepared: Prepared,
-    open_transport: Callable[[Config, build.TeamSetup, dict[str, Any]], _Opened],
+    open_transport: Callable[[Config, TeamSetup, dict[str, Any]], Backend],
 ) -> dict[str, Any]:
     """The one way every backend runs a team: open the transport (where members run), then the
     run directory, start the members and coordinate them to the end; close on every path."""
@@ -347,7 +312,7 @@ def run_team(
     with interrupt_on_sigterm():
         transport = open_transport(config, setup, payload)
         try:
-            recorder = Recorder(build.resolved_heads_config(config, setup.heads), run_dir, state)
+            recorder = Recorder(resolved_heads_config(config, setup.heads), run_dir, state)
             # Said before anything long happens, so a user who stops the run knows where it is.
             print(f"run directory: {run_dir}", flush=True)
             transport.start(run_dir, first_eval(config, state.env_steps))

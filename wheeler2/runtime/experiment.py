@@ -187,7 +187,7 @@ class Recorder:
         return time.perf_counter() >= self.schedule.next_log
 
     def _eval_entry(self, env_steps: int, result: EvalResult) -> dict[str, Any]:
-        entry = {
+        entry: dict[str, Any] = {
             "env_steps": env_steps,
             "wall_s": round(self.wall_s, 3),
             "return": result.mean_return,
@@ -300,40 +300,27 @@ def _table_summaries(
     return out
 
 
-def load_resume_state(run_dir: Path, config: Config = None) -> tuple[RunState, dict[str, Any]]:
+def load_resume_state(run_dir: Path, config: Config) -> tuple[RunState, dict[str, Any]]:
     """The counters and checkpoint payload ``resume`` continues ``run_dir`` from.
 
-    The one place resume reads a checkpoint. It raises ``checkpoint.CheckpointError`` (one line
-    naming the file; the CLI exits 2) when ``latest.pt`` is missing, truncated, foreign or holds
-    pickled code, or was not written by the team ``config`` builds (default: the run's
-    ``config.toml``): other member names, algorithms or network shapes. Without this check a
-    renamed explorer started fresh and its env steps were lost, and a changed network failed
-    deep inside a backend, in a member's process.
+    Read through the one restore path (``runtime.restore.restore``), against the team
+    ``config`` builds: it raises ``checkpoint.CheckpointError`` (one line naming the file; the
+    CLI exits 2) when ``latest.pt`` is missing, truncated, foreign or holds pickled code, or was
+    not written by that team: other member names, algorithms or network shapes. Without this
+    check a renamed explorer started fresh and its env steps were lost, and a changed network
+    failed deep inside a backend, in a member's process.
     """
-    run_dir = Path(run_dir)
-    path = ckpt.checkpoint_path(run_dir, "latest")
-    payload = ckpt.load(path)
+    from wheeler2.runtime.restore import restore
+
+    restored = restore(config, run_dir, "latest")
+    payload = restored.payload
     try:
         state = RunState.from_dict(payload["run"])
         if not isinstance(payload["rng"], dict):
             raise TypeError("rng is not a dict")
     except (KeyError, TypeError, ValueError) as exc:
         raise ckpt.CheckpointError(
-            f"{path}: not a wheeler2 run checkpoint (its run counters or RNG state: {exc!r})"
+            f"{restored.path}: not a wheeler2 run checkpoint (its run counters or RNG state: "
+            f"{exc!r})"
         ) from None
-    if config is None and (run_dir / "config.toml").is_file():
-        from wheeler2.config import load
-
-        config = load(run_dir / "config.toml")
-    if config is not None:
-        from wheeler2.runtime import build
-
-        # Fresh agents of the config, built the way every backend builds them, tell what the
-        # checkpoint must hold; they are thrown away once compared.
-        agents, algos = {}, {}
-        for table in build.prepare_team(config, {}).tables:
-            space = build.space_info(table.info, table.heads)
-            for p in table.plans:
-                agents[p.name], algos[p.name] = build.make_agent(config, p, space, 0), p.algo
-        ckpt.check_matches(path, payload, agents, algos)
     return state, payload

@@ -22,13 +22,20 @@ from typing import TYPE_CHECKING, Any
 import multiprocess as mp
 from multiprocess.connection import wait
 
-from wheeler2.runtime import build
+from wheeler2.process import set_compute_threads, set_niceness
 from wheeler2.runtime.budget import OPEN, REQUEST, STOP, CountingBudget, new_block, run_steps
 from wheeler2.runtime.coordinator import prepare, run_team
 from wheeler2.runtime.messages import Message
+from wheeler2.runtime.plan import MemberPlan
+from wheeler2.runtime.replays import make_replay, own_replay_spec
+from wheeler2.runtime.restore import member_payload, saved_replay
+from wheeler2.runtime.team import TeamSetup
 
 if TYPE_CHECKING:
+    from wheeler2.buffer import Replay, ReplayHandle
     from wheeler2.config import Config
+    from wheeler2.runtime.replays import ReplaySpec
+    from wheeler2.sync import WeightHandle, WeightPublisher
 
 
 @dataclass
@@ -36,10 +43,10 @@ class MemberArgs:
     """Everything a member process needs, picklable."""
 
     config: Config
-    plan: build.MemberPlan
-    replay: Any  # the member's table's ReplayHandle, or None
-    weights: Any  # its table's WeightHandle, or None where nobody in the table syncs
-    own: Any  # a learner's own table's ReplaySpec ([buffer] own_share), or None
+    plan: MemberPlan
+    replay: ReplayHandle | None  # the member's table's (none for an on-policy learner's table)
+    weights: WeightHandle  # its table's weight block (every table has one here)
+    own: ReplaySpec | None  # a learner's own table ([buffer] own_share), or None
     block: Any  # the budget counters
     lock: Any
     conn: Any
@@ -98,9 +105,9 @@ def _run(args: MemberArgs) -> None:
     from wheeler2.runtime.member import Wiring, run_member
     from wheeler2.sync import WeightClient, WeightPublisher
 
-    build.set_compute_threads()
+    set_compute_threads()
     plan, config = args.plan, args.config
-    build.set_niceness(plan)
+    set_niceness(plan.spec.nice)
     replay = None if args.replay is None else Replay.attach(args.replay)
     sink = None
     try:
@@ -134,7 +141,7 @@ def _run(args: MemberArgs) -> None:
 class LocalTransport:
     """Member processes, their pipes and the shared resources the main process owns."""
 
-    def __init__(self, config: Config, setup: build.TeamSetup, payload: dict[str, Any]) -> None:
+    def __init__(self, config: Config, setup: TeamSetup, payload: dict[str, Any]) -> None:
         from wheeler2.sync import WeightPublisher
 
         self.ctx = mp.get_context("spawn")
@@ -143,16 +150,16 @@ class LocalTransport:
         self.payload = payload
         self.procs: dict[str, Any] = {}
         self.conns: dict[Any, str] = {}
-        self.replays: dict[str, Any] = {}  # table -> replay (an on-policy learner's table: none)
-        self.publishers: dict[str, Any] = {}  # table -> its learner's weights
-        steps = [build.member_payload(payload, p.name)[1] for p in setup.plans]
+        self.replays: dict[str, Replay] = {}  # table -> replay (an on-policy learner's: none)
+        self.publishers: dict[str, WeightPublisher] = {}  # table -> its learner's weights
+        steps = [member_payload(payload, p.name)[1] for p in setup.plans]
         self.block = new_block(steps, shared=self.ctx, opened=False)
         self.lock = self.ctx.Lock()
         try:
             for table in setup.tables:
                 if table.uses_replay:
-                    replay = self.replays[table.name] = build.make_replay(config, table)
-                    saved = build.saved_replay(payload, table)
+                    replay = self.replays[table.name] = make_replay(config, table)
+                    saved = saved_replay(payload, table)
                     if saved is not None:
                         replay.load_state_dict(saved)
                 publisher = WeightPublisher.create(table.published)
@@ -164,7 +171,7 @@ class LocalTransport:
 
     def start(self, run_dir: Path, next_eval: int) -> None:
         for p in self.setup.plans:
-            state, env_steps = build.member_payload(self.payload, p.name)
+            state, env_steps = member_payload(self.payload, p.name)
             replay = self.replays.get(p.spec.table)
             reader, writer_end = self.ctx.Pipe(duplex=False)
             args = MemberArgs(
@@ -172,7 +179,7 @@ class LocalTransport:
                 plan=p,
                 replay=None if replay is None else replay.handle(),
                 weights=self.publishers[p.spec.table].handle(),
-                own=build.own_replay_spec(self.config, self.setup.table_of(p))
+                own=own_replay_spec(self.config, self.setup.table_of(p))
                 if p.role == "learner"
                 else None,
                 block=self.block,
@@ -254,8 +261,10 @@ class LocalTransport:
                 proc.join(timeout=5)
         for conn in self.conns:
             conn.close()
-        for res in [*self.publishers.values(), *self.replays.values()]:
-            res.close()
+        for publisher in self.publishers.values():
+            publisher.close()
+        for replay in self.replays.values():
+            replay.close()
 
 
 def run_local(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from torch import nn
@@ -24,18 +24,29 @@ from torch import nn
 from wheeler2.agent import Agent, Transitions
 from wheeler2.buffer import Replay
 from wheeler2.env import EnvStep, VecEnv, policy_obs
-from wheeler2.runtime import build
 from wheeler2.runtime.evaluation import evaluate
+from wheeler2.runtime.heads import make_heads, make_task
 from wheeler2.runtime.messages import (
     Building,
     Evaluated,
     Failed,
     Figures,
     Finished,
-    Message,
     Started,
     StateReply,
 )
+from wheeler2.runtime.parts import make_agent, make_env, space_info
+from wheeler2.runtime.plan import MemberPlan
+from wheeler2.runtime.protocols import (
+    Budget,
+    Link,
+    ReplayTable,
+    ReplayWriter,
+    WeightSink,
+    WeightSource,
+)
+from wheeler2.runtime.replays import ReplaySpec
+from wheeler2.runtime.seeds import eval_env_seed, eval_reset_seed, member_seed
 from wheeler2.runtime.trainer import NonFiniteError, Trainer, check_losses
 from wheeler2.sync import publish_view, pull_target, sink_pulls
 from wheeler2.task import RewardHeads
@@ -96,7 +107,7 @@ class Member:
         agent: Agent,
         env: VecEnv,
         heads: RewardHeads,
-        writer: Any | None,
+        writer: ReplayWriter | None,
         seed: int,
     ) -> None:
         self.name = name
@@ -259,7 +270,7 @@ class Member:
 class TeeWriter:
     """Writes every transition into two tables: the shared one and the learner's own."""
 
-    def __init__(self, shared: Any, own: Any) -> None:
+    def __init__(self, shared: ReplayWriter, own: ReplayWriter) -> None:
         self.shared, self.own = shared, own
         self.layout = shared.layout
 
@@ -273,58 +284,7 @@ class TeeWriter:
 
 
 # --------------------------------------------------------------------------------------------
-# what a backend supplies
-
-
-class Budget(Protocol):
-    """The member's share of ``total_steps`` and the run's control flags."""
-
-    def claim(self, n: int) -> bool:
-        """Reserve ``n`` env steps of the run's budget; False when the member should stop."""
-
-    def settle(self, claimed: int, used: int) -> None:
-        """After a step: ``used`` of the ``claimed`` steps were taken; the rest go back."""
-
-    def run_steps(self, own: int) -> int:
-        """The whole run's env steps so far (the learner schedules evals on it)."""
-
-    def stopped(self) -> bool:
-        """The coordinator asked every member to stop (Ctrl-C, a failure, the threshold)."""
-
-    def opened(self) -> bool:
-        """Every member has started: steps may be claimed (the team's start line)."""
-
-    def request(self) -> int:
-        """The coordinator's checkpoint request counter: a change asks for this member's state."""
-
-
-class Link(Protocol):
-    """How messages reach the coordinator (a pipe, the Ray board, a list)."""
-
-    def send(self, message: Message) -> None: ...
-
-
-class WeightSink(Protocol):
-    """Learner side of weight sync."""
-
-    def publish(self, actor: nn.Module) -> int: ...
-
-    def close(self) -> None: ...
-
-
-class WeightSource(Protocol):
-    """Explorer side of weight sync, bound to the explorer's own actor."""
-
-    synced: tuple[str, ...]
-
-    @property
-    def version(self) -> int: ...
-
-    def lag(self) -> int: ...
-
-    def pull(self) -> int | None: ...
-
-    def close(self) -> None: ...
+# what a backend supplies (its parts are the Protocols of runtime/protocols.py)
 
 
 @dataclass
@@ -333,13 +293,13 @@ class Wiring:
 
     budget: Budget
     link: Link
-    replay: Any | None  # a Replay, or ray's ShardedReplay: writer(), and the sampling side
+    replay: ReplayTable | None  # a Replay, or ray's ShardedReplay: writer(), and the sampling side
     # Whether the member has a process of its own: its producer side may then wait on the ratio
     # gate; in one shared process (serial) a wait would deadlock the learner that must sample.
     own_process: bool
     sole: bool = False  # the only member in a shared process (serial solo): its CPU is its own
     sink: WeightSink | None = None  # the learner's
-    own: Any | None = None  # the learner's own table's ReplaySpec ([buffer] own_share), or None
+    own: ReplaySpec | None = None  # the learner's own table ([buffer] own_share), or None
     source: Callable[[nn.Module], WeightSource] | None = None  # an explorer's, given its actor
     state: dict[str, Any] | None = None  # resumed agent state
     env_steps: int = 0  # resumed step count
@@ -354,7 +314,9 @@ class Wiring:
 class MemberLoop:
     """Builds one member and runs it one vector step per :meth:`tick`."""
 
-    def __init__(self, config: Config, plan: build.MemberPlan, wiring: Wiring) -> None:
+    member: Member  # set once the build got that far (close() also runs on a failed build)
+
+    def __init__(self, config: Config, plan: MemberPlan, wiring: Wiring) -> None:
         self.config = config
         self.plan = plan
         self.budget = wiring.budget
@@ -365,34 +327,33 @@ class MemberLoop:
         self.last_eval: int | None = None
         self.stopped = False
         self._closing: list[Any] = []
-        self.member: Member | None = None
         try:
             self._build(config, plan, wiring)
         except BaseException:
             self.close()  # the envs already built (a Unity build, env subprocesses) go too
             raise
 
-    def _build(self, config: Config, plan: build.MemberPlan, wiring: Wiring) -> None:
+    def _build(self, config: Config, plan: MemberPlan, wiring: Wiring) -> None:
         exp = config.experiment
-        seed = build.member_seed(config, plan)
+        seed = member_seed(config, plan)
         # Each stage is news to the coordinator: its start grace counts from the last one, so a
         # build slowed down stage by stage (a loaded machine) is told from one stuck in a stage.
         self._building("building its envs")
-        env = build.make_env(config, int(config.env.num_envs), seed, plan)
+        env = make_env(config, int(config.env.num_envs), seed, plan)
         self._closing.append(env)
-        heads = build.make_heads(config, env, build.make_task(config))
+        heads = make_heads(config, env, make_task(config))
         self._building("building its agent")
-        agent = build.make_agent(config, plan, build.space_info(env.info, heads), seed)
+        agent = make_agent(config, plan, space_info(env.info, heads), seed)
         if wiring.state is not None:
             agent.load_state_dict(wiring.state)
         replay = wiring.replay
-        writer = None
+        writer: ReplayWriter | None = None
         if replay is not None:
             self._building("attaching the replay")
             block = (not self.learner) if wiring.own_process else None
             writer = replay.writer(num_envs=env.num_envs, block=block)
         own = None
-        if self.learner and wiring.own is not None and replay is not None:
+        if self.learner and wiring.own is not None and writer is not None:
             own = wiring.own.create()  # this process's own: unlinked when the member closes
             self._closing.append(own)
             writer = TeeWriter(writer, own.writer(num_envs=env.num_envs))
@@ -415,9 +376,7 @@ class MemberLoop:
         self.eval_env = None
         if self.learner:
             self._building("building its eval envs")
-            self.eval_env = build.make_env(
-                config, int(exp.eval_episodes), build.eval_env_seed(config), plan
-            )
+            self.eval_env = make_env(config, int(exp.eval_episodes), eval_env_seed(config), plan)
             self._closing.append(self.eval_env)
         self.source = None
         sync = plan.spec.sync
@@ -499,7 +458,7 @@ class MemberLoop:
         # Off-policy learners publish every PUBLISH_EVERY updates, on-policy ones (which update
         # inside step) every PUBLISH_EVERY of their env steps.
         progress = trainer.updates if trainer is not None else self.member.stats.env_steps
-        if self.sink is not None and progress >= self.next_publish:
+        if self.sink is not None and self.published is not None and progress >= self.next_publish:
             self.sink.publish(self.published)
             self.next_publish = progress + PUBLISH_EVERY
         total = self.budget.run_steps(self.member.stats.env_steps)
@@ -509,7 +468,8 @@ class MemberLoop:
 
     def _evaluate(self, env_steps: int) -> None:
         self.last_eval = env_steps
-        seed = build.eval_reset_seed(self.config)
+        seed = eval_reset_seed(self.config)
+        assert self.eval_env is not None  # every learner builds its eval envs
         result = evaluate(self.agent, self.eval_env, seed, heads=self.member.heads)
         self.link.send(Evaluated(self.plan.name, env_steps, result, self.agent.state_dict()))
 
@@ -548,8 +508,9 @@ class MemberLoop:
         """Flush the writer and close the envs and the weight source; the replay and the sink
         belong to the backend."""
         try:
-            if self.member is not None and self.member.writer is not None:
-                self.member.writer.flush()
+            member: Member | None = getattr(self, "member", None)  # None: the build failed
+            if member is not None and member.writer is not None:
+                member.writer.flush()
         finally:
             self._close_resources()
 
@@ -559,7 +520,7 @@ class MemberLoop:
         self._closing.clear()
 
 
-def run_member(config: Config, plan: build.MemberPlan, wiring: Wiring) -> None:
+def run_member(config: Config, plan: MemberPlan, wiring: Wiring) -> None:
     """Run one member to the end of its budget (or a stop) in this process."""
     loop = MemberLoop(config, plan, wiring)
     try:

@@ -1,6 +1,7 @@
 """Checks that need the environment built once: ``wheeler2 check`` runs them after ``load``.
 
-``load`` stays cheap (no env is built); what only the built team can tell is checked here, so
+``config.load`` stays cheap and only parses (no env is built, and ``wheeler2.config`` imports
+nothing of the runtime); what only the built team can tell is checked here, so
 that ``check`` refuses what a run would fail on minutes later: an algorithm that cannot act in
 the env, a reward head that raises or has the wrong shape, members whose spaces do not fit
 their replay table, a sync that cannot work, HER on an env without goals, a buffer that does
@@ -15,10 +16,11 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from wheeler2.buffer import Layout
+from wheeler2.buffer.storage import field_specs
+from wheeler2.config import Config, ConfigError
 from wheeler2.env import EnvInfo
-
-from .errors import ConfigError
-from .model import Config
+from wheeler2.runtime.team import prepare_team
 
 SHM = Path("/dev/shm")
 
@@ -31,9 +33,7 @@ def check_with_env(config: Config, free: Callable[[], dict[str, int]] | None = N
 
     ``free``: where the buffers could go -> free bytes (default: /dev/shm and available RAM).
     """
-    from wheeler2.runtime import build
-
-    setup = build.prepare_team(config, {})
+    setup = prepare_team(config, {})
     check_against_env(config, [t.info for t in setup.tables if t.uses_replay], free)
 
 
@@ -74,9 +74,6 @@ def check_against_env(
 
 def buffer_bytes(config: Config, info: EnvInfo) -> int:
     """Bytes of shared memory the central buffer allocates for this env (all shards together)."""
-    from wheeler2.buffer import Layout
-    from wheeler2.buffer.storage import field_specs
-
     layout = Layout(
         obs_dim=info.obs_dim,
         act_dim=info.act_dim,

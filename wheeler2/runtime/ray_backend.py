@@ -16,18 +16,21 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import ray
 
 from wheeler2.log import write_json_atomic
-from wheeler2.runtime import build
 from wheeler2.runtime.coordinator import prepare, run_team
 from wheeler2.runtime.experiment import (
     MemberFailed,
 )
 from wheeler2.runtime.messages import Finished, Message, StateReply
+from wheeler2.runtime.plan import MemberPlan
 from wheeler2.runtime.ray_member import Board, MemberActor
+from wheeler2.runtime.replays import own_replay_spec, replay_spec
+from wheeler2.runtime.restore import member_payload, saved_replay
+from wheeler2.runtime.team import TeamSetup
 
 if TYPE_CHECKING:
     from wheeler2.config import Config
@@ -72,7 +75,7 @@ def connect(address: str | None, num_cpus: float = 0) -> bool:
 # driver side
 
 
-def member_options(plan: build.MemberPlan) -> dict[str, Any]:
+def member_options(plan: MemberPlan) -> dict[str, Any]:
     """Ray actor options of one member, from its ``[[team]]`` table."""
     spec = plan.spec
     opts: dict[str, Any] = {
@@ -84,7 +87,7 @@ def member_options(plan: build.MemberPlan) -> dict[str, Any]:
     return opts
 
 
-def _check_fits(plans: list[build.MemberPlan]) -> None:
+def _check_fits(plans: list[MemberPlan]) -> None:
     """Fail at once, naming the member, when the cluster can never place it (Ray would wait
     forever otherwise). Totals only: per-node packing is left to the start timeout."""
     available = ray.cluster_resources()
@@ -109,7 +112,7 @@ def _check_fits(plans: list[build.MemberPlan]) -> None:
 class RayTransport:
     """Member actors, shard actors and the board, seen from the driver."""
 
-    def __init__(self, config: Config, setup: build.TeamSetup, payload: dict[str, Any]) -> None:
+    def __init__(self, config: Config, setup: TeamSetup, payload: dict[str, Any]) -> None:
         self.config = config
         self.setup = setup
         self.payload = payload
@@ -127,14 +130,16 @@ class RayTransport:
             self.close()
             raise
 
-    def _create(self, config: Config, setup: build.TeamSetup, payload: dict[str, Any]) -> None:
+    def _create(self, config: Config, setup: TeamSetup, payload: dict[str, Any]) -> None:
         from wheeler2.buffer.ray_shard import ReplayShard
 
+        # @ray.remote makes these actor classes (.options, .remote), which their types omit.
+        member_actor, replay_shard, board = cast(Any, (MemberActor, ReplayShard, Board))
         plans = setup.plans
         table = setup.tables[0]  # the config refuses ray with several tables
         _check_fits(plans)
         for p in plans:
-            self.actors[p.name] = MemberActor.options(
+            self.actors[p.name] = member_actor.options(
                 name=f"wheeler2-{self.run_id}-{p.name}", **member_options(p)
             ).remote(p.name)
         self.placed = self._wait_placed(plans)
@@ -144,21 +149,21 @@ class RayTransport:
         )
         shards = max(1, int(config.buffer.shards)) if table.uses_replay else 0
         self.shards = [
-            ReplayShard.options(
+            replay_shard.options(
                 name=f"wheeler2-{self.run_id}-buffer-{i}", scheduling_strategy=near_learner
-            ).remote(build.replay_spec(config, table, shard=i, shards=shards), i)
+            ).remote(replay_spec(config, table, shard=i, shards=shards), i)
             for i in range(shards)
         ]
-        member_steps = {p.name: build.member_payload(payload, p.name)[1] for p in plans}
+        member_steps = {p.name: member_payload(payload, p.name)[1] for p in plans}
         self.steps = dict(member_steps)
-        self.board = Board.options(
+        self.board = board.options(
             name=f"wheeler2-{self.run_id}-board", scheduling_strategy=near_learner
         ).remote(int(config.experiment.total_steps), member_steps)
         try:
             ray.get([s.ready.remote() for s in self.shards] + [self.board.ping.remote()])
         except ray.exceptions.RayError as exc:
             raise MemberFailed("buffer", str(exc)) from None
-        saved = build.saved_replay(payload, table)
+        saved = saved_replay(payload, table)
         if saved is not None and self.shards:
             if len(self.shards) == 1:
                 ray.get(self.shards[0].load_state_dict.remote(saved))
@@ -168,7 +173,7 @@ class RayTransport:
 
         ray.get(self.board.set_weights.remote(1, [ray.put(float_state(table.learner.actor))]))
 
-    def _wait_placed(self, plans: list[build.MemberPlan]) -> dict[str, Any]:
+    def _wait_placed(self, plans: list[MemberPlan]) -> dict[str, Any]:
         """Where each member actor started; an error naming the first one that never did."""
         refs = {self.actors[p.name].where.remote(): p.name for p in plans}
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=START_TIMEOUT_S)
@@ -198,7 +203,7 @@ class RayTransport:
         layout = table.layout()
         shapes = source_shapes(table.learner.actor)
         for p in self.setup.plans:
-            state, env_steps = build.member_payload(self.payload, p.name)
+            state, env_steps = member_payload(self.payload, p.name)
             args = {
                 "config": self.config,
                 "plan": p,
@@ -206,7 +211,7 @@ class RayTransport:
                 "shards": self.shards,
                 "layout": layout,
                 "publish_shapes": shapes,
-                "own": build.own_replay_spec(self.config, table),
+                "own": own_replay_spec(self.config, table),
                 "state": state,
                 "env_steps": env_steps,
                 "next_eval": next_eval,

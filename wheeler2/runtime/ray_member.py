@@ -17,7 +17,7 @@ from typing import Any
 
 import ray
 
-from wheeler2.runtime import build
+from wheeler2.process import set_compute_threads, set_niceness
 from wheeler2.runtime.messages import Message
 
 GATE_POLL_S = 0.1  # how often a member at the start line asks the board whether it is open
@@ -294,9 +294,9 @@ def _run_member(args: dict[str, Any]) -> None:
     from wheeler2.runtime.member import Wiring, run_member
     from wheeler2.sync import SyncPlan
 
-    build.set_compute_threads()
+    set_compute_threads()
     config, plan, board = args["config"], args["plan"], args["board"]
-    build.set_niceness(plan)
+    set_niceness(plan.spec.nice)
     num_envs = int(config.env.num_envs)
     chunk = int(config.buffer.chunk)
     learner = plan.role == "learner"

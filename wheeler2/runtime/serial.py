@@ -15,14 +15,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wheeler2 import checkpoint as ckpt
-from wheeler2.runtime import build
+from wheeler2.process import set_compute_threads
 from wheeler2.runtime.budget import REQUEST, STOP, CountingBudget, new_block, run_steps
 from wheeler2.runtime.coordinator import prepare, run_team
 from wheeler2.runtime.member import MemberLoop, Wiring, failed
 from wheeler2.runtime.messages import Failed, Message
+from wheeler2.runtime.replays import make_replay, own_replay_spec
+from wheeler2.runtime.restore import member_payload, saved_replay
+from wheeler2.runtime.team import TeamSetup
 
 if TYPE_CHECKING:
+    from wheeler2.buffer import Replay
     from wheeler2.config import Config
+    from wheeler2.sync import WeightPublisher
 
 
 class _Hung(Exception):
@@ -40,14 +45,14 @@ class _ListLink:
 class SerialTransport:
     """Members as loops in this process; ``receive`` runs one round of ticks."""
 
-    def __init__(self, config: Config, setup: build.TeamSetup, payload: dict[str, Any]) -> None:
+    def __init__(self, config: Config, setup: TeamSetup, payload: dict[str, Any]) -> None:
         from wheeler2.sync import WeightClient, WeightPublisher
 
         self.config = config
         self.heartbeat_s = float(config.experiment.heartbeat_s)
         self.inbox: list[Message] = []
-        self.replays: dict[str, Any] = {}  # table -> replay (an on-policy learner's table: none)
-        self.publishers: dict[str, Any] = {}  # table -> its learner's weights, where one syncs
+        self.replays: dict[str, Replay] = {}  # table -> replay (an on-policy learner's: none)
+        self.publishers: dict[str, WeightPublisher] = {}  # table -> its learner's, where one syncs
         self.loops: dict[str, MemberLoop] = {}
         self.wirings: dict[str, Wiring] = {}
         self.done: set[str] = set()
@@ -56,7 +61,7 @@ class SerialTransport:
         self._alarm_previous: Any = None
         self._alarmed = False
         plans = setup.plans
-        self.block = new_block([build.member_payload(payload, p.name)[1] for p in plans])
+        self.block = new_block([member_payload(payload, p.name)[1] for p in plans])
         total = int(config.experiment.total_steps)
         # One process: insert every step (chunk 1) so a transition is sampleable at once, as in
         # a classic loop; HER needs whole episodes, collected by the writer.
@@ -64,9 +69,9 @@ class SerialTransport:
         try:
             for table in setup.tables:
                 if table.uses_replay:
-                    replay = build.make_replay(config, table, chunk=chunk)
+                    replay = make_replay(config, table, chunk=chunk)
                     self.replays[table.name] = replay
-                    saved = build.saved_replay(payload, table)
+                    saved = saved_replay(payload, table)
                     if saved is not None:
                         replay.load_state_dict(saved)
                 if table.syncs:
@@ -74,23 +79,23 @@ class SerialTransport:
                     publisher.publish(table.published)
                     self.publishers[table.name] = publisher
             for p in plans:
-                state, env_steps = build.member_payload(payload, p.name)
-                table = p.spec.table
-                publisher = self.publishers.get(table)
+                state, env_steps = member_payload(payload, p.name)
+                table_name = p.spec.table
+                published = self.publishers.get(table_name)
                 source = None
-                if publisher is not None and p.spec.sync is not None:
+                if published is not None and p.spec.sync is not None:
                     sync = p.spec.sync
                     source = WeightClient.factory(
-                        publisher.handle(), sync.keep, float(sync.alpha), p.name
+                        published.handle(), sync.keep, float(sync.alpha), p.name
                     )
                 self.wirings[p.name] = Wiring(
                     budget=CountingBudget(self.block, None, p.index, total),
                     link=_ListLink(self.inbox),
-                    replay=self.replays.get(table),
+                    replay=self.replays.get(table_name),
                     own_process=False,
                     sole=len(plans) == 1,
-                    sink=publisher if p.role == "learner" else None,
-                    own=build.own_replay_spec(config, setup.table_of(p), chunk)
+                    sink=published if p.role == "learner" else None,
+                    own=own_replay_spec(config, setup.table_of(p), chunk)
                     if p.role == "learner"
                     else None,
                     source=source,
@@ -191,10 +196,12 @@ class SerialTransport:
         for name, loop in self.loops.items():
             if name not in self.done:
                 loop.close()
-        for res in [*self.publishers.values(), *self.replays.values()]:
-            res.close()
+        for publisher in self.publishers.values():
+            publisher.close()
+        for replay in self.replays.values():
+            replay.close()
 
 
 def run_serial(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:
-    build.set_compute_threads()
+    set_compute_threads()
     return run_team(config, run_dir, prepare(config, run_dir, resume), SerialTransport)

@@ -16,11 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 
 from wheeler2.agent import Agent, Batch
+from wheeler2.runtime.protocols import ReplayTable
 
 
 class NonFiniteError(RuntimeError):
@@ -63,7 +63,11 @@ class Trainer:
     """
 
     def __init__(
-        self, agent: Agent, replay: Any, own: Any | None = None, prefetch: bool = False
+        self,
+        agent: Agent,
+        replay: ReplayTable,
+        own: ReplayTable | None = None,
+        prefetch: bool = False,
     ) -> None:
         self.agent = agent
         self.replay = replay
@@ -95,7 +99,7 @@ class Trainer:
                 raise NonFiniteError("the TD error is not finite")
             index, td = sample["index"], out.td_error
             self.replay.update_priorities(index[:shared], td[:shared])
-            if len(index) > shared:
+            if self.own is not None and len(index) > shared:  # rows of the own table
                 self.own.update_priorities(index[shared:], td[shared:])
         self.updates += 1
         for k, v in out.metrics.items():

@@ -1,0 +1,39 @@
+"""Settings of a wheeler2 process: its compute threads and its niceness.
+
+Every process that computes (a member, a replay shard, the serial driver) calls
+:func:`set_compute_threads` first; a member in a process of its own also takes its ``nice``.
+A leaf module (torch and threadpoolctl only), so the buffer's Ray shards and the runtime both
+use it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def set_compute_threads() -> int:
+    """One intra-op thread per process, for torch and numpy's BLAS, unless
+    ``WHEELER2_TORCH_THREADS`` says otherwise.
+
+    The networks here are small (a 256 x 400 matmul): a second thread gains little and, when the
+    other core is busy with an env or another member, each op waits for it. Measured here on a
+    loaded 2-core machine: a DDPG update took 15-23 ms with 2 torch threads against ~1 ms with 1,
+    and acting through numpy (agents.nets.NumpyForward) ~430 µs with OpenBLAS's default threads
+    against ~120 µs with 1.
+    """
+    from threadpoolctl import threadpool_limits
+
+    n = max(1, int(os.environ.get("WHEELER2_TORCH_THREADS", "1")))
+    torch.set_num_threads(n)
+    threadpool_limits(n, user_api="blas")
+    return n
+
+
+def set_niceness(want: int) -> None:
+    """Raise this process's niceness to ``want`` (a member's ``nice``; a process of its own
+    only). Never lowers it: that needs privileges, and a process already nicer stays so."""
+    now = os.nice(0)
+    if want > now:
+        os.nice(want - now)

@@ -1,0 +1,62 @@
+"""The parts every member is built from, wherever it runs: its env copies, the space its agent
+sees, its agent, and the row layout of the replay it writes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from wheeler2 import registry
+from wheeler2.agent import Agent, SpaceInfo
+from wheeler2.buffer import Layout
+from wheeler2.config import Config
+from wheeler2.config.model import params_of
+from wheeler2.env import EnvInfo, VecEnv
+from wheeler2.runtime.plan import MemberPlan
+from wheeler2.task import RewardHeads
+
+
+def make_env(config: Config, num_envs: int, seed: int, plan: MemberPlan | None = None) -> VecEnv:
+    """``plan``'s own agents of a multi-agent env (its ``agents`` globs); without a plan, or
+    when the member names none, the agents ``[env] kwargs`` select (default: all)."""
+    agents = None if plan is None else plan.spec.agents
+    return registry.make_env(config.env, num_envs, seed, agents=agents)
+
+
+def space_info(info: EnvInfo, heads: RewardHeads) -> SpaceInfo:
+    return SpaceInfo(
+        obs_dim=info.obs_dim + info.goal_dim,
+        act_dim=info.act_dim,
+        discrete=info.discrete,
+        heads=heads.names,
+        head_weights=heads.weights,
+    )
+
+
+def make_agent(config: Config, plan: MemberPlan, space: SpaceInfo, seed: int) -> Agent:
+    cls = registry.resolve_algo(plan.algo)
+    params = params_of(plan.spec, plan.copy)
+    # Schedules (linear lr / clip annealing) need the run's length; fill it where left at 0.
+    names = {f.name for f in dataclasses.fields(params)} if dataclasses.is_dataclass(params) else ()
+    if "total_steps" in names and not params.total_steps:
+        params = dataclasses.replace(params, total_steps=int(config.experiment.total_steps))
+    device = cls.needs(params).device
+    torch.manual_seed(seed)
+    np.random.seed(seed % (2**32))
+    return cls(space, params, device=device, seed=seed)
+
+
+def replay_layout(info: EnvInfo, heads: RewardHeads, logp: bool, state_dim: int = 0) -> Layout:
+    """The rows a table's replay stores for these spaces and heads. ``state_dim``: the
+    learner's policy-state width, the buffer's state column (0: none)."""
+    return Layout(
+        obs_dim=info.obs_dim,
+        act_dim=info.act_dim,
+        discrete=info.discrete,
+        num_heads=len(heads),
+        goal_dim=info.goal_dim,
+        logp=logp,
+        state_dim=state_dim,
+    )

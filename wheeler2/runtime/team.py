@@ -1,0 +1,242 @@
+"""The team settled in the driver before any member starts: its replay tables (:class:`TableSetup`,
+each with its learner, heads, spaces and what its explorers pull) and every check that needs the
+env built once. ``check`` and every ``run`` build this first (:func:`prepare_team`), so a bad
+team fails as one ConfigError naming the member and key, before a process or actor exists."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from wheeler2 import registry
+from wheeler2.agent import Agent, SpaceInfo
+from wheeler2.buffer import Layout
+from wheeler2.config import Config, ConfigError
+from wheeler2.config.model import params_of
+from wheeler2.env import EnvInfo, FrameStackError, VecEnv
+from wheeler2.runtime.heads import make_heads, make_task
+from wheeler2.runtime.parts import make_agent, make_env, replay_layout, space_info
+from wheeler2.runtime.plan import MemberPlan, learner_plan, plan_team
+from wheeler2.runtime.seeds import member_seed
+from wheeler2.sync import SyncError, check_pulls, publish_view
+from wheeler2.task import RewardHeads
+
+
+@dataclass
+class TableSetup:
+    """One replay table: its learner and the members that write into it and sync from it.
+
+    Members of one table share its observation and action sizes (they write the same rows);
+    members that see other spaces (predators and prey) form tables of their own.
+    """
+
+    name: str
+    index: int  # position among the run's tables; table 0 is the lead's
+    plans: list[MemberPlan]
+    lead: MemberPlan
+    heads: RewardHeads
+    info: EnvInfo
+    learner: Agent  # the driver's copy: sync checks, the replay's gamma, the publish layout
+    uses_logp: bool  # some explorer stores a behaviour log-prob
+    # Modules besides the actor that its explorers pull by name (detached explorers: "critic").
+    pulls: tuple[str, ...] = ()
+
+    @property
+    def uses_replay(self) -> bool:
+        """An on-policy learner learns from its own rollouts: no replay to fill."""
+        return self.learner.uses_replay
+
+    @property
+    def syncs(self) -> bool:
+        return any(p.spec.sync is not None for p in self.plans)
+
+    def layout(self) -> Layout:
+        """The rows its replay stores; the state column is its learner's policy state."""
+        state_dim = int(getattr(self.learner, "state_dim", 0))
+        return replay_layout(self.info, self.heads, logp=self.uses_logp, state_dim=state_dim)
+
+    @property
+    def published(self) -> nn.Module:
+        """What the learner publishes: its actor, plus the modules its explorers pull."""
+        return publish_view(self.learner, self.pulls)
+
+
+@dataclass
+class TeamSetup:
+    """What every backend settles in the driver before any member starts."""
+
+    plans: list[MemberPlan]
+    tables: list[TableSetup]  # tables[0] holds the lead learner, whose evals are the run's
+
+    @property
+    def lead(self) -> MemberPlan:
+        return self.tables[0].lead
+
+    @property
+    def heads(self) -> RewardHeads:
+        return self.tables[0].heads
+
+    def table_of(self, plan: MemberPlan) -> TableSetup:
+        return next(t for t in self.tables if t.name == plan.spec.table)
+
+
+def prepare_team(config: Config, payload: dict[str, Any]) -> TeamSetup:
+    """Probe the env, build each table's learner (resumed from ``payload``) and one agent per
+    explorer, and check spaces and weight sync, so a bad team fails here, before a process or
+    actor exists. Every failure is a ConfigError naming the member and key (``check`` and
+    ``run`` both end with one line and exit 2)."""
+    plans = plan_team(config)
+    tables = []
+    for index, name in enumerate(config.tables):
+        members = [p for p in plans if p.spec.table == name]
+        tables.append(_prepare_table(config, name, index, members, payload))
+    return TeamSetup(plans, tables)
+
+
+def _prepare_table(
+    config: Config, name: str, index: int, plans: list[MemberPlan], payload: dict[str, Any]
+) -> TableSetup:
+    lead = learner_plan(plans)
+    info, heads = _probe_lead(config, lead)
+    space = space_info(info, heads)
+    for p in plans:
+        _check_member(config, p, heads.names)
+    learner = _agent(config, lead, space, member_seed(config, lead))
+    # A checkpoint written before the learner's first report has no state for it: start fresh.
+    state = (payload.get("members") or {}).get(lead.name) if payload else None
+    if state is not None:
+        learner.load_state_dict(state)
+    uses_logp = False
+    pulls: list[str] = []
+    checked: set[str] = set()
+    for p in plans:
+        if p.role == "learner" or p.team in checked:
+            continue
+        checked.add(p.team)
+        if p.spec.agents != lead.spec.agents:  # other agents may see other spaces
+            _check_same_space(config, p, _probe(config, p), lead, info, name)
+        explorer = _agent(config, p, space, 0)
+        uses_logp = uses_logp or not explorer.uses_replay
+        if p.spec.sync is not None:
+            try:
+                pulled = check_pulls(learner, explorer, list(p.spec.sync.keep), p.team)
+            except SyncError as exc:  # its text names the member already: said once here
+                text = str(exc).removeprefix(f"[[team]] {p.team}: ")
+                raise _error(config, p, "sync", text) from None
+            if pulled and config.experiment.backend == "ray":
+                raise _error(
+                    config,
+                    p,
+                    "sync",
+                    f"it pulls the learner's {', '.join(pulled)} (not only its actor), which the "
+                    f'ray backend does not publish yet: use backend = "local" or "serial"',
+                )
+            pulls += [m for m in pulled if m not in pulls]
+    return TableSetup(name, index, plans, lead, heads, info, learner, uses_logp, tuple(pulls))
+
+
+def _error(config: Config, plan: MemberPlan, key: str, message: str) -> ConfigError:
+    return ConfigError(str(config.path), f"[[team]] {plan.team}", key, message)
+
+
+def _check_member(config: Config, plan: MemberPlan, heads: tuple[str, ...]) -> None:
+    """An algorithm's own rule on a member's params, role and the run's heads (its optional
+    ``check_member``), raised as a ConfigError naming the member and the key."""
+    check = getattr(registry.resolve_algo(plan.algo), "check_member", None)
+    if check is None:
+        return
+    params = params_of(plan.spec, plan.copy)
+    problem = check(params, role=plan.role, heads=tuple(heads), syncs=plan.spec.sync is not None)
+    if problem is not None:
+        key, message = problem
+        raise _error(config, plan, key, message)
+
+
+def _probe(config: Config, plan: MemberPlan) -> EnvInfo:
+    """The static facts of one env copy as ``plan`` sees it."""
+    env = _probe_env(config, plan)
+    try:
+        return env.info
+    finally:
+        env.close()
+
+
+def _probe_lead(config: Config, plan: MemberPlan) -> tuple[EnvInfo, RewardHeads]:
+    """A table's lead: its env facts and the reward heads, run once on a probe batch (a head
+    that raises or has the wrong shape fails here)."""
+    file = str(config.path)
+    env = _probe_env(config, plan)
+    try:
+        try:
+            heads = make_heads(config, env, make_task(config))
+        except ValueError as exc:  # validate_heads: names the head and what is wrong
+            raise ConfigError(file, "[task]", "heads", str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - a user's head function raised
+            raise ConfigError(
+                file,
+                "[task]",
+                "heads",
+                f"a reward head raised on a probe batch of {config.env.id}: "
+                f"{type(exc).__name__}: {exc}",
+            ) from None
+        return env.info, heads
+    finally:
+        env.close()
+
+
+def _probe_env(config: Config, plan: MemberPlan) -> VecEnv:
+    """One env copy as ``plan`` sees it; a failure to build it is a ConfigError."""
+    file = str(config.path)
+    try:
+        return make_env(config, 1, 0, plan)
+    except FrameStackError as exc:  # [env] stack on an env it cannot stack
+        raise ConfigError(file, "[env]", "stack", str(exc)) from None
+    except ConfigError as exc:  # an adapter's own key (envs/mo.py): the file is known here
+        raise ConfigError(file, exc.table, exc.key, exc.message) from None
+    except Exception as exc:  # noqa: BLE001 - any failure to build is the env's to report
+        msg = f"cannot build it: {type(exc).__name__}: {exc}"
+        raise ConfigError(file, "[env]", "id", msg) from None
+
+
+def _agent(config: Config, plan: MemberPlan, space: SpaceInfo, seed: int) -> Agent:
+    try:
+        return make_agent(config, plan, space, seed)
+    except (ValueError, TypeError) as exc:
+        kind = "discrete" if space.discrete else "continuous"
+        raise _error(
+            config,
+            plan,
+            "algo",
+            f"{plan.algo!r} cannot be built for this env (obs {space.obs_dim}, {kind} actions "
+            f"{space.act_dim}): {exc}",
+        ) from None
+
+
+def _describe_space(info: EnvInfo) -> str:
+    kind = "discrete" if info.discrete else "continuous"
+    goal = f", goal {info.goal_dim}" if info.goal_dim else ""
+    return f"obs {info.obs_dim}{goal}, {kind} actions {info.act_dim}"
+
+
+def _check_same_space(
+    config: Config,
+    plan: MemberPlan,
+    info: EnvInfo,
+    lead: MemberPlan,
+    lead_info: EnvInfo,
+    table: str,
+) -> None:
+    """Members of one table write the same rows: their spaces must be the learner's."""
+    fields = ("obs_dim", "act_dim", "discrete", "goal_dim")
+    if all(getattr(info, f) == getattr(lead_info, f) for f in fields):
+        return
+    raise _error(
+        config,
+        plan,
+        "table",
+        f"its agents ({_describe_space(info)}) do not fit table {table!r}, whose learner "
+        f"{lead.team!r} stores {_describe_space(lead_info)}: give it a table of its own "
+        f'(table = "{plan.team}") with its own learner',
+    )
