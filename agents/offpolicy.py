@@ -217,10 +217,10 @@ class OffPolicy:
             states = []
             for net in self.cores:
                 lo, hi = net.state_at
-                y, s = net.core.step(x, h[:, lo:hi])
+                features, s = net.step(x, h[:, lo:hi])
                 states.append(s)
                 if net is self.actor:
-                    z = net.features(y, x)
+                    z = features
             a = self.decide(z, sample)
             return a.cpu().numpy(), torch.cat(states, dim=1).cpu().numpy()
 

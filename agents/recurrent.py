@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.cores import RecurrentCore
+from agents.parts.memory import RecurrentMemory
 from wheeler2.needs import SequenceConfig
 from wheeler2.schema import bounded, choice
 
@@ -89,15 +89,16 @@ def core_problem(params: Any) -> tuple[str, str] | None:
     return None
 
 
-class RecurrentNet(nn.Module):
-    """A core, then the layers ``body(width)`` on ``[core(o_1..o_t), o_t]`` (``skip``) or on the
+class RecurrentNet(RecurrentMemory):
+    """A recurrent core (the memory of ``agents/parts/memory.py``, without a trunk), then the
+    layers ``body(width)`` on its features ``[core(o_1..o_t), o_t]`` (``skip``) or on the
     core's output alone; the body is any head (``DeterministicActor``, ``QCritic``, ...).
 
     The body sits at ``name`` (``"mlp"`` for a policy, ``"q"`` for an actor-critic's critic:
-    the paths checkpoints hold). A policy declares the sync roles ``core`` / ``trunk`` /
-    ``head`` and its ``sync_actions``; a critic (``roles = False``) is synced by its own paths.
-    ``state_at`` is the slice of the agent's policy state that holds this core's state.
-    ``forward`` is the body at the first step of an episode (from the initial state).
+    the paths checkpoints hold), the core at ``core``. A policy declares the sync roles ``core``
+    / ``trunk`` / ``head`` and its ``sync_actions``; a critic (``roles = False``) is synced by
+    its own paths. ``state_at`` is the slice of the agent's policy state that holds this core's
+    state. ``forward`` is the body at the first step of an episode (from the initial state).
     """
 
     def __init__(
@@ -111,30 +112,22 @@ class RecurrentNet(nn.Module):
         roles: bool = True,
         actions: str | None = None,
     ) -> None:
-        super().__init__()
-        self.core = RecurrentCore(kind, obs_dim, size)
-        self.skip = skip
-        self.sync_trunk_reads = "core+obs" if skip else "core"
+        super().__init__(obs_dim, kind, size, skip=skip)
         self.body_name = name
-        self.add_module(name, body(size + obs_dim if skip else size))
+        self.add_module(name, body(self.features_dim))
         self.sync_roles = (
             {"core": "core", "trunk": f"{name}.trunk", "head": f"{name}.head"} if roles else {}
         )
         self.sync_actions = actions
-        self.state_at = (0, self.core.state_dim)
+        self.state_at = (0, self.state_dim)
 
     @property
     def body(self) -> nn.Module:
         return getattr(self, self.body_name)
 
-    def features(self, y: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
-        """The body's input from core outputs ``y`` and observations (any leading shape)."""
-        return torch.cat([y, obs], -1) if self.skip else y
-
     def first(self, obs: torch.Tensor) -> torch.Tensor:
         """The body's input at the first step of an episode (from the initial state)."""
-        y = self.core.step(obs, self.core.initial_state(obs.shape[0], obs.device))[0]
-        return self.features(y, obs)
+        return self.step(obs, self.initial_state(obs.shape[0], obs.device))[0]
 
     def forward(self, obs: torch.Tensor, *rest: torch.Tensor) -> torch.Tensor:
         return self.body(self.first(obs), *rest)

@@ -82,8 +82,9 @@ class StepView:
 def unroll(
     core: Any, x: torch.Tensor, state0: torch.Tensor, burn_in: int, has_burn: torch.Tensor
 ) -> torch.Tensor:
-    """Outputs ``[T, B, size]`` of ``core`` over ``x [T, B, in]`` from ``state0 [B, S]``; rows
-    with ``has_burn [B]`` get no gradient through their first ``burn_in`` steps."""
+    """Outputs ``[T, B, F]`` of ``core`` (a ``RecurrentCore`` or a ``RecurrentMemory``: anything
+    with ``sequence``) over ``x [T, B, in]`` from ``state0 [B, S]``; rows with ``has_burn [B]``
+    get no gradient through their first ``burn_in`` steps."""
     t_len, b = x.shape[:2]
     none = torch.zeros(t_len, b, dtype=torch.bool, device=x.device)
     if burn_in <= 0 or burn_in >= t_len:
@@ -153,10 +154,9 @@ class SequenceView:
         return self.state[:, lo:hi]
 
     def read(self, net: Any) -> torch.Tensor:
-        """``net``'s features along the sequence, its core unrolled from the stored state with
-        the burn-in cut (:func:`unroll`)."""
-        y = unroll(net.core, self.x, self.state_of(net), self.burn_in, self.has_burn)
-        return net.features(y, self.x)
+        """``net``'s features along the sequence (a ``RecurrentNet``: its core's outputs beside the
+        observations), the core unrolled from the stored state with the burn-in cut."""
+        return unroll(net, self.x, self.state_of(net), self.burn_in, self.has_burn)
 
     def read_next(self, net: Any) -> torch.Tensor:
         """``net``'s features at the next observations ``[T + n - 1, B, F]``, without gradient.
@@ -166,8 +166,7 @@ class SequenceView:
         with torch.no_grad():
             seq = torch.cat([self.x[:1], self.nxt])
             none = torch.zeros(seq.shape[:2], dtype=torch.bool, device=seq.device)
-            y = net.core.sequence(seq, self.state_of(net), none)[0][1:]
-            return net.features(y, self.nxt)
+            return net.sequence(seq, self.state_of(net), none)[0][1:]
 
     def boot(self, values: torch.Tensor) -> torch.Tensor:
         """``values [T + n - 1, B, K]`` at each position's bootstrap -> ``[T, B, K]``."""
