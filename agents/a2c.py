@@ -91,17 +91,7 @@ class A2C(OnPolicy):
         super().__init__(space, params, device, seed)
         p = params
         with seeded(seed):
-            policy, critic = actor_critic(
-                space,
-                p.hidden,
-                p.activation,
-                p.log_std_init,
-                p.ortho_init,
-                p.core,
-                p.core_size,
-                p.critic_core,
-                p.core_first,
-            )
+            policy, critic = actor_critic(space, p)
         self.setup(policy, critic)
         self.params_list = list(self.policy.parameters()) + list(self.critic.parameters())
         self.opt = torch.optim.RMSprop(self.params_list, lr=p.lr, alpha=0.99, eps=p.rms_prop_eps)

@@ -26,6 +26,7 @@ replay from the stored states gives.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -33,51 +34,129 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.cores import RecurrentActor, RecurrentCritic
-from agents.nets import VCritic, build_actor, evaluate_actions, resolve_device, sample_outputs
+from agents.nets import (
+    VCritic,
+    build_actor,
+    evaluate_actions,
+    evaluate_outputs,
+    ortho_init_,
+    resolve_device,
+    sample_outputs,
+)
 from agents.normalize import make_obs_norm
+from agents.parts.memory import RecurrentMemory
 from wheeler2.agent import ActOut, Agent, SpaceInfo, Transitions
 from wheeler2.needs import AgentNeeds
 
+# -- networks: a stochastic policy and V, feedforward (agents/nets.py) or with memory ---------
 
-def actor_critic(
-    space: SpaceInfo,
-    hidden: list[int],
-    act: str,
-    log_std_init: float,
-    ortho: bool,
-    core: str = "none",
-    core_size: int = 64,
-    critic_core: bool = True,
-    core_first: bool = False,
-) -> tuple[nn.Module, nn.Module]:
-    """The (policy, V) pair: feedforward for ``core = "none"``, else a :class:`RecurrentActor`
-    and, with ``critic_core``, a :class:`RecurrentCritic`. Built in that order, so a seeded
+
+class RecurrentActor(RecurrentMemory):
+    """A stochastic policy with memory: ``head(core(trunk(obs), state))``.
+
+    The trunk sees the observation alone, so it has the shape of a feedforward actor's trunk
+    and syncs from one by role (``sync_roles``); the core is outside every role, so an
+    explorer keeps its own core when its learner has none, and two recurrent actors sync it by
+    name. With ``core_first`` the trunk reads the core's output instead (it then syncs only
+    from an actor of the same layout, e.g. a recurrent DDPG / TD3 / SAC actor with
+    ``core_skip = false``, whose core it takes too, or is kept). ``forward`` is not defined: a
+    recurrent policy needs its state (:meth:`step`, :meth:`sequence`). Outputs are logits
+    (discrete) or the Gaussian mean (continuous, with a state-independent ``log_std``).
+    """
+
+    sync_roles = {"trunk": "trunk", "head": "head"}
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        discrete: bool,
+        hidden: Sequence[int],
+        act: str,
+        kind: str,
+        size: int,
+        log_std_init: float = 0.0,
+        ortho: bool = True,
+        core_first: bool = False,
+    ) -> None:
+        # What the trunk reads (sync_trunk_reads) comes with the memory's layout.
+        super().__init__(obs_dim, kind, size, hidden, act, ortho, core_first)
+        self.discrete = discrete
+        self.sync_actions = "discrete" if discrete else "continuous"
+        self.head = nn.Linear(self.features_dim, act_dim)
+        if ortho:
+            # A small last layer starts the policy near uniform / near zero mean.
+            ortho_init_(self.head, 0.01)
+        if not discrete:
+            self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``obs [N, obs_dim]`` -> (logits or mean ``[N, act_dim]``, next state)."""
+        y, state = super().step(obs, state)
+        return self.head(y), state
+
+    def sequence(
+        self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``obs [T, N, obs_dim]`` replayed from ``state0`` -> (outputs ``[T, N, act_dim]``,
+        state after the last step); ``starts`` as in :meth:`RecurrentCore.sequence`."""
+        y, state = super().sequence(obs, state0, starts)
+        return self.head(y), state
+
+    def evaluate(self, out: torch.Tensor, raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """log pi(raw) and the entropy under the outputs ``out`` (any leading shape)."""
+        return evaluate_outputs(out, None if self.discrete else self.log_std, raw)
+
+
+class RecurrentCritic(RecurrentMemory):
+    """V with memory: ``head(core(trunk(obs), state))`` (or trunk after core) -> ``[...]``."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        hidden: Sequence[int],
+        act: str,
+        kind: str,
+        size: int,
+        ortho: bool,
+        core_first: bool = False,
+    ) -> None:
+        super().__init__(obs_dim, kind, size, hidden, act, ortho, core_first)
+        self.head = nn.Linear(self.features_dim, 1)
+        if ortho:
+            ortho_init_(self.head, 1.0)
+
+    def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y, state = super().step(obs, state)
+        return self.head(y).squeeze(-1), state
+
+    def sequence(
+        self, obs: torch.Tensor, state0: torch.Tensor, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        y, state = super().sequence(obs, state0, starts)
+        return self.head(y).squeeze(-1), state
+
+
+def actor_critic(space: SpaceInfo, p: Any) -> tuple[nn.Module, nn.Module]:
+    """The (policy, V) pair from an algorithm's params (``hidden``, ``activation``,
+    ``log_std_init``, ``ortho_init``; ``core``, ``core_size``, ``critic_core``, ``core_first``
+    where it has them): feedforward for ``core = "none"``, else a :class:`RecurrentActor` and,
+    with ``critic_core``, a :class:`RecurrentCritic`. Built in that order, so a seeded
     feedforward pair is what it was before cores existed."""
+    core = getattr(p, "core", "none")
+    obs_dim, hidden, act, ortho = space.obs_dim, p.hidden, p.activation, p.ortho_init
     if core == "none":
         policy: nn.Module = build_actor(
-            space.obs_dim, space.act_dim, space.discrete, hidden, act, log_std_init, ortho
+            obs_dim, space.act_dim, space.discrete, hidden, act, p.log_std_init, ortho
         )
-    else:
-        policy = RecurrentActor(
-            space.obs_dim,
-            space.act_dim,
-            space.discrete,
-            hidden,
-            act,
-            core,
-            core_size,
-            log_std_init,
-            ortho,
-            core_first,
-        )
-    if core != "none" and critic_core:
-        critic: nn.Module = RecurrentCritic(
-            space.obs_dim, hidden, act, core, core_size, ortho, core_first
-        )
-    else:
-        critic = VCritic(space.obs_dim, hidden, act, ortho)
-    return policy, critic
+        return policy, VCritic(obs_dim, hidden, act, ortho)
+    size, first, std = p.core_size, p.core_first, p.log_std_init
+    policy = RecurrentActor(
+        obs_dim, space.act_dim, space.discrete, hidden, act, core, size, std, ortho, first
+    )
+    if p.critic_core:
+        return policy, RecurrentCritic(obs_dim, hidden, act, core, size, ortho, first)
+    return policy, VCritic(obs_dim, hidden, act, ortho)
 
 
 def masked_mean(x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:

@@ -82,9 +82,7 @@ class PG(OnPolicy):
         super().__init__(space, params, device, seed)
         p = params
         with seeded(seed):
-            policy, critic = actor_critic(
-                space, p.hidden, p.activation, p.log_std_init, p.ortho_init
-            )
+            policy, critic = actor_critic(space, p)
         self.setup(policy, critic)
         self.pi_opt = torch.optim.Adam(self.policy.parameters(), lr=p.lr)
         self.vf_opt = torch.optim.Adam(self.critic.parameters(), lr=p.vf_lr)

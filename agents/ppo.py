@@ -92,17 +92,7 @@ class PPO(OnPolicy):
             if getattr(p, name) == "linear" and p.total_steps <= 0:
                 raise ValueError(f"{name} = 'linear' needs total_steps > 0")
         with seeded(seed):
-            policy, critic = actor_critic(
-                space,
-                p.hidden,
-                p.activation,
-                p.log_std_init,
-                p.ortho_init,
-                p.core,
-                p.core_size,
-                p.critic_core,
-                p.core_first,
-            )
+            policy, critic = actor_critic(space, p)
         self.setup(policy, critic, p.normalize_obs, p.obs_clip)
         self.params_list = list(self.policy.parameters()) + list(self.critic.parameters())
         self.opt = torch.optim.Adam(self.params_list, lr=p.lr, eps=1e-5)

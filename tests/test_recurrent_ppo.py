@@ -12,8 +12,7 @@ import pytest
 import torch
 
 import envs.novel  # noqa: F401 - registers the NoVel ids
-from agents.cores import RecurrentActor, RecurrentCritic
-from agents.onpolicy import Rollout
+from agents.onpolicy import RecurrentActor, RecurrentCritic, Rollout
 from agents.ppo import PPO, Params
 from envs.gym import GymVecEnv
 from wheeler2 import registry
@@ -364,3 +363,37 @@ def test_recurrent_a2c_replays_the_behaviour_log_probs_and_values() -> None:
     member.close()
     assert len(checked) == 3 and any(checked)  # episodes began inside the rollouts
     assert agent.updates == 3
+
+
+# -- checkpoints: the parts (issue 35) kept every key, so old checkpoints load as they are ------
+
+CORE = [
+    "core.rnn.weight_ih_l0",
+    "core.rnn.weight_hh_l0",
+    "core.rnn.bias_ih_l0",
+    "core.rnn.bias_hh_l0",
+]
+TRUNK, HEAD = ["trunk.0.weight", "trunk.0.bias"], ["head.weight", "head.bias"]
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_checkpoint_keys_are_those_of_the_cores_layout(algo: str) -> None:
+    # The keys (and their order) a recurrent actor and critic had before agents/parts/memory.py,
+    # recorded at 6ee6fe0: trunk then core, or core then trunk with core_first.
+    cls = registry.resolve_algo(algo)
+    params = cls.Params
+    space = SpaceInfo(3, 2, False)
+    p = params(core="gru", core_size=8, hidden=[16])
+    state = cls(space, p, seed=0).state_dict()
+    assert list(state["policy"]) == ["log_std", *TRUNK, *CORE, *HEAD]
+    assert list(state["critic"]) == [*TRUNK, *CORE, *HEAD]
+    top = ["algo", "policy", "critic", "opt", "env_steps", "updates"]
+    assert sorted(state) == sorted(top + (["obs_norm"] if algo == "ppo" else []))
+    p = params(core="lstm", core_size=8, hidden=[16], core_first=True)
+    first = cls(SpaceInfo(3, 2, True), p, seed=0)
+    assert list(first.state_dict()["policy"]) == [*CORE, *TRUNK, *HEAD]
+    # An old checkpoint's tensors load into the same places.
+    other = cls(SpaceInfo(3, 2, True), p, seed=1)
+    other.load_state_dict(first.state_dict())
+    for a, b in zip(first.policy.parameters(), other.policy.parameters()):
+        assert torch.equal(a, b)
