@@ -52,7 +52,9 @@ def offpolicy_needs(params: Any) -> AgentNeeds:
     return AgentNeeds(
         gamma=float(params.gamma),
         replay_min_size=int(params.learning_starts),
-        sequence=params.replay_sequence,
+        sequence=getattr(
+            params, "replay_sequence", None
+        ),  # (a feedforward-only algorithm has none)
         device=params.device,
     )
 
@@ -93,7 +95,7 @@ class OffPolicy:
         if problem is not None:
             raise ValueError(f"{problem[0]}: {problem[1]}")
         p = params
-        self.recurrent = p.core != "none"
+        self.recurrent = getattr(p, "core", "none") != "none"
         self.head_names = space.heads
         self.head_w = torch.tensor(space.head_weights, dtype=torch.float32, device=self.device)
         self.obs_norm = make_obs_norm(p.normalize_obs, space.obs_dim, p.obs_clip, self.device)
@@ -152,11 +154,12 @@ class OffPolicy:
 
     @staticmethod
     def optimizer(
-        net: nn.Module, lr: float, fused: bool | None = True
+        net: nn.Module, lr: float, fused: bool | None = True, **options: Any
     ) -> tuple[torch.optim.Adam, list[torch.Tensor]]:
-        """(Adam over ``net``'s parameters, those parameters as a list)."""
+        """(Adam over ``net``'s parameters, with ``options`` such as ``betas``, and those
+        parameters as a list)."""
         params = list(net.parameters())
-        return torch.optim.Adam(params, lr=lr, fused=fused), params
+        return torch.optim.Adam(params, lr=lr, fused=fused, **options), params
 
     # -- acting --------------------------------------------------------------------------------
 
