@@ -29,7 +29,7 @@ import torch
 from agents.nets import ACTIVATIONS, seeded
 from agents.onpolicy import OnPolicy, actor_critic, masked_mean
 from agents.returns import lambda_returns
-from wheeler2.agent import SpaceInfo
+from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes
 
 
@@ -83,7 +83,7 @@ def nstep_returns(
     return returns
 
 
-class A2C(OnPolicy):
+class A2C(OnPolicy, Agent):
     Params = Params
     algo = "a2c"  # its state is otherwise shaped like PPO's
 

@@ -1,12 +1,12 @@
 """What the on-policy agents (PPO, A2C, PG) share: acting, the rollout and its bookkeeping,
 observation normalization, schedules, optimizer steps and checkpoints.
 
-An algorithm subclasses :class:`OnPolicy`, builds its networks (:func:`actor_critic`) and hands
-them to :meth:`OnPolicy.setup`, creates its optimizers, names what its checkpoint holds
-(``checkpoint``) and writes :meth:`OnPolicy.update`, its loss over the finished
-:class:`Rollout`. It never asks whether its policy is recurrent: :meth:`OnPolicy.log_probs`,
-:meth:`OnPolicy.values`, :meth:`OnPolicy.rollout_values` and :meth:`OnPolicy.minibatches` give
-the same tensors either way.
+An algorithm subclasses :class:`OnPolicy` and ``Agent`` (``class PPO(OnPolicy, Agent)``),
+builds its networks (:func:`actor_critic`) and hands them to :meth:`OnPolicy.setup`, creates its
+optimizers, names what its checkpoint holds (``checkpoint``) and writes :meth:`OnPolicy.update`,
+its loss over the finished :class:`Rollout`. It never asks whether its policy is recurrent:
+:meth:`OnPolicy.log_probs`, :meth:`OnPolicy.values`, :meth:`OnPolicy.rollout_values` and
+:meth:`OnPolicy.minibatches` give the same tensors either way.
 
 The rollout is ``[T, N]``: T = ``n_steps`` vector steps of N env copies that run on across
 rollouts (no reset between them). Per step it keeps the observations as the policy saw them
@@ -45,7 +45,7 @@ from agents.nets import (
 )
 from agents.normalize import make_obs_norm
 from agents.parts.memory import RecurrentMemory
-from wheeler2.agent import ActOut, Agent, SpaceInfo, Transitions
+from wheeler2.agent import ActOut, SpaceInfo, Transitions
 from wheeler2.needs import AgentNeeds
 
 # -- networks: a stochastic policy and V, feedforward (agents/nets.py) or with memory ---------
@@ -233,10 +233,16 @@ class Minibatch:
     copies: torch.Tensor | None = None
 
 
-class OnPolicy(Agent):
-    """Base of the on-policy agents. A subclass calls :meth:`setup` with its networks, then
-    creates its optimizers; it writes :meth:`update` and sets ``algo`` and ``checkpoint``."""
+class OnPolicy:
+    """Base of the on-policy agents, written first among their bases (``class PPO(OnPolicy,
+    Agent)``): not an :class:`Agent` itself, so the registry never offers it as an algorithm. A
+    subclass calls :meth:`setup` with its networks, then creates its optimizers; it writes
+    :meth:`update` and sets ``algo`` and ``checkpoint``."""
 
+    space: SpaceInfo  # set by Agent.__init__
+    params: Any
+    device: torch.device
+    seed: int
     uses_replay = False
     algo: ClassVar[str]  # the checkpoint's "algo" entry
     # Attributes whose state_dict() the checkpoint holds, by name ("obs_norm" may be absent from

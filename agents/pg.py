@@ -34,7 +34,7 @@ import torch
 from agents.nets import ACTIVATIONS, seeded
 from agents.onpolicy import OnPolicy, actor_critic, masked_mean
 from agents.returns import lambda_returns
-from wheeler2.agent import SpaceInfo
+from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes
 
 
@@ -72,7 +72,7 @@ def policy_gradient_loss(
     return -(adv * logp * w).sum() / w.sum().clamp(min=1.0)
 
 
-class PG(OnPolicy):
+class PG(OnPolicy, Agent):
     Params = Params
     algo = "pg"
     checkpoint = ("policy", "critic", "pi_opt", "vf_opt")

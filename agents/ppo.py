@@ -28,7 +28,7 @@ import torch
 from agents.nets import ACTIVATIONS, seeded
 from agents.onpolicy import OnPolicy, actor_critic, masked_mean
 from agents.returns import gae  # A + V, the value target, is the lambda-return
-from wheeler2.agent import SpaceInfo
+from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes
 
 
@@ -78,7 +78,7 @@ def clipped_surrogate(
     return masked_mean(torch.min(ratio * adv, ratio.clamp(1.0 - clip, 1.0 + clip) * adv), w)
 
 
-class PPO(OnPolicy):
+class PPO(OnPolicy, Agent):
     Params = Params
     algo = "ppo"  # its state is otherwise shaped like A2C's
     checkpoint = ("policy", "critic", "opt", "obs_norm")

@@ -564,3 +564,13 @@ def test_a_minibatch_with_one_active_row_averages_over_that_row():
     metrics = agent.observe(step)
     assert metrics["policy_loss"] == pytest.approx(-adv, rel=1e-5)
     assert metrics["value_loss"] == pytest.approx(adv**2, rel=1e-5)
+
+
+def test_the_on_policy_base_is_no_algorithm_of_its_own():
+    # agents/onpolicy.py sits among the algorithm files; its base is not an Agent, so the
+    # registry, which offers each module's Agent subclass, does not offer algo = "onpolicy".
+    from wheeler2 import registry
+
+    algos = registry.algorithms()
+    assert "onpolicy" not in algos and "cores" not in algos
+    assert {"ppo", "a2c", "pg"} <= set(algos)
