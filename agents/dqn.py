@@ -10,7 +10,7 @@ task's head weights into one reward, r = sum_h c_h r_h, and a single Q learns th
 Q being linear in the reward, is the weighted sum of the heads' Q values).
 
 Recurrent DQN (``core = "gru"`` or ``"lstm"``, issue 15), R2D2-style (Kapturowski et al. 2019):
-a core reads the observation history before the Q-network's layers (``RecurrentQ``). It learns
+a core reads the observation history before the Q-network's layers (``RecurrentNet``). It learns
 from replayed sequences with the stored state and a burn-in; the target above holds at every
 trained position, s' being read by the online and target cores unrolled over the sequence's
 next observations from the stored state, and the loss is averaged over the trained positions
