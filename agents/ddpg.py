@@ -140,23 +140,9 @@ class DDPG(OffPolicy, Agent):
         self.noise = noise_from(p, act_dim, seed + 1) if p.noise != "none" else None
 
         # A detached explorer's actor learns in observe, against the critic it pulls.
-        self.head_trainer: HeadActorTrainer | None = None
-        if p.head:
-            if p.head not in space.heads:
-                raise ValueError(f"head {p.head!r} is not one of the task's heads {space.heads}")
-            self.head_trainer = HeadActorTrainer(
-                self.actor_net,
-                self.critic,
-                space.heads.index(p.head),
-                self.actor_opt,
-                space.obs_dim,
-                window=p.head_states,
-                batch=p.head_batch,
-                per_step=p.head_updates,
-                max_grad_norm=p.max_grad_norm,
-                seed=seed + 4,
-                device=self.device,
-            )
+        self.head_trainer = HeadActorTrainer.of(
+            p, space, self.actor_net, self.critic, self.actor_opt, seed + 4, self.device
+        )
 
         # compile = true: the two losses' gradients by torch.func over the nets' weights, each
         # traced whole (forward and backward in one graph, no autograd engine in between). The

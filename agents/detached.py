@@ -23,10 +23,13 @@ central buffer like any member's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+
+from agents.offpolicy import actor_step
 
 __all__ = ["HeadActorTrainer", "head_problem"]
 
@@ -113,6 +116,38 @@ class HeadActorTrainer:
         nets = getattr(critic, "nets", None)
         self._net = nets[head] if nets is not None and len(nets) > 1 else None
 
+    @classmethod
+    def of(
+        cls,
+        params: Any,
+        space: Any,
+        actor: nn.Module,
+        critic: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        seed: int,
+        device: torch.device,
+    ) -> HeadActorTrainer | None:
+        """The trainer of a member whose ``params.head`` names a reward head of ``space``
+        (None for an ordinary member), with its ``head_*`` settings."""
+        p = params
+        if not p.head:
+            return None
+        if p.head not in space.heads:
+            raise ValueError(f"head {p.head!r} is not one of the task's heads {space.heads}")
+        return cls(
+            actor,
+            critic,
+            space.heads.index(p.head),
+            optimizer,
+            space.obs_dim,
+            window=p.head_states,
+            batch=p.head_batch,
+            per_step=p.head_updates,
+            max_grad_norm=p.max_grad_norm,
+            seed=seed,
+            device=device,
+        )
+
     def observe(self, obs: np.ndarray) -> None:
         """Remember the rows of one vector step (the oldest go once the window is full)."""
         rows = np.asarray(obs, np.float32)[-len(self.states) :]
@@ -146,11 +181,6 @@ class HeadActorTrainer:
         idx = self.rng.integers(0, self.size, self.batch)
         obs = torch.as_tensor(self.states[idx], device=self.device)
         loss = -self.q(obs, self.actor(obs)).mean()
-        grads = torch.autograd.grad(loss, self.params)
-        for param, g in zip(self.params, grads):
-            param.grad = g
-        if self.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
-        self.optimizer.step()
+        actor_step(loss, self.optimizer, self.params, self.max_grad_norm)
         self.updates += 1
         return loss.detach()
