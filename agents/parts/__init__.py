@@ -7,7 +7,9 @@ core, heads, and what acting and learning need around them.
 * ``noisy``: NoisyNet layers (parameter-space exploration).
 * ``numpy_forward``: the one numpy forward pass acting on the CPU goes through.
 * ``targets``: target networks (frozen copies, Polyak averaging).
-* ``memory``: the recurrent core and the one recurrent wrapper (on-policy side's module).
+* ``memory``: the recurrent core and the one recurrent wrapper every recurrent network is built
+  on (``agents/recurrent.py`` ``RecurrentNet`` puts a head after it).
+* ``batch``: the batch view an off-policy loss reads, for transitions and for sequences alike.
 
 ``seeded`` and ``resolve_device`` are here: every builder uses them.
 """
