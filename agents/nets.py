@@ -7,6 +7,7 @@ that imports ``agents.nets`` keeps working; new code imports them from ``agents.
 What stays here is the on-policy side (stochastic actors, V critic, sampling and log-probs).
 """
 
+# ruff: noqa: F401 - the parts are imported here under their old names, for old importers
 from __future__ import annotations
 
 import math
@@ -40,44 +41,6 @@ from agents.parts.heads import (
 from agents.parts.noisy import NoisyLinear, noise_off, noisy_head_, noisy_layers, resample_noise
 from agents.parts.numpy_forward import NumpyForward
 from agents.parts.targets import polyak_
-
-__all__ = [
-    "ACTIVATIONS",
-    "LOG_STD_MAX",
-    "LOG_STD_MIN",
-    "MLP",
-    "CategoricalActor",
-    "DeterministicActor",
-    "DiscreteQ",
-    "GaussianActor",
-    "NoisyLinear",
-    "NumpyForward",
-    "QCritic",
-    "RBFEncoder",
-    "SquashedGaussianActor",
-    "TwinQCritic",
-    "VCritic",
-    "activation",
-    "build_actor",
-    "evaluate_actions",
-    "evaluate_outputs",
-    "feature_dim",
-    "gaussian_entropy",
-    "gaussian_log_prob",
-    "noise_off",
-    "noisy_head_",
-    "noisy_layers",
-    "ortho_init_",
-    "polyak_",
-    "rbf_features_",
-    "resample_noise",
-    "resolve_device",
-    "sample_action",
-    "sample_outputs",
-    "seeded",
-    "squashed_log_prob",
-    "with_features_",
-]
 
 
 class GaussianActor(MLP):
