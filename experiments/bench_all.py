@@ -173,17 +173,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== python -m {' '.join(cmd[2:])}", flush=True)
         subprocess.run([*cmd, "--out", str(out)], check=True, cwd=ROOT)
     log = RESULTS / "performance_runs.json"
-    before = {r["bench"]: r["measured"] for r in runs.load(log)["rows"]} if log.is_file() else {}
-    stored = {
-        "conditions": {
-            "machine": platform.machine(),
-            "cores": os.cpu_count(),
-            "load_start": load0,
-            "load_end": os.getloadavg()[0],
-            "minutes": (time.perf_counter() - started) / 60,
-        },
-        "rows": headline_rows(before),
+    previous = runs.load(log) if log.is_file() else None
+    before = {r["bench"]: r["measured"] for r in previous["rows"]} if previous else {}
+    conditions = {
+        "machine": platform.machine(),
+        "cores": os.cpu_count(),
+        "load_start": load0,
+        "load_end": os.getloadavg()[0],
+        "minutes": (time.perf_counter() - started) / 60,
     }
+    if args.table and previous:  # nothing ran: the conditions are the last run's
+        conditions = previous["conditions"]
+    stored = {"conditions": conditions, "rows": headline_rows(before)}
     runs.save(log, stored)
     text = render(stored)
     report.write(

@@ -10,12 +10,14 @@ A generated file starts with two comment lines and one visible line::
 The ``regen`` line is what ``python -m experiments regen FILE`` reads: it imports ``module``,
 loads the ``runs`` file (a path relative to the result file's folder; or a table of names to
 such paths, loaded into a dict of the same names, for a table over several files), calls the
-module's
-``render(runs, **params)`` for the markdown body (and ``plot(runs, path, **params)`` for each of
-``plots``) and writes the file again with the same header. So a script that writes a result
-file has a pure ``render`` that needs nothing but the stored runs and JSON-able params.
+module's ``render(runs, **params)`` for the markdown body (and ``plot(runs, path, **params)``
+for each of ``plots``) and writes the file again with the same header. So a script that writes
+a result file has a pure ``render`` that needs nothing but the stored runs and JSON-able params.
 
-Hand-written notes on a result live apart, in ``experiments/results/notes/``.
+A table written before its script stored runs carries the first line and a visible line saying
+so (:func:`mark_legacy`): generated, rewritten whole when its script runs again, but not
+rebuildable until then. Hand-written notes on a result live apart, in
+``experiments/results/notes/``; the visible line links the note of the same name.
 """
 
 from __future__ import annotations
