@@ -52,9 +52,8 @@ def offpolicy_needs(params: Any) -> AgentNeeds:
     return AgentNeeds(
         gamma=float(params.gamma),
         replay_min_size=int(params.learning_starts),
-        sequence=getattr(
-            params, "replay_sequence", None
-        ),  # (a feedforward-only algorithm has none)
+        # (an algorithm that is feedforward only has no SequenceParams)
+        sequence=getattr(params, "replay_sequence", None),
         device=params.device,
     )
 
