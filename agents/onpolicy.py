@@ -484,6 +484,16 @@ class OnPolicy:
 
     # -- the rest -------------------------------------------------------------------------------
 
+    def check_schedules(self, *names: str) -> None:
+        """Refuse a schedule param (by name) other than "constant" or "linear", and "linear"
+        without ``params.total_steps``."""
+        for name in names:
+            kind = getattr(self.params, name)
+            if kind not in ("constant", "linear"):
+                raise ValueError(f"{name} must be 'constant' or 'linear'")
+            if kind == "linear" and self.params.total_steps <= 0:
+                raise ValueError(f"{name} = 'linear' needs total_steps > 0")
+
     def schedule(self, value: float, kind: str) -> float:
         """``value`` as set ("constant"), or decayed linearly to 0 over ``params.total_steps``."""
         if kind == "constant":

@@ -86,11 +86,7 @@ class PPO(OnPolicy, Agent):
     def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
         super().__init__(space, params, device, seed)
         p = params
-        for name in ("lr_schedule", "clip_schedule"):
-            if getattr(p, name) not in ("constant", "linear"):
-                raise ValueError(f"{name} must be 'constant' or 'linear'")
-            if getattr(p, name) == "linear" and p.total_steps <= 0:
-                raise ValueError(f"{name} = 'linear' needs total_steps > 0")
+        self.check_schedules("lr_schedule", "clip_schedule")
         with seeded(seed):
             policy, critic = actor_critic(space, p)
         self.setup(policy, critic, p.normalize_obs, p.obs_clip)

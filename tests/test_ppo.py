@@ -574,3 +574,12 @@ def test_the_on_policy_base_is_no_algorithm_of_its_own():
     algos = registry.algorithms()
     assert "onpolicy" not in algos and "cores" not in algos
     assert {"ppo", "a2c", "pg"} <= set(algos)
+
+
+def test_schedules_are_checked_when_the_agent_is_built():
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
+    with pytest.raises(ValueError, match="lr_schedule = 'linear' needs total_steps > 0"):
+        PPO(space, Params(lr_schedule="linear"))
+    with pytest.raises(ValueError, match="clip_schedule must be 'constant' or 'linear'"):
+        PPO(space, Params(clip_schedule="cosine", total_steps=10))
+    PPO(space, Params(lr_schedule="linear", clip_schedule="linear", total_steps=10))
