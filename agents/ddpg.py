@@ -126,8 +126,6 @@ class DDPG(OffPolicy, Agent):
         self.actor_target = self.target(self.actor_net)
         if p.noisy:
             self.actor_target.eval()  # the target actor acts with the mean weights
-        # The actor's parameter noise, drawn on the CPU from the agent's seed.
-        self.noise_gen = torch.Generator().manual_seed(seed + 3)
         self.critic_target = self.target(self.critic)
         self.actor_opt, self.actor_params = self.optimizer(self.actor_net, p.lr_actor)
         self.critic_opt, self.critic_params = self.optimizer(self.critic, p.lr_critic)

@@ -97,8 +97,6 @@ class DQN(OffPolicy, Agent):
                 self.q = self.net(lambda d: DiscreteQ(d, n, p.hidden))
             if p.noisy:
                 noisy_head_(self.q.net if not self.recurrent else body(self.q), p.noisy_sigma0)
-        # The Q-networks' parameter noise, drawn on the CPU from the agent's seed.
-        self.noise_gen = torch.Generator().manual_seed(seed + 3)
         self.q_target = self.target(self.q)
         self.opt, self.q_params = self.optimizer(self.q, p.lr, fused=None)
         # The layers after the network's core (the network itself when feedforward).

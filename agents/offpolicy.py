@@ -100,6 +100,8 @@ class OffPolicy:
         self.obs_norm = make_obs_norm(p.normalize_obs, space.obs_dim, p.obs_clip, self.device)
         self.rng = np.random.default_rng(seed + 2)  # warm-up actions
         self.noise: Any = None  # an action noise process (agents/noise.py), if any
+        # The noise of NoisyNet layers (redrawn per act batch), drawn on the CPU from the seed.
+        self.noise_gen = torch.Generator().manual_seed(seed + 3)
         self.state_dim = 0
         self.cores: list[RecurrentNet] = []  # the networks with a core, in policy-state order
         self.target_params: list[torch.Tensor] = []

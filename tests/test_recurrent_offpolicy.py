@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from agents.cores import RecurrentCore
 from agents.parts.batch import unroll
+from agents.parts.memory import RecurrentCore
 from agents.td3 import TD3, Params
 from wheeler2.agent import Batch, SequenceBatch, SpaceInfo
 
