@@ -47,9 +47,10 @@ Needs the ``bench`` extra. It prints its figures; results/notes/rppo_update_vs_s
 Watching the two updates from the inside takes replacements: sb3-contrib's rollout buffer module
 sees, for the rest of the process, a numpy whose ``random.randint`` is queued (its module
 attribute ``np``, not numpy itself); its ``_get_samples`` and the policy's ``evaluate_actions``
-are wrapped on the instances, and wheeler2's ``agents.ppo.gae`` and the agent's ``_replay`` are
-wrapped to record what they return (these undone after each use). No hook on either side offers
-these values.
+are wrapped on the instances. On wheeler2's side the agent is a :class:`RecordingPPO`, a PPO
+subclass that keeps what the on-policy base's ``log_probs`` and ``values`` return to the update,
+and ``agents.ppo.gae`` is patched (``unittest.mock``, undone after each rollout) to keep the
+advantages: no hook on either side offers these values.
 """
 
 from __future__ import annotations
@@ -58,10 +59,13 @@ import argparse
 import copy
 import sys
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import torch
 
+from agents import ppo as ppo_module
+from agents.onpolicy import Minibatch
 from experiments.lib import CFG as CFG_DIR
 from experiments.lib.setups import recurrent_ppo_zoo_kwargs
 
@@ -193,6 +197,25 @@ def sb3_rollout(model: Any, env: Any) -> None:
 # -- wheeler2 side -------------------------------------------------------------------------------
 
 
+class RecordingPPO(ppo_module.PPO):
+    """PPO keeping, per minibatch of its update, ``[copies, log-probs, entropy, V]`` as the
+    on-policy base's :meth:`log_probs` and :meth:`values` return them (the update calls them
+    in that order), in ``replays``."""
+
+    replays: list[list[Any]]
+
+    def log_probs(self, mb: Minibatch | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        logp, entropy = super().log_probs(mb)
+        copies = None if mb is None or mb.copies is None else mb.copies.clone()
+        self.replays.append([copies, logp.detach().clone(), entropy.detach().clone()])
+        return logp, entropy
+
+    def values(self, mb: Minibatch | None = None) -> torch.Tensor:
+        v = super().values(mb)
+        self.replays[-1].append(v.detach().clone())
+        return v
+
+
 def build_ours(seed: int, n_epochs: int) -> Any:
     """The agent as the engine builds it (config -> plan -> space -> make_agent)."""
     from agents.normalize import IdentityNorm
@@ -209,6 +232,10 @@ def build_ours(seed: int, n_epochs: int) -> Any:
     finally:
         env.close()
     agent = build.make_agent(config, plan, space, mseed)
+    # The engine's agent, recording what its update reads (RecordingPPO only adds `replays`).
+    assert type(agent) is ppo_module.PPO, type(agent)
+    agent.__class__ = RecordingPPO
+    agent.replays = []
     # The inputs below are sb3's already-normalized observations; item d compares normalizers.
     agent.obs_norm = IdentityNorm()
     return agent
@@ -261,25 +288,19 @@ def ours_rollout(agent: Any, data: dict[str, Any]) -> dict[str, Any]:
     """Drive ``agent`` through the recorded rollout as the member loop does: act in the carried
     state, observe the step (with sb3's action), reset the state rows where an episode ended.
     Returns what it saw; the update runs inside the last observe."""
-    from agents import ppo as ppo_module
     from wheeler2.agent import ActOut, Transitions
 
     buf, steps = data["buffer"], data["steps"]
-    seen: dict[str, Any] = {"values": [], "states": [], "gae": None, "replay": []}
-    real_gae, real_replay = ppo_module.gae, agent._replay
+    seen: dict[str, Any] = {"values": [], "states": [], "gae": None}
+    real_gae = ppo_module.gae
 
     def gae_spy(*args: Any, **kwargs: Any) -> torch.Tensor:
         out = real_gae(*args, **kwargs)
         seen["gae"] = out.clone()
         return out
 
-    def replay_spy(b: Any, copies: torch.Tensor, t_len: int) -> Any:
-        out = real_replay(b, copies, t_len)
-        seen["replay"].append((copies.clone(), *(x.detach().clone() for x in out)))
-        return out
-
-    ppo_module.gae, agent._replay = gae_spy, replay_spy
-    try:
+    agent.replays.clear()
+    with mock.patch.object(ppo_module, "gae", side_effect=gae_spy):
         state = data["state0"].copy()
         state[data["start0"]] = 0.0  # the member puts initial_state rows where an episode ended
         metrics = None
@@ -311,9 +332,7 @@ def ours_rollout(agent: Any, data: dict[str, Any]) -> dict[str, Any]:
             seen["states"].append(out.state.copy())
             state = out.state.copy()
             state[st["done"]] = 0.0
-    finally:
-        ppo_module.gae = real_gae
-        del agent._replay
+    seen["replay"] = agent.replays
     seen["metrics"] = metrics
     return seen
 
@@ -418,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"   log pi(a_t) of sb3's actions     max |diff| "
-        f"{maxdiff(roll['logp'].numpy(), buf.log_probs):.1e}"
+        f"{maxdiff(roll.logp.numpy(), buf.log_probs):.1e}"
     )
     actor_s = [s[:, : 2 * HID] for s in seen["states"]]
     critic_s = [s[:, 2 * HID :] for s in seen["states"]]
@@ -427,16 +446,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{maxdiff(actor_s, [a[:, : 2 * HID] for a in after]):.1e}  critic "
         f"{maxdiff(critic_s, [a[:, 2 * HID :] for a in after]):.1e}"
     )
-    ours_starts = roll["starts"].numpy()
+    ours_starts = roll.starts.numpy()
     print(
         f"   episode starts t >= 1            {int(ours_starts[1:].sum())} ours, "
         f"{int(starts[1:].sum())} sb3, rows differing {int((ours_starts[1:] != starts[1:]).sum())}"
         f"; t = 0: sb3 flags {int(starts[0].sum())}, ours gets those rows' state zeroed "
-        f"(state0 |max| there {np.abs(roll['state0'].numpy()[starts[0]]).max(initial=0):.1e})"
+        f"(state0 |max| there {np.abs(roll.state0.numpy()[starts[0]]).max(initial=0):.1e})"
     )
     copies, r_logp, _, r_v = seen["replay"][0]
-    b_logp = roll["logp"][:, copies].flatten()
-    b_v = roll["value"][:, copies].flatten()
+    b_logp = roll.logp[:, copies].flatten()
+    b_v = roll.value[:, copies].flatten()
     print(
         f"   first-epoch replay vs behaviour  ours: log pi {maxdiff(r_logp, b_logp):.1e}, "
         f"V {maxdiff(r_v, b_v):.1e}"
@@ -456,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\nb. GAE(0.98, 0.8) on the same rewards, dones, truncations and last values")
     adv = seen["gae"].numpy()
-    ret = adv + roll["value"].numpy()
+    ret = adv + roll.value.numpy()
     print(
         f"   advantages max |diff| {maxdiff(adv, buf.advantages):.1e} "
         f"(|A| max {np.abs(buf.advantages).max():.2f}); returns max |diff| "
@@ -511,8 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     lr_ours, clip_ours, lr_sb3, clip_sb3 = [], [], [], []
     for k in updates:
         agent.env_steps = int(k * N_ENVS * T)
-        lr_ours.append(agent._schedule(p.lr, p.lr_schedule))
-        clip_ours.append(agent._schedule(p.clip_range, p.clip_schedule))
+        lr_ours.append(agent.schedule(p.lr, p.lr_schedule))
+        clip_ours.append(agent.schedule(p.clip_range, p.clip_schedule))
         progress = 1.0 - float(k * N_ENVS * T) / TOTAL
         lr_sb3.append(model.lr_schedule(progress))
         clip_sb3.append(model.clip_range(progress))
