@@ -4,7 +4,7 @@ curve by more than the seed noise.
 
 The reference, experiments/results/her_parity_reference.json, holds SB3's steps to the first
 eval with success >= 0.9 for each of its seeds (and wheeler2's when it was written), from
-``python experiments/her_parity.py --seeds 0 ... 14 --arms sb3 w2`` then ``--write-reference w2``.
+``python -m experiments.her_parity --seeds 0 ... 14 --arms sb3 w2`` then ``--write-reference w2``.
 Steps to 0.9 are bimodal on both sides (a seed learns in 4,000-8,000 steps, or its actor
 saturates and it never does), so the test reruns only wheeler2 on ``test_seeds`` and checks
 two things against the seed noise of the pooled reference runs: the median steps of the runs
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
@@ -47,8 +46,7 @@ def test_fetchreach_her_not_behind_sb3() -> None:
     seeds = ref["test_seeds"]
     if os.environ.get("WHEELER2_PARITY_SEEDS"):
         seeds = [int(s) for s in os.environ["WHEELER2_PARITY_SEEDS"].split(",")]
-    sys.path.insert(0, str(ROOT / "experiments"))
-    import her_parity
+    from experiments import her_parity
 
     solved = []
     for seed in seeds:

@@ -266,12 +266,9 @@ def test_simple_spread_team_runs_serial() -> None:
 @pytest.mark.slow
 def test_simple_spread_team_beats_random() -> None:
     pytest.importorskip("mpe2", reason="pip install mpe2")
-    import sys
-
-    sys.path.insert(0, str(ROOT / "experiments"))
     import tempfile
 
-    from marl_teams import ENVS, run_one
+    from experiments.marl_teams import ENVS, run_one
 
     with tempfile.TemporaryDirectory() as out:
         r = run_one(ENVS["simple_spread"], 0, 60_000, Path(out), "serial")
