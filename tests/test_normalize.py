@@ -150,7 +150,7 @@ def test_ppo_folds_each_batch_in_before_normalizing_it_as_vecnormalize_does() ->
     """The first acting batch is normalized by its own statistics (not by empty ones), the
     stored rows are what the policy saw, next_obs and the next acting batch use statistics that
     include it, and evaluation never moves them (sb3-contrib's RecurrentPPO on VecNormalize,
-    experiments/results/rppo_update_vs_sb3.md)."""
+    experiments/results/notes/rppo_update_vs_sb3.md)."""
     from agents.ppo import PPO
     from agents.ppo import Params as PPOParams
     from wheeler2.agent import ActOut, SpaceInfo

@@ -85,7 +85,7 @@ class EnvConfig:
     num_envs: int = bounded(1, ge=1)  # vectorized copies per member
     vector: str = choice("sync", VECTOR_MODES)
     # Goal envs: the policy also sees the achieved goal, as SB3's MultiInputPolicy does
-    # (no better or worse on FetchReach and bit flipping: experiments/results/her_parity.md).
+    # (no better or worse on FetchReach and bit flipping: experiments/results/notes/her_parity.md).
     achieved_goal_in_obs: bool = False
     # The policy sees the last `stack` observations side by side (wheeler2.env.FrameStack).
     stack: int = bounded(1, ge=1)
