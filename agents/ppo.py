@@ -21,7 +21,7 @@ RecurrentPPO keeps sequences whole.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -82,6 +82,11 @@ class PPO(OnPolicy, Agent):
     Params = Params
     algo = "ppo"  # its state is otherwise shaped like A2C's
     checkpoint = ("policy", "critic", "opt", "obs_norm")
+
+    @classmethod
+    def for_run(cls, params: Params, total_steps: int) -> Params:
+        # The schedules decay over the run unless the file names another length.
+        return params if params.total_steps else replace(params, total_steps=total_steps)
 
     def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
         super().__init__(space, params, device, seed)

@@ -583,3 +583,13 @@ def test_schedules_are_checked_when_the_agent_is_built():
     with pytest.raises(ValueError, match="clip_schedule must be 'constant' or 'linear'"):
         PPO(space, Params(clip_schedule="cosine", total_steps=10))
     PPO(space, Params(lr_schedule="linear", clip_schedule="linear", total_steps=10))
+
+
+def test_for_run_fills_the_schedule_length_unless_the_file_names_one() -> None:
+    # The engine asks the algorithm (Agent.for_run) instead of writing Params.total_steps itself.
+    from agents.ddpg import DDPG
+
+    assert PPO.for_run(Params(), 5_000).total_steps == 5_000
+    assert PPO.for_run(Params(total_steps=10), 5_000).total_steps == 10
+    ddpg = DDPG.Params()
+    assert DDPG.for_run(ddpg, 5_000) is ddpg

@@ -171,6 +171,12 @@ class Agent:
         sequences, device): the only way the engine learns them, before the agent is built."""
         return AgentNeeds()
 
+    @classmethod
+    def for_run(cls, params: Any, total_steps: int) -> Any:
+        """``params`` for a run of ``total_steps`` env steps, all members together: where an
+        algorithm's schedules need the run's length it fills it in here (as given by default)."""
+        return params
+
     def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
         """Actions for ``obs [N, obs_dim]``. A recurrent agent reads ``state [N, state_dim]``
         (None: every row starts an episode) and returns the next state in ``ActOut.state``."""

@@ -3,8 +3,6 @@ sees, its agent, and the row layout of the replay it writes."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import torch
 
@@ -37,11 +35,7 @@ def space_info(info: EnvInfo, heads: RewardHeads) -> SpaceInfo:
 
 def make_agent(config: Config, plan: MemberPlan, space: SpaceInfo, seed: int) -> Agent:
     cls = registry.resolve_algo(plan.algo)
-    params = params_of(plan.spec, plan.copy)
-    # Schedules (linear lr / clip annealing) need the run's length; fill it where left at 0.
-    names = {f.name for f in dataclasses.fields(params)} if dataclasses.is_dataclass(params) else ()
-    if "total_steps" in names and not params.total_steps:
-        params = dataclasses.replace(params, total_steps=int(config.experiment.total_steps))
+    params = cls.for_run(params_of(plan.spec, plan.copy), int(config.experiment.total_steps))
     device = cls.needs(params).device
     torch.manual_seed(seed)
     np.random.seed(seed % (2**32))
