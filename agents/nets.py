@@ -119,7 +119,7 @@ def sample_outputs(
     Continuous: the env gets the sample clipped to [-1, 1], but the log-prob is that of the
     unclipped sample, the one the Gaussian actually produced (clipping is the env's business).
     ``explore = False`` takes the mode (mean / argmax). Feedforward and recurrent actors
-    (agents/cores.py) both draw here.
+    (agents/onpolicy.py) both draw here.
     """
     if log_std is None:
         logp_all = torch.log_softmax(out, dim=-1)

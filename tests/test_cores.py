@@ -184,9 +184,3 @@ def test_memory_layouts_step_like_their_sequence(
 def test_memory_refuses_skip_before_a_trunk() -> None:
     with pytest.raises(ValueError, match="core_first"):
         memory.RecurrentMemory(3, "gru", 4, [5], skip=True)
-
-
-def test_core_still_imports_from_cores() -> None:
-    from agents.cores import RecurrentCore as Old
-
-    assert Old is RecurrentCore
