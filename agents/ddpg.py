@@ -83,7 +83,7 @@ class Params(SequenceParams):
     noisy: bool = False
     noisy_sigma0: float = bounded(0.5, gt=0)  # initial sigma * sqrt(fan_in); the paper's 0.5
     # "rbf": Gaussian RBF features of the (normalized) observation before the first layer of
-    # actor and critic (agents/nets.py RBFEncoder); "none": the observation itself.
+    # actor and critic (agents/parts/encoders.py RBFEncoder); "none": the observation itself.
     features: str = choice("none", ("none", "rbf"))
     rbf_centers: int = bounded(64, ge=1)  # number of centers, drawn from N(0, I)
     rbf_width: float = bounded(0.0, ge=0)  # kernel width; 0 = sqrt(obs_dim)

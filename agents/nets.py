@@ -1,13 +1,8 @@
-"""Networks of the on-policy algorithms, and the names ``agents/`` has always imported from here.
+"""Networks of the on-policy algorithms: stochastic actors, the V critic, sampling and log-probs.
 
-The parts (issue 35) live in ``agents/parts/``: encoders (MLP trunk, RBF features), heads
-(deterministic action, Q per head, twin Q, discrete Q, squashed Gaussian), NoisyNet layers, the
-numpy forward pass and target networks. They are imported here under their old names, so code
-that imports ``agents.nets`` keeps working; new code imports them from ``agents.parts``.
-What stays here is the on-policy side (stochastic actors, V critic, sampling and log-probs).
+The other parts (issue 35) live in ``agents/parts/``.
 """
 
-# ruff: noqa: F401 - the parts are imported here under their old names, for old importers
 from __future__ import annotations
 
 import math
@@ -16,31 +11,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from agents.parts import resolve_device, seeded
-from agents.parts.encoders import (
-    ACTIVATIONS,
-    MLP,
-    RBFEncoder,
-    activation,
-    feature_dim,
-    ortho_init_,
-    rbf_features_,
-    with_features_,
-)
-from agents.parts.heads import (
-    LOG_STD_MAX,
-    LOG_STD_MIN,
-    DeterministicActor,
-    DiscreteQ,
-    QCritic,
-    SquashedGaussianActor,
-    TwinQCritic,
-    gaussian_log_prob,
-    squashed_log_prob,
-)
-from agents.parts.noisy import NoisyLinear, noise_off, noisy_head_, noisy_layers, resample_noise
-from agents.parts.numpy_forward import NumpyForward
-from agents.parts.targets import polyak_
+from agents.parts.encoders import MLP, ortho_init_
+from agents.parts.heads import gaussian_log_prob
 
 
 class GaussianActor(MLP):

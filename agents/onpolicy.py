@@ -39,11 +39,11 @@ from agents.nets import (
     build_actor,
     evaluate_actions,
     evaluate_outputs,
-    ortho_init_,
-    resolve_device,
     sample_outputs,
 )
 from agents.normalize import make_obs_norm
+from agents.parts import resolve_device
+from agents.parts.encoders import ortho_init_
 from agents.parts.memory import RecurrentMemory
 from wheeler2.agent import ActOut, SpaceInfo, Transitions
 from wheeler2.needs import AgentNeeds

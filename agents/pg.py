@@ -31,8 +31,9 @@ from dataclasses import dataclass
 
 import torch
 
-from agents.nets import ACTIVATIONS, seeded
 from agents.onpolicy import OnPolicy, actor_critic, masked_mean
+from agents.parts import seeded
+from agents.parts.encoders import ACTIVATIONS
 from agents.returns import lambda_returns
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes

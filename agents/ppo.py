@@ -25,8 +25,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from agents.nets import ACTIVATIONS, seeded
 from agents.onpolicy import OnPolicy, actor_critic, masked_mean
+from agents.parts import seeded
+from agents.parts.encoders import ACTIVATIONS
 from agents.returns import gae  # A + V, the value target, is the lambda-return
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes

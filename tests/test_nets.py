@@ -5,16 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.nets import (
-    DeterministicActor,
-    QCritic,
-    VCritic,
-    build_actor,
-    evaluate_actions,
-    gaussian_log_prob,
-    polyak_,
-    sample_action,
-)
+from agents.nets import VCritic, build_actor, evaluate_actions, sample_action
+from agents.parts.heads import DeterministicActor, QCritic, gaussian_log_prob
+from agents.parts.targets import polyak_
 
 
 def _shapes(module: torch.nn.Module) -> dict[str, tuple[int, ...]]:
@@ -105,7 +98,8 @@ def test_polyak():
 def test_numpy_forward_matches_torch_and_follows_in_place_weight_changes() -> None:
     import numpy as np
 
-    from agents.nets import DeterministicActor, NumpyForward
+    from agents.parts.heads import DeterministicActor
+    from agents.parts.numpy_forward import NumpyForward
 
     torch.manual_seed(0)
     net = DeterministicActor(5, [32, 16], 2, "relu")
@@ -135,7 +129,8 @@ def test_numpy_forward_matches_torch_and_follows_in_place_weight_changes() -> No
 
 
 def test_numpy_forward_declines_what_it_cannot_run() -> None:
-    from agents.nets import MLP, NumpyForward
+    from agents.parts.encoders import MLP
+    from agents.parts.numpy_forward import NumpyForward
 
     assert NumpyForward.of(MLP(3, [8], 1, "elu"), squash=False) is None
     assert NumpyForward.of(MLP(3, [8], 1, "relu").double(), squash=False) is None

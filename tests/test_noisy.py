@@ -1,6 +1,6 @@
-"""NoisyNet (agents/nets.py NoisyLinear; ``noisy = true`` in DDPG and DQN): factorized Gaussian
-noise with sigma0 = 0.5, redrawn per act batch and per learn step, mean weights in eval mode and
-for explore=False, and weight sync of the noisy head by role."""
+"""NoisyNet (agents/parts/noisy.py NoisyLinear; ``noisy = true`` in DDPG and DQN): factorized
+Gaussian noise with sigma0 = 0.5, redrawn per act batch and per learn step, mean weights in eval
+mode and for explore=False, and weight sync of the noisy head by role."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import torch
 
 from agents.ddpg import DDPG
 from agents.dqn import DQN
-from agents.nets import NoisyLinear, NumpyForward, noise_off, resample_noise
+from agents.parts.noisy import NoisyLinear, noise_off, resample_noise
+from agents.parts.numpy_forward import NumpyForward
 from wheeler2 import registry
 from wheeler2.agent import Batch, SpaceInfo
 from wheeler2.sync import (

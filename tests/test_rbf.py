@@ -1,6 +1,6 @@
-"""RBF features (agents/nets.py RBFEncoder; ``features = "rbf"`` in DDPG and DQN): the Gaussian
-kernel by hand, seeded centers kept in the state dict, the critic's action passed through, and
-sync of the encoder with the trunk."""
+"""RBF features (agents/parts/encoders.py RBFEncoder; ``features = "rbf"`` in DDPG and DQN): the
+Gaussian kernel by hand, seeded centers kept in the state dict, the critic's action passed through,
+and sync of the encoder with the trunk."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from agents.nets import NumpyForward, RBFEncoder
+from agents.parts.encoders import RBFEncoder
+from agents.parts.numpy_forward import NumpyForward
 from wheeler2 import registry
 from wheeler2.agent import Batch, SpaceInfo
 from wheeler2.sync import SyncError, SyncPlan, check_sync, float_state, source_shapes
@@ -114,7 +115,7 @@ def test_rbf_centers_sync_with_the_trunk_and_a_plain_explorer_is_refused():
 
 
 def test_the_numpy_acting_path_computes_what_torch_does():
-    from agents.nets import resample_noise
+    from agents.parts.noisy import resample_noise
 
     for params in ({"features": "rbf"}, {"noisy": True}, {"features": "rbf", "noisy": True}):
         agent = make("ddpg", PENDULUM, hidden=[32, 16], learning_starts=0, **params)

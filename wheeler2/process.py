@@ -20,8 +20,8 @@ def set_compute_threads() -> int:
     The networks here are small (a 256 x 400 matmul): a second thread gains little and, when the
     other core is busy with an env or another member, each op waits for it. Measured here on a
     loaded 2-core machine: a DDPG update took 15-23 ms with 2 torch threads against ~1 ms with 1,
-    and acting through numpy (agents.nets.NumpyForward) ~430 µs with OpenBLAS's default threads
-    against ~120 µs with 1.
+    and acting through numpy (agents.parts.numpy_forward.NumpyForward) ~430 µs with OpenBLAS's
+    default threads against ~120 µs with 1.
     """
     from threadpoolctl import threadpool_limits
 

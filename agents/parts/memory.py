@@ -143,7 +143,7 @@ class RecurrentCore(nn.Module):
 
 
 def mlp_trunk(in_dim: int, hidden: Sequence[int], act: str, ortho: bool) -> nn.Sequential:
-    """[Linear, act] * len(hidden), the layers of ``agents.nets.MLP``'s trunk (so role sync
+    """[Linear, act] * len(hidden), the layers of ``encoders.MLP``'s trunk (so role sync
     matches them by name and shape); orthogonal with gain sqrt(2) where ``ortho``."""
     layers: list[nn.Module] = []
     for h in hidden:
