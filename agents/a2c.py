@@ -23,12 +23,14 @@ This file is also the proof of the plugin interface: it needs nothing from the e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 
 from agents.onpolicy import OnPolicy, actor_critic, masked_mean
 from agents.parts import seeded
 from agents.parts.encoders import ACTIVATIONS
+from agents.parts.memory import TRUNK_READS
 from agents.returns import lambda_returns
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes
@@ -36,6 +38,10 @@ from wheeler2.schema import bounded, choice, sizes
 
 @dataclass
 class Params:
+    # Old key -> (new key, its value for each old value), read with a deprecation warning.
+    renamed_keys: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = {
+        "core_first": ("trunk_reads", {True: "core", False: "obs"})
+    }
     # Bounds in the fields are checked by the config reader against [team.params].
     n_steps: int = bounded(5, ge=1)  # vector steps between updates
     gamma: float = bounded(0.99, ge=0, le=1)
@@ -55,7 +61,9 @@ class Params:
     core: str = choice("none", ("none", "gru", "lstm"))
     core_size: int = bounded(64, ge=1)  # width of the core's hidden state
     critic_core: bool = True  # the critic has a core of its own too (else V(obs) alone)
-    core_first: bool = False  # the core reads the observation, the hidden layers its output
+    # What the hidden layers read: "obs" (trunk, then core), "core" (the core reads the
+    # observation, sb3-contrib's order) or "core+obs" (the core's output beside the observation).
+    trunk_reads: str = choice("obs", TRUNK_READS)
     device: str = "cpu"  # "cpu" | "cuda"
 
 

@@ -46,7 +46,7 @@ Net = Callable[..., torch.Tensor]
 
 @dataclass
 class Params(SequenceParams):
-    # The recurrent options (core, core_size, core_skip, seq_*) come from SequenceParams.
+    # The recurrent options (core, core_size, trunk_reads, seq_*) come from SequenceParams.
     # Bounds in the fields are checked by the config reader against [team.params].
     gamma: float = bounded(0.98, ge=0, le=1)  # discount (the buffer applies it for n-step)
     tau: float = bounded(0.005, gt=0, le=1)  # Polyak rate of the target networks

@@ -37,7 +37,7 @@ from wheeler2.schema import bounded, choice, sizes
 
 @dataclass
 class Params(SequenceParams):
-    # The recurrent options (core, core_size, core_skip, seq_*) come from SequenceParams.
+    # The recurrent options (core, core_size, trunk_reads, seq_*) come from SequenceParams.
     # Bounds in the fields are checked by the config reader against [team.params].
     gamma: float = bounded(0.99, ge=0, le=1)  # discount (the buffer applies it for n-step)
     lr: float = bounded(1e-4, gt=0, le=1)  # a step size above 1 only diverges

@@ -129,7 +129,7 @@ class OffPolicy:
                 p.core,
                 obs_dim,
                 p.core_size,
-                p.core_skip,
+                p.trunk_reads,
                 body,
                 name="q" if critic else "mlp",
                 roles=not critic,

@@ -34,16 +34,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.nets import (
-    VCritic,
-    build_actor,
-    evaluate_actions,
-    evaluate_outputs,
-    sample_outputs,
-)
 from agents.normalize import make_obs_norm
 from agents.parts import resolve_device
+from agents.parts.distributions import evaluate_actions, evaluate_outputs, sample_outputs
 from agents.parts.encoders import ortho_init_
+from agents.parts.heads import VCritic, build_actor
 from agents.parts.memory import RecurrentMemory
 from wheeler2.agent import ActOut, SpaceInfo, Transitions
 from wheeler2.needs import AgentNeeds
@@ -57,9 +52,9 @@ class RecurrentActor(RecurrentMemory):
     The trunk sees the observation alone, so it has the shape of a feedforward actor's trunk
     and syncs from one by role (``sync_roles``); the core is outside every role, so an
     explorer keeps its own core when its learner has none, and two recurrent actors sync it by
-    name. With ``core_first`` the trunk reads the core's output instead (it then syncs only
-    from an actor of the same layout, e.g. a recurrent DDPG / TD3 / SAC actor with
-    ``core_skip = false``, whose core it takes too, or is kept). ``forward`` is not defined: a
+    name. With ``trunk_reads = "core"`` the trunk reads the core's output instead (it then syncs
+    only from an actor whose trunk reads the same, e.g. a recurrent DDPG / TD3 / SAC actor with
+    ``trunk_reads = "core"``, whose core it takes too, or is kept). ``forward`` is not defined: a
     recurrent policy needs its state (:meth:`step`, :meth:`sequence`). Outputs are logits
     (discrete) or the Gaussian mean (continuous, with a state-independent ``log_std``).
     """
@@ -77,10 +72,9 @@ class RecurrentActor(RecurrentMemory):
         size: int,
         log_std_init: float = 0.0,
         ortho: bool = True,
-        core_first: bool = False,
+        trunk_reads: str = "obs",
     ) -> None:
-        # What the trunk reads (sync_trunk_reads) comes with the memory's layout.
-        super().__init__(obs_dim, kind, size, hidden, act, ortho, core_first)
+        super().__init__(obs_dim, kind, size, hidden, act, ortho, trunk_reads)
         self.discrete = discrete
         self.sync_actions = "discrete" if discrete else "continuous"
         self.head = nn.Linear(self.features_dim, act_dim)
@@ -119,9 +113,9 @@ class RecurrentCritic(RecurrentMemory):
         kind: str,
         size: int,
         ortho: bool,
-        core_first: bool = False,
+        trunk_reads: str = "obs",
     ) -> None:
-        super().__init__(obs_dim, kind, size, hidden, act, ortho, core_first)
+        super().__init__(obs_dim, kind, size, hidden, act, ortho, trunk_reads)
         self.head = nn.Linear(self.features_dim, 1)
         if ortho:
             ortho_init_(self.head, 1.0)
@@ -139,7 +133,7 @@ class RecurrentCritic(RecurrentMemory):
 
 def actor_critic(space: SpaceInfo, p: Any) -> tuple[nn.Module, nn.Module]:
     """The (policy, V) pair from an algorithm's params (``hidden``, ``activation``,
-    ``log_std_init``, ``ortho_init``; ``core``, ``core_size``, ``critic_core``, ``core_first``
+    ``log_std_init``, ``ortho_init``; ``core``, ``core_size``, ``critic_core``, ``trunk_reads``
     where it has them): feedforward for ``core = "none"``, else a :class:`RecurrentActor` and,
     with ``critic_core``, a :class:`RecurrentCritic`. Built in that order, so a seeded
     feedforward pair is what it was before cores existed."""
@@ -150,7 +144,7 @@ def actor_critic(space: SpaceInfo, p: Any) -> tuple[nn.Module, nn.Module]:
             obs_dim, space.act_dim, space.discrete, hidden, act, p.log_std_init, ortho
         )
         return policy, VCritic(obs_dim, hidden, act, ortho)
-    size, first, std = p.core_size, p.core_first, p.log_std_init
+    size, first, std = p.core_size, p.trunk_reads, p.log_std_init
     policy = RecurrentActor(
         obs_dim, space.act_dim, space.discrete, hidden, act, core, size, std, ortho, first
     )

@@ -22,12 +22,14 @@ RecurrentPPO keeps sequences whole.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 import torch
 
 from agents.onpolicy import OnPolicy, actor_critic, masked_mean
 from agents.parts import seeded
 from agents.parts.encoders import ACTIVATIONS
+from agents.parts.memory import TRUNK_READS
 from agents.returns import gae  # A + V, the value target, is the lambda-return
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes
@@ -35,6 +37,10 @@ from wheeler2.schema import bounded, choice, sizes
 
 @dataclass
 class Params:
+    # Old key -> (new key, its value for each old value), read with a deprecation warning.
+    renamed_keys: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = {
+        "core_first": ("trunk_reads", {True: "core", False: "obs"})
+    }
     # Bounds in the fields are checked by the config reader against [team.params].
     # Env steps per copy between updates (rollout = n_steps * num_envs).
     n_steps: int = bounded(2048, ge=1)
@@ -64,7 +70,9 @@ class Params:
     core: str = choice("none", ("none", "gru", "lstm"))
     core_size: int = bounded(64, ge=1)  # width of the core's hidden state
     critic_core: bool = True  # the critic has a core of its own too (else V(obs) alone)
-    core_first: bool = False  # the core reads the observation, the hidden layers its output
+    # What the hidden layers read: "obs" (trunk, then core), "core" (the core reads the
+    # observation, sb3-contrib's order) or "core+obs" (the core's output beside the observation).
+    trunk_reads: str = choice("obs", TRUNK_READS)
     # Running mean/std of the observations (SB3's VecNormalize(norm_obs=True), in the agent).
     normalize_obs: bool = False
     obs_clip: float = bounded(10.0, gt=0)  # normalized observations are clipped to +-obs_clip

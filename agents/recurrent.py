@@ -12,18 +12,18 @@ replay stores, at every step, the state each network needs to resume a sequence 
 loss reads them along a replayed sequence, burn-in included, is ``agents/parts/batch.py``.
 
 Weight sync: the actors declare the roles ``core``, ``trunk`` and ``head`` (the MLP's layers),
-and ``sync_trunk_reads`` says what their trunk reads (``"core+obs"`` with the skip, ``"core"``
-without). wheeler2/sync.py refuses to copy a trunk into one that reads something else (a
-feedforward explorer's trunk reads the observation) unless the member keeps it; with
-``core_skip = false`` the layout is that of PPO's / A2C's ``core_first`` actor, whose core and
-trunk then sync from the learner's.
+and ``trunk_reads`` says what their trunk reads (``"core+obs"`` by default, or ``"core"``).
+wheeler2/sync.py refuses to copy a trunk into one that reads something else (a feedforward
+explorer's trunk reads the observation) unless the member keeps it; with ``trunk_reads =
+"core"`` the layout is that of PPO's / A2C's with the same key, whose core and trunk then sync
+from the learner's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -42,13 +42,19 @@ class SequenceParams:
     # sequences; "none" is the feedforward algorithm, unchanged.
     core: str = choice("none", ("none", "gru", "lstm"))
     core_size: int = bounded(64, gt=0)
-    # The MLPs read [core output, observation]; false: the core output alone (PPO's core_first
-    # layout, so recurrent PPO / A2C explorers can take this actor's core and trunk).
-    core_skip: bool = True
+    # What the layers after the core read: "core+obs" (its output beside the observation) or
+    # "core" (its output alone: the layout of PPO's / A2C's trunk_reads = "core", so recurrent
+    # PPO / A2C explorers can take this actor's core and trunk).
+    trunk_reads: str = choice("core+obs", ("core+obs", "core"))
     seq_length: int = bounded(40, gt=0)  # trained steps per replayed sequence
     seq_burn_in: int = bounded(20, ge=0)  # steps before them that only rebuild the state
     seq_stride: int = bounded(0, ge=0)  # steps between sequence starts; 0: seq_length // 2
     seq_eta: float = bounded(0.9, ge=0, le=1)  # sequence priority: eta max + (1 - eta) mean
+
+    # Old key -> (new key, its value for each old value), read with a deprecation warning.
+    renamed_keys: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = {
+        "core_skip": ("trunk_reads", {True: "core+obs", False: "core"})
+    }
 
     @property
     def replay_sequence(self) -> SequenceConfig | None:
@@ -106,13 +112,13 @@ class RecurrentNet(RecurrentMemory):
         kind: str,
         obs_dim: int,
         size: int,
-        skip: bool,
+        trunk_reads: str,
         body: Callable[[int], nn.Module],
         name: str = "mlp",
         roles: bool = True,
         actions: str | None = None,
     ) -> None:
-        super().__init__(obs_dim, kind, size, skip=skip)
+        super().__init__(obs_dim, kind, size, trunk_reads=trunk_reads)
         self.body_name = name
         self.add_module(name, body(self.features_dim))
         self.sync_roles = (

@@ -55,7 +55,7 @@ from wheeler2.schema import bounded, choice, sizes
 
 @dataclass
 class Params(SequenceParams):
-    # The recurrent options (core, core_size, core_skip, seq_*) come from SequenceParams.
+    # The recurrent options (core, core_size, trunk_reads, seq_*) come from SequenceParams.
     # Bounds in the fields are checked by the config reader against [team.params].
     # Defaults are SB3's SAC with the rl-zoo Pendulum-v1 learning rate (1e-3).
     gamma: float = bounded(0.99, ge=0, le=1)  # discount (the buffer applies it for n-step)

@@ -20,7 +20,7 @@ start of training, evals included, to the first eval with mean >= 475; each run 
 busy spell of the shared machine hits both sides alike; torch runs one thread on both.
 
 ``ff`` is wheeler2's PPO with the same values and no core (``core = "none"``), the
-memoryless baseline, expected to fail. ``core_first`` is wheeler2 with ``core_first = true``:
+memoryless baseline, expected to fail. ``core_first`` is wheeler2 with ``trunk_reads = "core"``:
 the LSTM reads the observation and the [64] layers come after it, sb3-contrib's order.
 Writes experiments/results/recurrent_ppo_cartpole_novel.md and ``..._runs.jsonl`` (one line
 per run, appended as runs finish; the table is rebuilt from every run in it). Notes on the
@@ -123,7 +123,8 @@ def run_wheeler2(seed: int, side: str, out: Path) -> Outcome:
         overrides.append('team.0.params.core="none"')
     # Both layouts named explicitly, whatever the shipped file chooses.
     if side in ("wheeler2", "core_first"):
-        overrides.append(f"team.0.params.core_first={str(side == 'core_first').lower()}")
+        reads = "core" if side == "core_first" else "obs"
+        overrides.append(f'team.0.params.trunk_reads="{reads}"')
     run = run_config(CFG, overrides, seed=seed, out=out)
     evals = run.summary["eval"]
     steps, seconds = stats.to_threshold(evals, THRESHOLD)
@@ -143,8 +144,8 @@ def _cell(x: float | None, spec: str) -> str:
 
 
 LABELS = {
-    "wheeler2": "wheeler2, trunk then LSTM (core_first = false)",
-    "core_first": "wheeler2, LSTM then trunk (core_first = true, sb3's order)",
+    "wheeler2": "wheeler2, trunk then LSTM (trunk_reads = \"obs\")",
+    "core_first": "wheeler2, LSTM then trunk (trunk_reads = \"core\", sb3's order)",
     "sb3": "sb3-contrib RecurrentPPO",
     "ff": 'wheeler2 PPO without a core (core = "none")',
 }

@@ -8,7 +8,7 @@ Both sides are built from rl-zoo's CartPoleNoVel-v1 values: sb3-contrib's
 policy_kwargs of ``experiments.lib.setups`` (recurrent_ppo_vs_sb3's), and wheeler2's PPO agent
 built by the
 engine's own ``make_agent`` from ``cfg/cartpole_novel_rppo.toml`` (``core = "lstm"``,
-``core_first = true``). sb3's initial weights are copied into ours. The two layouts map one to
+``trunk_reads = "core"``). sb3's initial weights are copied into ours. The two layouts map one to
 one (same tensor shapes, PyTorch's LSTM gate order i, f, g, o on both sides):
 
     lstm_actor.{weight,bias}_{ih,hh}_l0       -> policy.core.rnn.*   (LSTM 2 -> 64)

@@ -174,7 +174,7 @@ CASES: list[Case] = [
     Case(
         "dqn_gru_noskip_nstep3",
         "dqn",
-        DQN | CORE | dict(core="gru", core_skip=False),
+        DQN | CORE | dict(core="gru", trunk_reads="core"),
         discrete=True,
         n_step=3,
     ),
@@ -202,7 +202,7 @@ CASES: list[Case] = [
     Case(
         "ppo_gru_discrete_core_first",
         "ppo",
-        PPO | dict(core="gru", core_size=16, core_first=True, critic_core=False),
+        PPO | dict(core="gru", core_size=16, trunk_reads="core", critic_core=False),
         discrete=True,
         **PPO_RUN,
     ),

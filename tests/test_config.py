@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import re
 import sys
 import tomllib
 import types
@@ -531,6 +532,36 @@ def test_deprecated_alias_and_new_name_together(write_config):
     err = error_of(write_config(BASE + "[buffer]\nratio = 4\nupdates_per_insert = 2\n"))
     assert (err.table, err.key) == ("[buffer]", "ratio")
     assert "also set" in err.message
+
+
+@pytest.mark.parametrize(
+    "algo,old,value,new",
+    [
+        ("ppo", "core_first", "true", "core"),
+        ("a2c", "core_first", "false", "obs"),
+        ("td3", "core_skip", "false", "core"),
+        ("dqn", "core_skip", "true", "core+obs"),
+    ],
+)
+def test_retired_layout_switches_read_as_trunk_reads(write_config, algo, old, value, new):
+    # core_first (PPO, A2C) and core_skip (the off-policy learners) became one key, trunk_reads:
+    # an old file still runs, with one warning naming the new key and value.
+    env = "CartPole-v1" if algo in ("ppo", "a2c", "dqn") else "Pendulum-v1"
+    text = BASE.replace(f'algo = "{ALGO}"', f'algo = "{algo}"').replace("Pendulum-v1", env)
+    path = write_config(text + f'[team.params]\ncore = "gru"\n{old} = {value}\n')
+    want = f"'{old} = {value}' is deprecated; call it 'trunk_reads = \"{new}\"'"
+    with pytest.warns(ConfigDeprecationWarning, match=re.escape(want)):
+        cfg = load(path)
+    assert cfg.learner.params.trunk_reads == new
+    assert old not in cfg.to_toml()
+
+
+def test_retired_layout_switch_refuses_other_values_and_the_new_key_beside_it(write_config):
+    text = BASE.replace(f'algo = "{ALGO}"', 'algo = "ppo"') + "[team.params]\n"
+    err = error_of(write_config(text + "core_first = 1\n"))
+    assert err.key == "core_first" and "expected true or false, got 1" in err.message
+    err = error_of(write_config(text + 'core_first = true\ntrunk_reads = "core"\n'))
+    assert err.key == "core_first" and "also set" in err.message
 
 
 # -- the shipped configs -----------------------------------------------------------------------

@@ -143,22 +143,23 @@ def test_bad_kind_and_starts_shape_are_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "hidden,core_first,skip,features_dim,reads",
+    "hidden,trunk_reads,features_dim,reads",
     [
-        ([5], False, False, 4, "obs"),  # trunk -> core (PPO's default)
-        ([5], True, False, 5, "core"),  # core -> trunk (core_first)
-        ([5], True, True, 5, "core+obs"),  # core, obs beside it, -> trunk
-        ([], False, True, 4 + 3, "core+obs"),  # core, obs beside it (the off-policy layout)
-        ([], False, False, 4, "core"),
+        ([5], "obs", 4, "obs"),  # trunk -> core (PPO's default)
+        ([5], "core", 5, "core"),  # core -> trunk (sb3-contrib's order)
+        ([5], "core+obs", 5, "core+obs"),  # core, obs beside it, -> trunk
+        ([], "core+obs", 4 + 3, "core+obs"),  # core, obs beside it (the off-policy layout)
+        ([], "core", 4, "core"),
+        ([], "obs", 4, "core"),  # no trunk: the core reads the observation, and after it, the core
     ],
 )
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_memory_layouts_step_like_their_sequence(
-    kind: str, hidden: list[int], core_first: bool, skip: bool, features_dim: int, reads: str
+    kind: str, hidden: list[int], trunk_reads: str, features_dim: int, reads: str
 ) -> None:
     torch.manual_seed(0)
-    mem = memory.RecurrentMemory(3, kind, 4, hidden, "tanh", True, core_first, skip)
-    assert mem.features_dim == features_dim and mem.sync_trunk_reads == reads
+    mem = memory.RecurrentMemory(3, kind, 4, hidden, "tanh", True, trunk_reads)
+    assert mem.features_dim == features_dim and mem.trunk_reads == reads
     assert mem.state_dim == (4 if kind == "gru" else 8)
     # The parts keep their names: trunk.* and core.rnn.* (old checkpoints' keys).
     parts = {k.split(".")[0] for k in mem.state_dict()}
@@ -177,10 +178,10 @@ def test_memory_layouts_step_like_their_sequence(
         outs.append(y)
     torch.testing.assert_close(ys, torch.stack(outs))
     torch.testing.assert_close(sT, state)
-    if skip and not hidden:  # the observation itself sits beside the core's output
+    if reads == "core+obs" and not hidden:  # the observation itself beside the core's output
         torch.testing.assert_close(ys[..., 4:], x)
 
 
-def test_memory_refuses_skip_before_a_trunk() -> None:
-    with pytest.raises(ValueError, match="core_first"):
-        memory.RecurrentMemory(3, "gru", 4, [5], skip=True)
+def test_memory_refuses_an_unknown_layout() -> None:
+    with pytest.raises(ValueError, match="trunk_reads must be one of"):
+        memory.RecurrentMemory(3, "gru", 4, [5], trunk_reads="obs+core")

@@ -383,7 +383,7 @@ learning_starts = 200
 hidden = [16]
 core = "gru"
 core_size = 8
-core_skip = false            # the layout of PPO's core_first actor, so the explorer can sync
+trunk_reads = "core"         # the explorer's layout, so it can sync core and trunk
 seq_length = 8
 seq_burn_in = 4
 
@@ -396,7 +396,7 @@ sync = { every = 100, keep = ["head"], alpha = 1.0 }
 hidden = [16]
 core = "gru"
 core_size = 8
-core_first = true
+trunk_reads = "core"
 n_steps = 16
 batch_size = 16
 """

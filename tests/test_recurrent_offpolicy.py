@@ -453,11 +453,11 @@ def test_a_recurrent_ppo_explorer_takes_the_core_and_trunk_of_a_recurrent_learne
 
     if algo == "td3":
         torch.manual_seed(0)
-        p = Params(core="gru", core_size=8, hidden=[16], core_skip=False)
+        p = Params(core="gru", core_size=8, hidden=[16], trunk_reads="core")
         learner = TD3(SpaceInfo(2, 1, False), p, seed=0)
     else:
-        learner = _build(algo, core_skip=False)
-    explorer = _ppo(algo == "dqn", on_policy, core="gru", core_size=8, core_first=True)
+        learner = _build(algo, trunk_reads="core")
+    explorer = _ppo(algo == "dqn", on_policy, core="gru", core_size=8, trunk_reads="core")
     check_sync(learner.actor, explorer.actor, ["head"], "explorer")
     head_before = explorer.actor.head.weight.detach().clone()
     with WeightPublisher.create(learner.actor) as pub:
@@ -483,7 +483,7 @@ def test_a_feedforward_explorer_syncing_from_a_recurrent_learner_is_refused(algo
     from wheeler2.sync import SyncError, check_sync
 
     # core_size 2 = obs_dim: without the check, every shape would match (silent garbage).
-    learner = _build(algo, core_skip=False, core_size=2, hidden=[16])
+    learner = _build(algo, trunk_reads="core", core_size=2, hidden=[16])
     feedforward = _ppo(algo == "dqn")
     with pytest.raises(SyncError, match="trunk reads 'core'.*reads 'obs'"):
         check_sync(learner.actor, feedforward.actor, [], "explorer")

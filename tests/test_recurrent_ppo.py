@@ -76,8 +76,9 @@ def test_state_is_the_actor_core_then_the_critic_core(kind: str, width: int) -> 
     assert out.state.shape == (5, width) and out.state.dtype == np.float32
     alone = PPO(SpaceInfo(3, 2, True), Params(core=kind, core_size=8, critic_core=False))
     assert alone.state_dim == width // 2
-    # core_first: the core reads the observation and the hidden layers its output.
-    first = PPO(SpaceInfo(3, 2, True), Params(core=kind, core_size=8, hidden=[16], core_first=True))
+    # trunk_reads = "core": the core reads the observation and the hidden layers its output.
+    params = Params(core=kind, core_size=8, hidden=[16], trunk_reads="core")
+    first = PPO(SpaceInfo(3, 2, True), params)
     assert first.policy.core.in_dim == 3 and first.policy.trunk[0].in_features == 8
     assert first.policy.head.in_features == 16 and first.critic.head.in_features == 16
     assert first.state_dim == width
@@ -120,7 +121,7 @@ def test_the_replayed_log_probs_are_the_behaviour_ones(
     space = SpaceInfo(env.info.obs_dim, env.info.act_dim, env.info.discrete)
     T = 50
     p = Params(core=kind, core_size=16, hidden=[16], n_steps=T, n_epochs=1, normalize_obs=norm)
-    p.core_first = first
+    p.trunk_reads = "core" if first else "obs"
     agent = PPO(space, p, seed=1)
     seen = spy_on_update(agent)
     member = Member("m", "explorer", agent, env, ENV_HEAD, None, 0)
@@ -379,7 +380,7 @@ TRUNK, HEAD = ["trunk.0.weight", "trunk.0.bias"], ["head.weight", "head.bias"]
 @pytest.mark.parametrize("algo", ["ppo", "a2c"])
 def test_checkpoint_keys_are_those_of_the_cores_layout(algo: str) -> None:
     # The keys (and their order) a recurrent actor and critic had before agents/parts/memory.py,
-    # recorded at 6ee6fe0: trunk then core, or core then trunk with core_first.
+    # recorded at 6ee6fe0: trunk then core, or core then trunk with trunk_reads = "core".
     cls = registry.resolve_algo(algo)
     params = cls.Params
     space = SpaceInfo(3, 2, False)
@@ -389,7 +390,7 @@ def test_checkpoint_keys_are_those_of_the_cores_layout(algo: str) -> None:
     assert list(state["critic"]) == [*TRUNK, *CORE, *HEAD]
     top = ["algo", "policy", "critic", "opt", "env_steps", "updates"]
     assert sorted(state) == sorted(top + (["obs_norm"] if algo == "ppo" else []))
-    p = params(core="lstm", core_size=8, hidden=[16], core_first=True)
+    p = params(core="lstm", core_size=8, hidden=[16], trunk_reads="core")
     first = cls(SpaceInfo(3, 2, True), p, seed=0)
     assert list(first.state_dict()["policy"]) == [*CORE, *TRUNK, *HEAD]
     # An old checkpoint's tensors load into the same places.

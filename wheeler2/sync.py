@@ -458,15 +458,15 @@ def check_sync(
         )
     # Same shapes, other inputs: a trunk fed by a recurrent core computes something else than
     # one fed by the observation, so its weights only carry over between like trunks.
-    reads = [getattr(m, "sync_trunk_reads", "obs") for m in (learner_actor, explorer_actor)]
+    reads = [getattr(m, "trunk_reads", "obs") for m in (learner_actor, explorer_actor)]
     trunk = [(n, p) for n, (p, _) in _float_entries(explorer_actor).items() if n[:6] == "trunk."]
     if reads[0] != reads[1] and not all(
         match_keep(n, keep) or match_keep(p, keep) for n, p in trunk
     ):
         raise SyncError(
             f"[[team]] {member}: the learner's actor trunk reads {reads[0]!r} and this member's "
-            f"reads {reads[1]!r}; their weights do not carry over: give both the same layout "
-            f'(core and core_first / core_skip) or add "trunk" to sync.keep'
+            f"reads {reads[1]!r}; their weights do not carry over: give both the same "
+            f'trunk_reads (and core) or add "trunk" to sync.keep'
         )
     _plan(_float_shapes(learner_actor), explorer_actor, keep, member)
 

@@ -12,12 +12,16 @@ time steps in which no row starts an episode; with many it cuts each row into it
 pieces and runs them all side by side in one packed call.
 
 :class:`RecurrentMemory` is the wrapper: a trunk (hidden layers, possibly none) and a core in one
-of three layouts, each giving ``features`` for whatever comes after it (a head, an MLP):
+of three layouts, named by what the trunk reads (``trunk_reads``, the one key of the layout, in
+``[team.params]`` as on the module), each giving ``features`` for whatever comes after it:
 
-* trunk first (the default): ``features = core(trunk(x))``;
-* ``core_first`` (sb3-contrib's order): ``features = trunk(core(x))``;
-* ``skip``: the memory's input ``x`` beside the core's output, ``[core(.), x]``, before the trunk
-  (``core_first``) or as the features (no trunk: the off-policy learners' layout).
+* ``"obs"``: ``features = core(trunk(x))``, the trunk reads the observation;
+* ``"core"`` (sb3-contrib's order): ``features = trunk(core(x))``;
+* ``"core+obs"``: ``features = trunk([core(x), x])``, the input beside the core's output (with no
+  trunk, ``[core(x), x]`` is the features: the off-policy learners' layout).
+
+Weight sync (wheeler2/sync.py) copies a trunk only into a trunk that reads the same thing: the
+module's ``trunk_reads`` (``"obs"`` for a network without memory) is that rule's one input.
 
 Its sub-modules are ``trunk`` and ``core`` under those names, so a network that *is* a
 :class:`RecurrentMemory` (subclasses it) keeps the state_dict keys ``trunk.*`` and ``core.*``.
@@ -34,6 +38,8 @@ from torch import nn
 from agents.parts.encoders import activation, ortho_init_
 
 CORE_KINDS = ("gru", "lstm")
+# What a trunk reads: the observation, the core's output, or both side by side.
+TRUNK_READS = ("obs", "core", "core+obs")
 MAX_STRETCHES = 6  # sequence(): beyond this many reset times, one packed call instead
 
 
@@ -161,13 +167,11 @@ class RecurrentMemory(nn.Module):
 
     ``in_dim``: width of ``x`` (the observation). ``hidden``: the trunk's layer widths (empty: no
     trunk, ``trunk`` is an empty ``nn.Sequential`` with no tensors). ``kind``/``size``: the core.
-    ``core_first``: the core reads ``x`` and the trunk its output; ``skip``: ``x`` beside the
-    core's output. Built in layout order (trunk then core, or core then trunk), so a seeded
-    build draws its initial weights in that order.
+    ``trunk_reads``: the layout (module docstring); without a trunk, what comes after the memory
+    reads it. Built in layout order (trunk then core, or core then trunk), so a seeded build
+    draws its initial weights in that order.
 
-    ``state_dim`` is the core's; ``features_dim`` the width of ``features``. ``sync_trunk_reads``
-    says what the trunk (or, without one, whatever comes after the memory) reads, for
-    ``wheeler2/sync.py``: ``"obs"``, ``"core"`` or ``"core+obs"``.
+    ``state_dim`` is the core's; ``features_dim`` the width of ``features``.
     """
 
     def __init__(
@@ -178,27 +182,25 @@ class RecurrentMemory(nn.Module):
         hidden: Sequence[int] = (),
         act: str = "tanh",
         ortho: bool = False,
-        core_first: bool = False,
-        skip: bool = False,
+        trunk_reads: str = "obs",
     ) -> None:
         super().__init__()
-        self.core_first = core_first
-        self.skip = skip
+        if trunk_reads not in TRUNK_READS:
+            raise ValueError(f"trunk_reads must be one of {TRUNK_READS}, got {trunk_reads!r}")
         hidden = list(hidden)
-        core_out = size + in_dim if skip else size
-        if core_first or not hidden:
-            self.core = RecurrentCore(kind, in_dim, size)
-            self.trunk = mlp_trunk(core_out, hidden, act, ortho)
-            self.features_dim = hidden[-1] if hidden else core_out
-            self.sync_trunk_reads = "core+obs" if skip else "core"
-        else:
-            if skip:
-                raise ValueError("skip puts x beside the core's output: it needs core_first")
+        # Without a trunk the core reads the observation whatever the key says.
+        self.trunk_reads = "core" if trunk_reads == "obs" and not hidden else trunk_reads
+        self.skip = self.trunk_reads == "core+obs"
+        core_out = size + in_dim if self.skip else size
+        self._trunk_first = self.trunk_reads == "obs"
+        if self._trunk_first:
             self.trunk = mlp_trunk(in_dim, hidden, act, ortho)
             self.core = RecurrentCore(kind, hidden[-1], size)
             self.features_dim = size
-            self.sync_trunk_reads = "obs"
-        self._trunk_first = not core_first and bool(hidden)
+        else:
+            self.core = RecurrentCore(kind, in_dim, size)
+            self.trunk = mlp_trunk(core_out, hidden, act, ortho)
+            self.features_dim = hidden[-1] if hidden else core_out
 
     @property
     def state_dim(self) -> int:

@@ -535,11 +535,41 @@ def _per_copy(
     return out
 
 
+def renamed_values(reader: Reader, table: str, params_cls: type, data: dict[str, Any]) -> dict:
+    """``data`` with the keys ``params_cls.renamed_keys`` retires (old key -> (new key, the new
+    value of each old value)) written the new way, each with a deprecation warning: a file
+    written for an earlier version still runs."""
+    renames: dict[str, tuple[str, dict[Any, Any]]] = getattr(params_cls, "renamed_keys", {})
+    if not any(old in data for old in renames):
+        return data
+    data = dict(data)
+    for old, (new, values) in renames.items():
+        if old not in data:
+            continue
+        if new in data:
+            raise reader.error(table, old, f"old name of '{new}', which is also set; keep one")
+        value = data.pop(old)
+        # The retired keys are switches: a value of another type is refused, not guessed.
+        if not isinstance(value, bool) or value not in values:
+            expected = " or ".join(show(v) for v in values)
+            raise reader.error(table, old, f"expected {expected}, got {show(value)}")
+        warnings.warn(
+            f"{reader.file}: {table} '{old} = {show(value)}' is deprecated; call it "
+            f"'{new} = {show(values[value])}'",
+            ConfigDeprecationWarning,
+            stacklevel=3,
+        )
+        data[new] = values[value]
+    return data
+
+
 def read_params(reader: Reader, table: str, algo: str, params_cls: type, data: Any) -> Any:
     """``[team.params]`` checked against the algorithm's ``Params`` dataclass: the same reader
     as the engine's tables, so bounds in a Params field's metadata are enforced too."""
     if not dataclasses.is_dataclass(params_cls):
         raise reader.error(table, None, f"{algo}.Params is not a dataclass")
+    if isinstance(data, dict):
+        data = renamed_values(reader, table, params_cls, data)
     values = reader.read(params_cls, table, data, engine=False)
     try:
         return params_cls(**values)
