@@ -144,8 +144,8 @@ def _cell(x: float | None, spec: str) -> str:
 
 
 LABELS = {
-    "wheeler2": "wheeler2, trunk then LSTM (trunk_reads = \"obs\")",
-    "core_first": "wheeler2, LSTM then trunk (trunk_reads = \"core\", sb3's order)",
+    "wheeler2": 'wheeler2, trunk then LSTM (trunk_reads = "obs")',
+    "core_first": 'wheeler2, LSTM then trunk (trunk_reads = "core", sb3\'s order)',
     "sb3": "sb3-contrib RecurrentPPO",
     "ff": 'wheeler2 PPO without a core (core = "none")',
 }
