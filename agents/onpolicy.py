@@ -43,7 +43,7 @@ from agents.parts.memory import RecurrentMemory
 from wheeler2.agent import ActOut, SpaceInfo, Transitions
 from wheeler2.needs import AgentNeeds
 
-# -- networks: a stochastic policy and V, feedforward (agents/nets.py) or with memory ---------
+# -- networks: a stochastic policy and V, feedforward (agents/parts/heads.py) or with memory --
 
 
 class RecurrentActor(RecurrentMemory):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from agents.crossq import CrossQ, Params
-from agents.parts.heads import squashed_log_prob
+from agents.parts.distributions import squashed_log_prob
 from wheeler2 import registry
 from wheeler2.agent import Batch, SpaceInfo
 from wheeler2.config import load

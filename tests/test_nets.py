@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.nets import VCritic, build_actor, evaluate_actions, sample_action
-from agents.parts.heads import DeterministicActor, QCritic, gaussian_log_prob
+from agents.parts.distributions import evaluate_actions, gaussian_log_prob, sample_action
+from agents.parts.heads import DeterministicActor, QCritic, VCritic, build_actor
 from agents.parts.targets import polyak_
 
 

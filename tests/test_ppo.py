@@ -301,7 +301,7 @@ def test_update_matches_the_ppo_loss_written_out(absent, clip_range_vf):
     entropy bonus, all masked means over active rows, and the gradient clipped to
     max_grad_norm. The gradients themselves, the reported metrics (each the mean over the two
     minibatches) and the explained variance are compared too."""
-    from agents.nets import evaluate_actions
+    from agents.parts.distributions import evaluate_actions
 
     space = SpaceInfo(obs_dim=3, act_dim=2, discrete=False)
     params = Params(

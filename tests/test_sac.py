@@ -17,7 +17,8 @@ import torch
 from offpolicy_runs import config, run_text
 from recurrent_seq import SEQ, positions
 
-from agents.parts.heads import SquashedGaussianActor, squashed_log_prob
+from agents.parts.distributions import squashed_log_prob
+from agents.parts.heads import SquashedGaussianActor
 from agents.sac import SAC, Params
 from wheeler2 import checkpoint as ckpt
 from wheeler2 import cli

@@ -202,7 +202,7 @@ class Agent:
         "net.head"}``) and ``sync_actions`` (``"discrete"`` or ``"continuous"``). Tensors are
         matched, kept (``sync.keep``) and reported by role name (``trunk.0.weight``), and copied
         by shape only; a module without ``sync_roles`` is matched by its own parameter paths.
-        The actors in ``agents/nets.py`` declare both (see ``wheeler2/sync.py``).
+        The actors in ``agents/parts/heads.py`` declare both (see ``wheeler2/sync.py``).
         """
         raise NotImplementedError
 

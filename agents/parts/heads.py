@@ -1,7 +1,9 @@
 """Heads: what a network outputs after its encoder (an :class:`MLP` trunk, an RBF encoder, a
 recurrent core's features): a deterministic action, Q per reward head (one net per head or one
-shared trunk), a twin pair of those, Q over discrete actions, and SAC's tanh-squashed Gaussian.
-Each takes its input width first, so a builder can put any encoder before it.
+shared trunk), a twin pair of those, Q over discrete actions, SAC's tanh-squashed Gaussian, and
+the on-policy algorithms' stochastic actors (Gaussian, categorical) and V critic. Each takes its
+input width first, so a builder can put any encoder before it. Log-probs, entropies and drawing
+from a policy are in ``distributions.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from agents.parts.encoders import MLP
+from agents.parts.distributions import squashed_log_prob
+from agents.parts.encoders import MLP, ortho_init_
 
 
 class DeterministicActor(MLP):
@@ -138,20 +141,65 @@ class SquashedGaussianActor(MLP):
         return torch.tanh(u), squashed_log_prob(u, mean, log_std)
 
 
-def squashed_log_prob(u: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
-    """log pi(tanh(u)) for u ~ N(mean, exp(log_std)), summed over action dimensions -> [B].
+# -- the on-policy networks (PPO, A2C, PG): a stochastic actor and V -------------------------
 
-    Change of variables (Haarnoja et al. 2018, appendix C): log pi(a) = log N(u) - sum_i
-    log(1 - tanh(u_i)^2), with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), which stays
-    finite where tanh(u) rounds to +-1.
+
+class GaussianActor(MLP):
+    """pi(a|s) = N(head(trunk(s)), exp(log_std)); the std does not depend on the state.
+
+    ``forward`` returns the mean, i.e. the deterministic action (clip it to [-1, 1] to act).
     """
-    log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
-    return gaussian_log_prob(u, mean, log_std) - log_det.sum(-1)
+
+    sync_actions = "continuous"
+
+    def __init__(
+        self,
+        obs_dim: int,
+        hidden: Sequence[int],
+        act_dim: int,
+        act: str = "tanh",
+        log_std_init: float = 0.0,
+    ):
+        super().__init__(obs_dim, hidden, act_dim, act)
+        self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
 
 
-def gaussian_log_prob(
-    action: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor
-) -> torch.Tensor:
-    """log N(action; mean, exp(log_std)) summed over action dimensions -> [B]."""
-    z = (action - mean) * torch.exp(-log_std)
-    return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+class CategoricalActor(MLP):
+    """pi(a|s) = softmax(head(trunk(s))); ``forward`` returns the logits."""
+
+    sync_actions = "discrete"
+
+
+def build_actor(
+    obs_dim: int,
+    act_dim: int,
+    discrete: bool,
+    hidden: Sequence[int],
+    act: str = "tanh",
+    log_std_init: float = 0.0,
+    ortho: bool = True,
+) -> GaussianActor | CategoricalActor:
+    """The stochastic policy of the on-policy algorithms (PPO, A2C)."""
+    if discrete:
+        net: GaussianActor | CategoricalActor = CategoricalActor(obs_dim, hidden, act_dim, act)
+    else:
+        net = GaussianActor(obs_dim, hidden, act_dim, act, log_std_init)
+    if ortho:
+        ortho_init_(net.trunk, math.sqrt(2))
+        # A small last layer starts the policy near uniform / near zero mean (Andrychowicz et al.).
+        ortho_init_(net.head, 0.01)
+    return net
+
+
+class VCritic(nn.Module):
+    """V(s) -> [B]."""
+
+    def __init__(self, obs_dim: int, hidden: Sequence[int], act: str = "tanh", ortho: bool = True):
+        super().__init__()
+        self.net = MLP(obs_dim, hidden, 1, act)
+        if ortho:
+            ortho_init_(self.net.trunk, math.sqrt(2))
+            ortho_init_(self.net.head, 1.0)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs).squeeze(-1)

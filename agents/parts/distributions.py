@@ -1,84 +1,41 @@
-"""Networks of the on-policy algorithms: stochastic actors, the V critic, sampling and log-probs.
+"""Distributions of the policies' outputs: Gaussian and tanh-squashed Gaussian log-probs, the
+Gaussian entropy, and drawing from and scoring a stochastic policy (categorical logits or
+Gaussian means with a log std).
 
-The other parts (issue 35) live in ``agents/parts/``.
+The networks that produce those outputs are in ``heads.py``; these functions take tensors, or an
+actor whose ``forward`` returns them (``sample_action`` / ``evaluate_actions``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-from agents.parts.encoders import MLP, ortho_init_
-from agents.parts.heads import gaussian_log_prob
 
+def squashed_log_prob(u: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """log pi(tanh(u)) for u ~ N(mean, exp(log_std)), summed over action dimensions -> [B].
 
-class GaussianActor(MLP):
-    """pi(a|s) = N(head(trunk(s)), exp(log_std)); the std does not depend on the state.
-
-    ``forward`` returns the mean, i.e. the deterministic action (clip it to [-1, 1] to act).
+    Change of variables (Haarnoja et al. 2018, appendix C): log pi(a) = log N(u) - sum_i
+    log(1 - tanh(u_i)^2), with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), which stays
+    finite where tanh(u) rounds to +-1.
     """
-
-    sync_actions = "continuous"
-
-    def __init__(
-        self,
-        obs_dim: int,
-        hidden: Sequence[int],
-        act_dim: int,
-        act: str = "tanh",
-        log_std_init: float = 0.0,
-    ):
-        super().__init__(obs_dim, hidden, act_dim, act)
-        self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
+    log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+    return gaussian_log_prob(u, mean, log_std) - log_det.sum(-1)
 
 
-class CategoricalActor(MLP):
-    """pi(a|s) = softmax(head(trunk(s))); ``forward`` returns the logits."""
-
-    sync_actions = "discrete"
+def gaussian_log_prob(
+    action: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor
+) -> torch.Tensor:
+    """log N(action; mean, exp(log_std)) summed over action dimensions -> [B]."""
+    z = (action - mean) * torch.exp(-log_std)
+    return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
 
 def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
     """Entropy of a diagonal Gaussian (same for every state: the std is state-independent)."""
     return (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
-
-
-def build_actor(
-    obs_dim: int,
-    act_dim: int,
-    discrete: bool,
-    hidden: Sequence[int],
-    act: str = "tanh",
-    log_std_init: float = 0.0,
-    ortho: bool = True,
-) -> GaussianActor | CategoricalActor:
-    """The stochastic policy of the on-policy algorithms (PPO, A2C)."""
-    if discrete:
-        net: GaussianActor | CategoricalActor = CategoricalActor(obs_dim, hidden, act_dim, act)
-    else:
-        net = GaussianActor(obs_dim, hidden, act_dim, act, log_std_init)
-    if ortho:
-        ortho_init_(net.trunk, math.sqrt(2))
-        # A small last layer starts the policy near uniform / near zero mean (Andrychowicz et al.).
-        ortho_init_(net.head, 0.01)
-    return net
-
-
-class VCritic(nn.Module):
-    """V(s) -> [B]."""
-
-    def __init__(self, obs_dim: int, hidden: Sequence[int], act: str = "tanh", ortho: bool = True):
-        super().__init__()
-        self.net = MLP(obs_dim, hidden, 1, act)
-        if ortho:
-            ortho_init_(self.net.trunk, math.sqrt(2))
-            ortho_init_(self.net.head, 1.0)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(obs).squeeze(-1)
 
 
 def sample_outputs(
@@ -121,12 +78,13 @@ def evaluate_outputs(
     return gaussian_log_prob(raw, out, log_std), gaussian_entropy(log_std).expand(out.shape[:-1])
 
 
-def _log_std(actor: GaussianActor | CategoricalActor) -> torch.Tensor | None:
-    return None if isinstance(actor, CategoricalActor) else actor.log_std
+def _log_std(actor: nn.Module) -> torch.Tensor | None:
+    """A Gaussian actor's ``log_std``; None for a categorical one, which has none."""
+    return getattr(actor, "log_std", None)
 
 
 def sample_action(
-    actor: GaussianActor | CategoricalActor,
+    actor: nn.Module,
     obs: torch.Tensor,
     explore: bool,
     generator: torch.Generator,
@@ -136,7 +94,7 @@ def sample_action(
 
 
 def evaluate_actions(
-    actor: GaussianActor | CategoricalActor, obs: torch.Tensor, raw: torch.Tensor
+    actor: nn.Module, obs: torch.Tensor, raw: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """log pi(raw | obs) and the policy entropy per state, both [B], with gradients."""
     return evaluate_outputs(actor(obs), _log_std(actor), raw)
