@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     ENV_ID = args.env
 
-    from wheeler2.runtime.build import set_compute_threads
+    from wheeler2.process import set_compute_threads
 
     set_compute_threads()
     loops: dict[str, Callable[[int], float]] = {

@@ -6,7 +6,7 @@ by side in one process on the same shapes (issue 17, item 3).
 Both sides: batch 256, hidden [256, 256] for actor and critic, Adam 1e-3, tau 0.005, gamma
 0.99, the actor and the targets updated every step (SB3's DDPG is its TD3 with policy_delay 1,
 no target smoothing, one critic), a buffer of 100,000 random transitions, the same torch
-threads (1 by default: what a wheeler2 learner process runs with, runtime/build.py). Shapes:
+threads (1 by default: what a wheeler2 learner process runs with, wheeler2/process.py). Shapes:
 Pendulum (obs 3, act 1) and HalfCheetah (obs 17, act 6). Rows:
 
 * ``sb3``: ``DDPG.train(gradient_steps=N, batch_size=256)`` on its uniform ReplayBuffer;

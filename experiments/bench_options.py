@@ -22,7 +22,7 @@ from envs.gym import GymVecEnv
 from wheeler2 import registry
 from wheeler2.agent import Batch, SpaceInfo
 from wheeler2.env import FrameStack
-from wheeler2.runtime.build import set_compute_threads
+from wheeler2.process import set_compute_threads
 
 PENDULUM, CARTPOLE = SpaceInfo(3, 1, False), SpaceInfo(4, 2, True)
 VARIANTS = {"plain": {}, "noisy": {"noisy": True}, "rbf64": {"features": "rbf"}}

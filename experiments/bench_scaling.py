@@ -57,7 +57,7 @@ def explorer(
     from wheeler2 import registry
     from wheeler2.agent import SpaceInfo
     from wheeler2.buffer import Replay
-    from wheeler2.runtime.build import set_compute_threads
+    from wheeler2.process import set_compute_threads
     from wheeler2.runtime.member import Member
     from wheeler2.task import Head, RewardHeads
 
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", default=str(RESULTS / "bench_scaling.md"))
     args = ap.parse_args(argv)
-    from wheeler2.runtime.build import set_compute_threads
+    from wheeler2.process import set_compute_threads
 
     set_compute_threads()
     stored: dict[str, Any] = {

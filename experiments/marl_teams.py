@@ -39,10 +39,11 @@ ENVS = {
 def random_return(config: Any, episodes: int, seed: int, learner: str) -> float:
     """Mean per-agent episode return of uniform random actions in [-1, 1], one episode per row,
     in the env ``learner`` plays (its agents), measured the way the engine evaluates it."""
-    from wheeler2.runtime import build
+    from wheeler2.runtime.parts import make_env
+    from wheeler2.runtime.plan import plan_team
 
-    plan = next(p for p in build.plan_team(config) if p.name == learner)
-    env = build.make_env(config, episodes, seed, plan)
+    plan = next(p for p in plan_team(config) if p.name == learner)
+    env = make_env(config, episodes, seed, plan)
     rng = np.random.default_rng(seed)
     try:
         env.reset(seed=seed)

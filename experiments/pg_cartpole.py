@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     jsonl = RESULTS / f"{args.name}_runs.jsonl"
     config = args.config.resolve()
     if not args.table:
-        from wheeler2.runtime.build import set_compute_threads
+        from wheeler2.process import set_compute_threads
 
         set_compute_threads()
         jsonl.unlink(missing_ok=True)  # the table is this sweep's seeds

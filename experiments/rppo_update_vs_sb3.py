@@ -220,18 +220,21 @@ def build_ours(seed: int, n_epochs: int) -> Any:
     """The agent as the engine builds it (config -> plan -> space -> make_agent)."""
     from agents.normalize import IdentityNorm
     from wheeler2.config import load
-    from wheeler2.runtime import build
+    from wheeler2.runtime.heads import make_heads, make_task
+    from wheeler2.runtime.parts import make_agent, make_env, space_info
+    from wheeler2.runtime.plan import learner_plan, plan_team
+    from wheeler2.runtime.seeds import member_seed
 
     config = load(CFG, overrides=[f"team.0.params.n_epochs={n_epochs}"], seed=seed)
-    plan = build.learner_plan(build.plan_team(config))
-    mseed = build.member_seed(config, plan)
-    env = build.make_env(config, N_ENVS, mseed, plan)
+    plan = learner_plan(plan_team(config))
+    mseed = member_seed(config, plan)
+    env = make_env(config, N_ENVS, mseed, plan)
     try:
-        heads = build.make_heads(config, env, build.make_task(config))
-        space = build.space_info(env.info, heads)
+        heads = make_heads(config, env, make_task(config))
+        space = space_info(env.info, heads)
     finally:
         env.close()
-    agent = build.make_agent(config, plan, space, mseed)
+    agent = make_agent(config, plan, space, mseed)
     # The engine's agent, recording what its update reads (RecordingPPO only adds `replays`).
     assert type(agent) is ppo_module.PPO, type(agent)
     agent.__class__ = RecordingPPO

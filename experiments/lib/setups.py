@@ -100,14 +100,16 @@ def reacher_head_returns(run_dir: Path, seed: int) -> dict[str, float]:
     from wheeler2 import checkpoint as ckpt
     from wheeler2.config import load
     from wheeler2.env import policy_obs
-    from wheeler2.runtime import build
+    from wheeler2.runtime.heads import make_heads, make_task
+    from wheeler2.runtime.parts import make_agent, make_env, space_info
+    from wheeler2.runtime.plan import learner_plan, plan_team
 
     n = REACHER_EVAL_EPISODES
     config = load(run_dir / "config.toml")
-    lead = build.learner_plan(build.plan_team(config))
-    env = build.make_env(config, n, 7_777 + seed)
-    heads = build.make_heads(config, env, build.make_task(config))
-    agent = build.make_agent(config, lead, build.space_info(env.info, heads), 0)
+    lead = learner_plan(plan_team(config))
+    env = make_env(config, n, 7_777 + seed)
+    heads = make_heads(config, env, make_task(config))
+    agent = make_agent(config, lead, space_info(env.info, heads), 0)
     payload = ckpt.load(run_dir / "checkpoints" / "latest.pt")
     agent.load_state_dict(payload["members"][lead.name])
     task = Reacher()
