@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+from wheeler2.agents.onpolicy import OnPolicy, actor_critic, masked_mean
+from wheeler2.agents.parts import seeded
+from wheeler2.agents.parts.encoders import ACTIVATIONS
+from wheeler2.agents.parts.memory import TRUNK_READS
+from wheeler2.agents.returns import lambda_returns
 
-from agents.onpolicy import OnPolicy, actor_critic, masked_mean
-from agents.parts import seeded
-from agents.parts.encoders import ACTIVATIONS
-from agents.parts.memory import TRUNK_READS
-from agents.returns import lambda_returns
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes
 

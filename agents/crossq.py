@@ -37,10 +37,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from wheeler2.agents.offpolicy import OffPolicy, View
+from wheeler2.agents.parts import seeded
+from wheeler2.agents.parts.heads import SquashedGaussianActor
 
-from agents.offpolicy import OffPolicy, View
-from agents.parts import seeded
-from agents.parts.heads import SquashedGaussianActor
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, sizes
 

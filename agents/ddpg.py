@@ -29,15 +29,15 @@ import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value
+from wheeler2.agents.detached import HeadActorTrainer, head_problem
+from wheeler2.agents.noise import KINDS, noise_from
+from wheeler2.agents.offpolicy import OffPolicy, View
+from wheeler2.agents.parts import seeded
+from wheeler2.agents.parts.batch import StepView
+from wheeler2.agents.parts.heads import DeterministicActor, QCritic
+from wheeler2.agents.parts.noisy import noise_off, noisy_head_, resample_noise
+from wheeler2.agents.recurrent import SequenceParams, body, core_problem
 
-from agents.detached import HeadActorTrainer, head_problem
-from agents.noise import KINDS, noise_from
-from agents.offpolicy import OffPolicy, View
-from agents.parts import seeded
-from agents.parts.batch import StepView
-from agents.parts.heads import DeterministicActor, QCritic
-from agents.parts.noisy import noise_off, noisy_head_, resample_noise
-from agents.recurrent import SequenceParams, body, core_problem
 from wheeler2.agent import Agent, SpaceInfo, Transitions
 from wheeler2.schema import bounded, choice, sizes
 

@@ -28,8 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-
-from agents.offpolicy import actor_step
+from wheeler2.agents.offpolicy import actor_step
 
 __all__ = ["HeadActorTrainer", "head_problem"]
 

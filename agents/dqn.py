@@ -24,13 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from wheeler2.agents.offpolicy import OffPolicy, View, loss_step
+from wheeler2.agents.parts import seeded
+from wheeler2.agents.parts.encoders import MLP
+from wheeler2.agents.parts.heads import DiscreteQ
+from wheeler2.agents.parts.noisy import noisy_head_, resample_noise
+from wheeler2.agents.recurrent import SequenceParams, body
 
-from agents.offpolicy import OffPolicy, View, loss_step
-from agents.parts import seeded
-from agents.parts.encoders import MLP
-from agents.parts.heads import DiscreteQ
-from agents.parts.noisy import noisy_head_, resample_noise
-from agents.recurrent import SequenceParams, body
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes
 

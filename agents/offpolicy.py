@@ -32,15 +32,15 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from torch import nn
+from wheeler2.agents.normalize import IdentityNorm, make_obs_norm
+from wheeler2.agents.parts import resolve_device
+from wheeler2.agents.parts.batch import SequenceView, StepView
+from wheeler2.agents.parts.encoders import feature_dim, rbf_features_
+from wheeler2.agents.parts.noisy import noise_off, noisy_layers
+from wheeler2.agents.parts.numpy_forward import NumpyForward
+from wheeler2.agents.parts.targets import frozen_copy, polyak_
+from wheeler2.agents.recurrent import RecurrentNet, core_problem, state_rows
 
-from agents.normalize import IdentityNorm, make_obs_norm
-from agents.parts import resolve_device
-from agents.parts.batch import SequenceView, StepView
-from agents.parts.encoders import feature_dim, rbf_features_
-from agents.parts.noisy import noise_off, noisy_layers
-from agents.parts.numpy_forward import NumpyForward
-from agents.parts.targets import frozen_copy, polyak_
-from agents.recurrent import RecurrentNet, core_problem, state_rows
 from wheeler2.agent import ActOut, Batch, LearnOut, SpaceInfo, Transitions
 from wheeler2.needs import AgentNeeds
 

@@ -33,13 +33,13 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from torch import nn
+from wheeler2.agents.normalize import make_obs_norm
+from wheeler2.agents.parts import resolve_device
+from wheeler2.agents.parts.distributions import evaluate_actions, evaluate_outputs, sample_outputs
+from wheeler2.agents.parts.encoders import ortho_init_
+from wheeler2.agents.parts.heads import VCritic, build_actor
+from wheeler2.agents.parts.memory import RecurrentMemory
 
-from agents.normalize import make_obs_norm
-from agents.parts import resolve_device
-from agents.parts.distributions import evaluate_actions, evaluate_outputs, sample_outputs
-from agents.parts.encoders import ortho_init_
-from agents.parts.heads import VCritic, build_actor
-from agents.parts.memory import RecurrentMemory
 from wheeler2.agent import ActOut, SpaceInfo, Transitions
 from wheeler2.needs import AgentNeeds
 

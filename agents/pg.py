@@ -30,11 +30,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from wheeler2.agents.onpolicy import OnPolicy, actor_critic, masked_mean
+from wheeler2.agents.parts import seeded
+from wheeler2.agents.parts.encoders import ACTIVATIONS
+from wheeler2.agents.returns import lambda_returns
 
-from agents.onpolicy import OnPolicy, actor_critic, masked_mean
-from agents.parts import seeded
-from agents.parts.encoders import ACTIVATIONS
-from agents.returns import lambda_returns
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes
 

@@ -25,12 +25,12 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
+from wheeler2.agents.onpolicy import OnPolicy, actor_critic, masked_mean
+from wheeler2.agents.parts import seeded
+from wheeler2.agents.parts.encoders import ACTIVATIONS
+from wheeler2.agents.parts.memory import TRUNK_READS
+from wheeler2.agents.returns import gae  # A + V, the value target, is the lambda-return
 
-from agents.onpolicy import OnPolicy, actor_critic, masked_mean
-from agents.parts import seeded
-from agents.parts.encoders import ACTIVATIONS
-from agents.parts.memory import TRUNK_READS
-from agents.returns import gae  # A + V, the value target, is the lambda-return
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes
 

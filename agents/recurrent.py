@@ -28,8 +28,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from torch import nn
+from wheeler2.agents.parts.memory import RecurrentMemory
 
-from agents.parts.memory import RecurrentMemory
 from wheeler2.needs import SequenceConfig
 from wheeler2.schema import bounded, choice
 

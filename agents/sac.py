@@ -44,11 +44,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from wheeler2.agents.offpolicy import OffPolicy, View
+from wheeler2.agents.parts import seeded
+from wheeler2.agents.parts.heads import SquashedGaussianActor, TwinQCritic
+from wheeler2.agents.recurrent import SequenceParams, body
 
-from agents.offpolicy import OffPolicy, View
-from agents.parts import seeded
-from agents.parts.heads import SquashedGaussianActor, TwinQCritic
-from agents.recurrent import SequenceParams, body
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes
 

@@ -36,12 +36,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from wheeler2.agents.noise import KINDS, noise_from
+from wheeler2.agents.offpolicy import OffPolicy, View
+from wheeler2.agents.parts import seeded
+from wheeler2.agents.parts.heads import DeterministicActor, TwinQCritic
+from wheeler2.agents.recurrent import SequenceParams, body, first_input
 
-from agents.noise import KINDS, noise_from
-from agents.offpolicy import OffPolicy, View
-from agents.parts import seeded
-from agents.parts.heads import DeterministicActor, TwinQCritic
-from agents.recurrent import SequenceParams, body, first_input
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, choice, sizes
 

@@ -7,7 +7,7 @@ HER essentially never sees a 0 reward, which is what makes it a clean test of re
 
 Importing this module registers ``wheeler2/BitFlip-v0`` with gymnasium::
 
-    import envs.bitflip, gymnasium
+    import wheeler2.envs.bitflip, gymnasium
     env = gymnasium.make("wheeler2/BitFlip-v0", n_bits=15)
 
 No gymnasium-robotics dependency: ``GoalEnv`` is only a convention (dict observation with
@@ -129,7 +129,9 @@ def register() -> None:
     """Register ``wheeler2/BitFlip-v0``; idempotent, so re-imports and reloads are harmless."""
     if ENV_ID not in gymnasium.registry:
         # No TimeLimit wrapper: the horizon depends on n_bits and the env truncates by itself.
-        gymnasium.register(id=ENV_ID, entry_point="envs.bitflip:BitFlipEnv", kwargs={"n_bits": 10})
+        gymnasium.register(
+            id=ENV_ID, entry_point="wheeler2.envs.bitflip:BitFlipEnv", kwargs={"n_bits": 10}
+        )
 
 
 register()

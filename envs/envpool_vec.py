@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from wheeler2.envs.spaces import box_bounds, scale_box_action
 
-from envs.spaces import box_bounds, scale_box_action
 from wheeler2.env import EnvInfo, EnvReset, EnvStep
 
 # Per-copy keys of envpool's info that say nothing about the transition.

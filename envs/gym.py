@@ -12,8 +12,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from wheeler2.envs.spaces import ObsFlattener, box_bounds, flat_dim, is_goal_space, scale_box_action
 
-from envs.spaces import ObsFlattener, box_bounds, flat_dim, is_goal_space, scale_box_action
 from wheeler2.env import EnvInfo, EnvReset, EnvStep
 
 
@@ -189,7 +189,7 @@ def make(
     """Registry entry point for gymnasium ids: copies stepped in this process (``"sync"``),
     one subprocess each (``"async"``) or by envpool's thread pool (``"envpool"``)."""
     if vector == "envpool":
-        from envs.envpool_vec import EnvpoolVecEnv
+        from wheeler2.envs.envpool_vec import EnvpoolVecEnv
 
         return EnvpoolVecEnv(env_id, kwargs, num_envs, seed)
     cls = AsyncGymVecEnv if vector == "async" else GymVecEnv

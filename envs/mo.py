@@ -22,8 +22,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from wheeler2.envs.gym import GymVecEnv
 
-from envs.gym import GymVecEnv
 from wheeler2.config import ConfigError
 from wheeler2.task import Head
 
@@ -96,7 +96,7 @@ def head_names(env_id: str, env: gym.Env, dim: int) -> tuple[str, ...]:
 class Objective:
     """Reward head ``k``: objective ``k`` of the vector reward, read from each row's info.
 
-    A module attribute as ``envs.mo:objective_<k>`` (see :func:`__getattr__`), so a run's
+    A module attribute as ``wheeler2.envs.mo:objective_<k>`` (see :func:`__getattr__`), so a run's
     written ``config.toml`` names its heads and ``resume`` / ``eval`` build them again.
     """
 

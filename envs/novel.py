@@ -69,7 +69,7 @@ def register() -> None:
         base = gymnasium.spec(base_id)
         gymnasium.register(
             id=novel_id,
-            entry_point="envs.novel:make_novel",
+            entry_point="wheeler2.envs.novel:make_novel",
             max_episode_steps=base.max_episode_steps,
             reward_threshold=base.reward_threshold,
             kwargs={"env_id": base_id, "keep": keep},

@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from wheeler2.envs.spaces import box_bounds
 
-from envs.spaces import box_bounds
 from wheeler2.env import EnvInfo, EnvReset, EnvStep
 
 REWARD_MODES = ("row", "sum", "heads")

@@ -44,7 +44,7 @@ class SlowEnv(gymnasium.Wrapper):
 def register() -> None:
     """Register ``wheeler2/Slow-v0``; idempotent. No TimeLimit here: the inner env has its own."""
     if ENV_ID not in gymnasium.registry:
-        gymnasium.register(id=ENV_ID, entry_point="envs.slow:SlowEnv")
+        gymnasium.register(id=ENV_ID, entry_point="wheeler2.envs.slow:SlowEnv")
 
 
 register()

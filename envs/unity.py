@@ -71,7 +71,7 @@ def open_unity(spec: str, kwargs: dict[str, Any], copy: int, seed: int) -> Unity
     """One Unity environment for copy ``copy``: a player binary, or the mock for ``"mock"``."""
     kwargs = dict(kwargs)
     if spec == "mock":
-        from envs._mock_unity import MockUnityEnvironment
+        from wheeler2.envs._mock_unity import MockUnityEnvironment
 
         return MockUnityEnvironment(seed=seed, **kwargs)
     unknown = sorted(set(kwargs) - set(PLAYER_KWARGS) - {"time_scale"})

@@ -73,7 +73,8 @@ class RandomAgent:
 
 
 def member_loop(kind: str, steps: int, vector: str = "sync") -> float:
-    from envs.gym import make
+    from wheeler2.envs.gym import make
+
     from wheeler2.agent import SpaceInfo
     from wheeler2.buffer import Layout, Replay, ReplayConfig
     from wheeler2.runtime.member import Member

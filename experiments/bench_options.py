@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+import wheeler2.envs.novel  # noqa: F401  (registers the NoVel ids)
+from wheeler2.envs.gym import GymVecEnv
 
-import envs.novel  # noqa: F401  (registers the NoVel ids)
-from envs.gym import GymVecEnv
 from wheeler2 import registry
 from wheeler2.agent import Batch, SpaceInfo
 from wheeler2.env import FrameStack

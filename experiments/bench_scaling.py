@@ -52,8 +52,9 @@ HIDDEN = [256, 256]
 def explorer(
     handle: Any, env: tuple[str, dict], seed: int, count: Any, stop: Any, nice: int = 0
 ) -> None:
-    import envs.slow  # noqa: F401  (registers wheeler2/Slow-v0)
-    from envs.gym import GymVecEnv
+    import wheeler2.envs.slow  # noqa: F401  (registers wheeler2/Slow-v0)
+    from wheeler2.envs.gym import GymVecEnv
+
     from wheeler2 import registry
     from wheeler2.agent import SpaceInfo
     from wheeler2.buffer import Replay

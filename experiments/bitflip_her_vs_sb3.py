@@ -55,10 +55,9 @@ class Outcome:
 
 def run_sb3(bits: int, seed: int, max_steps: int) -> Outcome:
     import gymnasium as gym
+    import wheeler2.envs.bitflip  # noqa: F401  (registers wheeler2/BitFlip-v0)
     from stable_baselines3 import DQN, HerReplayBuffer
     from stable_baselines3.common.callbacks import BaseCallback
-
-    import envs.bitflip  # noqa: F401  (registers wheeler2/BitFlip-v0)
 
     env = gym.make("wheeler2/BitFlip-v0", n_bits=bits)
     eval_env = gym.make("wheeler2/BitFlip-v0", n_bits=bits)

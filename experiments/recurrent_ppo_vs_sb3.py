@@ -67,13 +67,12 @@ zoo_kwargs = recurrent_ppo_zoo_kwargs  # rl-zoo's ppo_lstm.yml values (experimen
 
 def run_sb3(seed: int) -> Outcome:
     import gymnasium as gym
+    import wheeler2.envs.novel  # noqa: F401 - registers CartPoleNoVel-v1
     from sb3_contrib import RecurrentPPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
-
-    import envs.novel  # noqa: F401 - registers CartPoleNoVel-v1
 
     train = VecNormalize(
         make_vec_env(ENV_ID, n_envs=8, seed=seed), norm_obs=True, norm_reward=False

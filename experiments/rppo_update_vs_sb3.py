@@ -63,9 +63,9 @@ from unittest import mock
 
 import numpy as np
 import torch
+from wheeler2.agents import ppo as ppo_module
+from wheeler2.agents.onpolicy import Minibatch
 
-from agents import ppo as ppo_module
-from agents.onpolicy import Minibatch
 from experiments.lib import CFG as CFG_DIR
 from experiments.lib.setups import recurrent_ppo_zoo_kwargs
 
@@ -134,13 +134,12 @@ class _NumpyProxy:
 
 
 def build_sb3(seed: int) -> tuple[Any, Any, Splits]:
+    import wheeler2.envs.novel  # noqa: F401 - registers CartPoleNoVel-v1
     from sb3_contrib import RecurrentPPO
     from sb3_contrib.common.recurrent import buffers as rbuf
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.logger import configure
     from stable_baselines3.common.vec_env import VecEnvWrapper, VecNormalize
-
-    import envs.novel  # noqa: F401 - registers CartPoleNoVel-v1
 
     class Recorder(VecEnvWrapper):
         """Keeps what each vector step returned before collect_rollouts touches it (it adds
@@ -218,7 +217,8 @@ class RecordingPPO(ppo_module.PPO):
 
 def build_ours(seed: int, n_epochs: int) -> Any:
     """The agent as the engine builds it (config -> plan -> space -> make_agent)."""
-    from agents.normalize import IdentityNorm
+    from wheeler2.agents.normalize import IdentityNorm
+
     from wheeler2.config import load
     from wheeler2.runtime.heads import make_heads, make_task
     from wheeler2.runtime.parts import make_agent, make_env, space_info
@@ -582,12 +582,12 @@ def compare_normalizers(seed: int, steps: int = 4000) -> None:
     VecNormalize (update with the step's observations, then normalize them) and through a
     wheeler2 PPO agent with ``normalize_obs`` acting on it (``act`` and ``observe`` as a member
     calls them; the input its policy sees is read by a forward hook)."""
+    import wheeler2.envs.novel  # noqa: F401
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
+    from wheeler2.agents.ppo import PPO
+    from wheeler2.agents.ppo import Params as PPOParams
 
-    import envs.novel  # noqa: F401
-    from agents.ppo import PPO
-    from agents.ppo import Params as PPOParams
     from wheeler2.agent import SpaceInfo, Transitions
 
     venv = VecNormalize(make_vec_env(ENV_ID, n_envs=N_ENVS, seed=seed), norm_obs=True,

@@ -600,7 +600,8 @@ def _case_seed(case: Case) -> int:
 
 
 def record(path: str, ids: list[str] | None = None, source: str = "") -> dict[str, Any]:
-    import agents
+    import wheeler2.agents as agents
+
     import wheeler2
 
     print(f"agents: {agents.__file__}\nwheeler2: {wheeler2.__file__}")
@@ -633,7 +634,8 @@ def main() -> None:
     if args.expect_root:
         import os
 
-        import agents
+        import wheeler2.agents as agents
+
         import wheeler2
 
         root = os.path.realpath(args.expect_root) + os.sep

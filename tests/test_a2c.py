@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from wheeler2.agents.a2c import A2C, Params, nstep_returns
 
-from agents.a2c import A2C, Params, nstep_returns
 from wheeler2.agent import SpaceInfo, Transitions
 
 

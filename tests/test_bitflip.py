@@ -2,8 +2,7 @@ import gymnasium
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
-
-from envs.bitflip import ENV_ID, BitFlipEnv
+from wheeler2.envs.bitflip import ENV_ID, BitFlipEnv
 
 
 @pytest.mark.parametrize("fixed_goal", [False, True])

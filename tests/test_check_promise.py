@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from wheeler2.agents.ddpg import Params as DDPGParams
 
-from agents.ddpg import Params as DDPGParams
 from wheeler2 import cli
 from wheeler2.buffer.config import BufferConfig
 from wheeler2.schema import spec_of

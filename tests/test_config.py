@@ -331,7 +331,7 @@ def test_params_post_init_rejection_is_a_config_error(write_config):
 
 def test_gamma_bound_of_a_real_algorithm(write_config):
     # The bound is agents/ddpg.py's own (field metadata), not a test fake's (issue 19).
-    pytest.importorskip("agents.ddpg")
+    pytest.importorskip("wheeler2.agents.ddpg")
     path = write_config(with_replaced(BASE, ALGO, "ddpg") + "[team.params]\ngamma = 2.0\n")
     assert str(error_of(path)) == (
         f"{path}: [[team]] #1 (target).params gamma: expected a number in [0, 1], got 2.0"
@@ -569,7 +569,7 @@ def test_retired_layout_switch_refuses_other_values_and_the_new_key_beside_it(wr
 
 @pytest.mark.parametrize("name", ["default.toml", "pendulum_ddpg.toml"])
 def test_shipped_configs_validate(name):
-    pytest.importorskip("agents.ddpg")
+    pytest.importorskip("wheeler2.agents.ddpg")
     cfg = load(Path(__file__).parent.parent / "cfg" / name)
     assert cfg.learner.algo == "ddpg"
     assert cfg.env.id == "Pendulum-v1"
@@ -580,7 +580,7 @@ def test_shipped_configs_validate(name):
 
 def test_make_env_routes_prefixed_ids_to_their_adapter(monkeypatch):
     calls = []
-    adapter = type(sys)("envs.unity")
+    adapter = type(sys)("wheeler2.envs.unity")
     built = types.SimpleNamespace(info=types.SimpleNamespace(goal_dim=0))
 
     def make(spec, kwargs, num_envs, seed):
@@ -588,13 +588,13 @@ def test_make_env_routes_prefixed_ids_to_their_adapter(monkeypatch):
         return built
 
     adapter.make = make
-    monkeypatch.setitem(sys.modules, "envs.unity", adapter)
+    monkeypatch.setitem(sys.modules, "wheeler2.envs.unity", adapter)
     env = registry.make_env(config.EnvConfig(id="unity:mock", kwargs={"a": 1}), num_envs=3, seed=5)
     assert calls == [("mock", {"a": 1}, 3, 5)] and env is built
 
 
 def test_make_env_builds_a_gymnasium_vector():
-    pytest.importorskip("envs.gym")
+    pytest.importorskip("wheeler2.envs.gym")
     env = registry.make_env(config.EnvConfig(id="Pendulum-v1"), num_envs=2, seed=0)
     try:
         assert env.num_envs == 2
@@ -604,10 +604,10 @@ def test_make_env_builds_a_gymnasium_vector():
 
 
 def test_builtin_env_ids_are_known_without_importing_them_first(write_config, monkeypatch):
-    bitflip = pytest.importorskip("envs.bitflip")
+    bitflip = pytest.importorskip("wheeler2.envs.bitflip")
     import gymnasium
 
-    monkeypatch.delitem(sys.modules, "envs.bitflip")
+    monkeypatch.delitem(sys.modules, "wheeler2.envs.bitflip")
     monkeypatch.delitem(gymnasium.registry, bitflip.ENV_ID)
     cfg = load(write_config(with_replaced(BASE, "Pendulum-v1", "wheeler2/BitFlip-v0")))
     assert cfg.env.id == "wheeler2/BitFlip-v0"

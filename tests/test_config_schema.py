@@ -144,7 +144,7 @@ def _algorithms() -> list:
     import importlib
     import pkgutil
 
-    import agents
+    import wheeler2.agents as agents
 
     found = []
     for info in pkgutil.iter_modules(agents.__path__):
@@ -278,7 +278,7 @@ def test_check_refuses_her_on_an_env_without_goals(write_config, capsys):
 
 
 def test_check_accepts_her_on_a_goal_env(write_config, capsys):
-    pytest.importorskip("envs.bitflip")
+    pytest.importorskip("wheeler2.envs.bitflip")
     text = REAL.replace("Pendulum-v1", "wheeler2/BitFlip-v0").replace('"ddpg"', '"dqn"')
     path = write_config(text + '\n[buffer]\nher = { strategy = "future", k = 4 }\n')
     code, out, err = _check(path, capsys)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from agents.parts import memory
-from agents.parts.memory import RecurrentCore
+from wheeler2.agents.parts import memory
+from wheeler2.agents.parts.memory import RecurrentCore
 
 
 def make(kind: str, in_dim: int = 3, size: int = 4, seed: int = 0) -> RecurrentCore:

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from wheeler2.agents.crossq import CrossQ, Params
+from wheeler2.agents.parts.distributions import squashed_log_prob
 
-from agents.crossq import CrossQ, Params
-from agents.parts.distributions import squashed_log_prob
 from wheeler2 import registry
 from wheeler2.agent import Batch, SpaceInfo
 from wheeler2.config import load

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 from recurrent_seq import SEQ, positions
+from wheeler2.agents.ddpg import DDPG, Params
 
-from agents.ddpg import DDPG, Params
 from wheeler2.agent import ActOut, Batch, SpaceInfo, Transitions
 
 TWO_HEADS = SpaceInfo(

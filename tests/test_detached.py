@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from wheeler2.agents.ddpg import DDPG, Params
 
-from agents.ddpg import DDPG, Params
 from wheeler2.agent import ActOut, Batch, SpaceInfo, Transitions
 from wheeler2.config import ConfigError, load
 from wheeler2.runtime import run_experiment

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 from recurrent_seq import SEQ, positions
+from wheeler2.agents.dqn import DQN, Params, double_q_target
 
-from agents.dqn import DQN, Params, double_q_target
 from wheeler2.agent import Batch, SpaceInfo
 
 

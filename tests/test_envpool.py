@@ -13,7 +13,7 @@ import pytest
 
 from wheeler2.config import ConfigError, load
 
-envpool_vec = pytest.importorskip("envs.envpool_vec", reason="envpool is not installed")
+envpool_vec = pytest.importorskip("wheeler2.envs.envpool_vec", reason="envpool is not installed")
 ROOT = Path(__file__).resolve().parents[1]
 
 

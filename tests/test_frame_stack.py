@@ -10,10 +10,10 @@ from pathlib import Path
 import gymnasium
 import numpy as np
 import pytest
+import wheeler2.envs.novel  # noqa: F401 - registers the NoVel ids
+from wheeler2.envs.gym import GymVecEnv
 
-import envs.novel  # noqa: F401 - registers the NoVel ids
 import wheeler2
-from envs.gym import GymVecEnv
 from wheeler2.buffer import Layout, Replay, ReplayConfig
 from wheeler2.config import ConfigError, load
 from wheeler2.env import FrameStack, FrameStackError

@@ -79,7 +79,7 @@ def test_obs_ends_with_the_achieved_goal_of_the_same_state() -> None:
 
 @pytest.mark.parametrize(("flag", "width"), [(True, 2 * 7), (False, 7)])
 def test_registry_applies_the_key_to_goal_envs(flag: bool, width: int) -> None:
-    pytest.importorskip("envs.bitflip")
+    pytest.importorskip("wheeler2.envs.bitflip")
     cfg = config.EnvConfig(
         id="wheeler2/BitFlip-v0", kwargs={"n_bits": 7}, achieved_goal_in_obs=flag
     )
@@ -95,7 +95,7 @@ def test_registry_applies_the_key_to_goal_envs(flag: bool, width: int) -> None:
 
 
 def test_envs_without_goals_are_not_wrapped() -> None:
-    pytest.importorskip("envs.gym")
+    pytest.importorskip("wheeler2.envs.gym")
     env = registry.make_env(config.EnvConfig(id="Pendulum-v1"), num_envs=1, seed=0)
     try:
         assert not isinstance(env, AchievedGoalInObs) and env.info.obs_dim == 3

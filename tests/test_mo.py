@@ -70,7 +70,7 @@ def write_config(
 
 
 def env_heads(kwargs: dict, num_envs: int = 1, seed: int = 3) -> tuple:
-    from envs.mo import make
+    from wheeler2.envs.mo import make
 
     env = make(ENV, kwargs, num_envs, seed)
     heads = env.reward_heads
@@ -129,7 +129,8 @@ def test_default_weights_are_ones_and_config_records_resolvable_heads(tmp_path: 
     assert heads.weights == (1.0, 1.0, 1.0)
     written = resolved_heads_config(config, heads)
     specs = [h.reward for h in written.task.heads]
-    assert specs == ["envs.mo:objective_0", "envs.mo:objective_1", "envs.mo:objective_2"]
+    mo = "wheeler2.envs.mo"
+    assert specs == [f"{mo}:objective_0", f"{mo}:objective_1", f"{mo}:objective_2"]
     # resume / eval read these specs back from the run's config.toml
     fn = registry.resolve_object(specs[2])
     info = [{"reward_vector": np.array([1.0, 2.0, 3.0])}]

@@ -123,8 +123,7 @@ def test_parallel_api_test_on_team_envs() -> None:
     pytest.importorskip("pettingzoo.sisl", reason="pip install 'pettingzoo[sisl]'")
     pytest.importorskip("mpe2", reason="pip install mpe2")
     from pettingzoo.test import parallel_api_test
-
-    from envs.pettingzoo import make_parallel_env
+    from wheeler2.envs.pettingzoo import make_parallel_env
 
     parallel_api_test(make_parallel_env("mpe2.simple_spread_v3", {"continuous_actions": True}),
                       num_cycles=50)  # fmt: skip

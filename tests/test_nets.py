@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from agents.parts.distributions import evaluate_actions, gaussian_log_prob, sample_action
-from agents.parts.heads import DeterministicActor, QCritic, VCritic, build_actor
-from agents.parts.targets import polyak_
+from wheeler2.agents.parts.distributions import evaluate_actions, gaussian_log_prob, sample_action
+from wheeler2.agents.parts.heads import DeterministicActor, QCritic, VCritic, build_actor
+from wheeler2.agents.parts.targets import polyak_
 
 
 def _shapes(module: torch.nn.Module) -> dict[str, tuple[int, ...]]:
@@ -97,9 +96,8 @@ def test_polyak():
 
 def test_numpy_forward_matches_torch_and_follows_in_place_weight_changes() -> None:
     import numpy as np
-
-    from agents.parts.heads import DeterministicActor
-    from agents.parts.numpy_forward import NumpyForward
+    from wheeler2.agents.parts.heads import DeterministicActor
+    from wheeler2.agents.parts.numpy_forward import NumpyForward
 
     torch.manual_seed(0)
     net = DeterministicActor(5, [32, 16], 2, "relu")
@@ -129,8 +127,8 @@ def test_numpy_forward_matches_torch_and_follows_in_place_weight_changes() -> No
 
 
 def test_numpy_forward_declines_what_it_cannot_run() -> None:
-    from agents.parts.encoders import MLP
-    from agents.parts.numpy_forward import NumpyForward
+    from wheeler2.agents.parts.encoders import MLP
+    from wheeler2.agents.parts.numpy_forward import NumpyForward
 
     assert NumpyForward.of(MLP(3, [8], 1, "elu"), squash=False) is None
     assert NumpyForward.of(MLP(3, [8], 1, "relu").double(), squash=False) is None

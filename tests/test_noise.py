@@ -13,9 +13,9 @@ import copy
 
 import numpy as np
 import pytest
+from wheeler2.agents.ddpg import DDPG, Params
+from wheeler2.agents.noise import KINDS, colored_std, make_noise
 
-from agents.ddpg import DDPG, Params
-from agents.noise import KINDS, colored_std, make_noise
 from wheeler2.agent import ActOut, SpaceInfo, Transitions
 
 STD = 0.3

@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from wheeler2.agents.ddpg import DDPG
+from wheeler2.agents.dqn import DQN
+from wheeler2.agents.parts.noisy import NoisyLinear, noise_off, resample_noise
+from wheeler2.agents.parts.numpy_forward import NumpyForward
 
-from agents.ddpg import DDPG
-from agents.dqn import DQN
-from agents.parts.noisy import NoisyLinear, noise_off, resample_noise
-from agents.parts.numpy_forward import NumpyForward
 from wheeler2 import registry
 from wheeler2.agent import Batch, SpaceInfo
 from wheeler2.sync import (

@@ -7,12 +7,12 @@ import io
 import numpy as np
 import pytest
 import torch
+from wheeler2.agents.ddpg import DDPG
+from wheeler2.agents.ddpg import Params as DDPGParams
+from wheeler2.agents.dqn import DQN
+from wheeler2.agents.dqn import Params as DQNParams
+from wheeler2.agents.normalize import IdentityNorm, RunningNorm
 
-from agents.ddpg import DDPG
-from agents.ddpg import Params as DDPGParams
-from agents.dqn import DQN
-from agents.dqn import Params as DQNParams
-from agents.normalize import IdentityNorm, RunningNorm
 from wheeler2.agent import Transitions
 
 SPACE_C = dict(obs_dim=3, act_dim=2, discrete=False, heads=("env",), head_weights=(1.0,))
@@ -151,8 +151,9 @@ def test_ppo_folds_each_batch_in_before_normalizing_it_as_vecnormalize_does() ->
     stored rows are what the policy saw, next_obs and the next acting batch use statistics that
     include it, and evaluation never moves them (sb3-contrib's RecurrentPPO on VecNormalize,
     experiments/results/notes/rppo_update_vs_sb3.md)."""
-    from agents.ppo import PPO
-    from agents.ppo import Params as PPOParams
+    from wheeler2.agents.ppo import PPO
+    from wheeler2.agents.ppo import Params as PPOParams
+
     from wheeler2.agent import ActOut, SpaceInfo
 
     agent = PPO(SpaceInfo(**SPACE_C), PPOParams(hidden=[8], n_steps=4, normalize_obs=True), seed=0)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import gymnasium
 import numpy as np
 import pytest
+import wheeler2.envs.novel  # noqa: F401 - registers the ids
+from wheeler2.envs.novel import NOVEL_IDS
 
-import envs.novel  # noqa: F401 - registers the ids
-from envs.novel import NOVEL_IDS
 from wheeler2 import registry
 from wheeler2.config.model import EnvConfig
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from wheeler2.agents.ddpg import DDPG
+from wheeler2.agents.dqn import DQN
+from wheeler2.agents.sac import SAC
+from wheeler2.agents.td3 import TD3
 
-from agents.ddpg import DDPG
-from agents.dqn import DQN
-from agents.sac import SAC
-from agents.td3 import TD3
 from wheeler2 import registry
 from wheeler2.agent import SpaceInfo
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from agents.offpolicy import adam_step, grads_step
+from wheeler2.agents.offpolicy import adam_step, grads_step
 
 
 def _net(seed: int) -> torch.nn.Module:

@@ -9,8 +9,7 @@ pytest.importorskip("pettingzoo", reason="needs pettingzoo (pip install 'petting
 from gymnasium import spaces  # noqa: E402
 from pettingzoo.test import parallel_api_test  # noqa: E402
 from pettingzoo.utils.env import ParallelEnv  # noqa: E402
-
-from envs.pettingzoo import PettingZooVecEnv, make, make_parallel_env  # noqa: E402
+from wheeler2.envs.pettingzoo import PettingZooVecEnv, make, make_parallel_env  # noqa: E402
 
 
 class Relay(ParallelEnv):
@@ -149,7 +148,7 @@ def test_reward_modes_sum_and_heads(relay_module):
         np.testing.assert_allclose(step.infos[i]["head_rewards"], own)
     np.testing.assert_allclose(heads.head_rewards, [own] * 3)
     # what a task's reward heads see: "envs.pettingzoo:head_<k>" picks agent k's reward
-    from envs.pettingzoo import head_2
+    from wheeler2.envs.pettingzoo import head_2
 
     np.testing.assert_allclose(head_2(None, None, None, None, None, step.infos), [own[2]] * 3)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from wheeler2.agents.pg import PG, Params, policy_gradient_loss
 
-from agents.pg import PG, Params, policy_gradient_loss
 from wheeler2.agent import SpaceInfo, Transitions
 
 LOG_HALF = math.log(0.5)

@@ -8,9 +8,9 @@ import io
 import numpy as np
 import pytest
 import torch
+from wheeler2.agents.onpolicy import Rollout
+from wheeler2.agents.ppo import PPO, Params, clipped_surrogate, gae
 
-from agents.onpolicy import Rollout
-from agents.ppo import PPO, Params, clipped_surrogate, gae
 from wheeler2.agent import ActOut, SpaceInfo, Transitions
 
 
@@ -189,7 +189,7 @@ def test_truncated_step_stores_and_bootstraps_from_the_final_observation(monkeyp
     """A time-limit truncation: the rollout stores the env's final observation of the episode
     (``next_obs``), not the reset observation the agent acts on next, and GAE bootstraps that
     step from V(final obs), while the step is still a done (no advantage leaks across)."""
-    import agents.ppo as ppo_module
+    import wheeler2.agents.ppo as ppo_module
 
     space = SpaceInfo(obs_dim=3, act_dim=2, discrete=False)
     agent = PPO(space, Params(n_steps=2, batch_size=4, n_epochs=1, hidden=[8]), seed=0)
@@ -301,7 +301,7 @@ def test_update_matches_the_ppo_loss_written_out(absent, clip_range_vf):
     entropy bonus, all masked means over active rows, and the gradient clipped to
     max_grad_norm. The gradients themselves, the reported metrics (each the mean over the two
     minibatches) and the explained variance are compared too."""
-    from agents.parts.distributions import evaluate_actions
+    from wheeler2.agents.parts.distributions import evaluate_actions
 
     space = SpaceInfo(obs_dim=3, act_dim=2, discrete=False)
     params = Params(
@@ -587,7 +587,7 @@ def test_schedules_are_checked_when_the_agent_is_built():
 
 def test_for_run_fills_the_schedule_length_unless_the_file_names_one() -> None:
     # The engine asks the algorithm (Agent.for_run) instead of writing Params.total_steps itself.
-    from agents.ddpg import DDPG
+    from wheeler2.agents.ddpg import DDPG
 
     assert PPO.for_run(Params(), 5_000).total_steps == 5_000
     assert PPO.for_run(Params(total_steps=10), 5_000).total_steps == 10

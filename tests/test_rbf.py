@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from wheeler2.agents.parts.encoders import RBFEncoder
+from wheeler2.agents.parts.numpy_forward import NumpyForward
 
-from agents.parts.encoders import RBFEncoder
-from agents.parts.numpy_forward import NumpyForward
 from wheeler2 import registry
 from wheeler2.agent import Batch, SpaceInfo
 from wheeler2.sync import SyncError, SyncPlan, check_sync, float_state, source_shapes
@@ -115,7 +115,7 @@ def test_rbf_centers_sync_with_the_trunk_and_a_plain_explorer_is_refused():
 
 
 def test_the_numpy_acting_path_computes_what_torch_does():
-    from agents.parts.noisy import resample_noise
+    from wheeler2.agents.parts.noisy import resample_noise
 
     for params in ({"features": "rbf"}, {"noisy": True}, {"features": "rbf", "noisy": True}):
         agent = make("ddpg", PENDULUM, hidden=[32, 16], learning_starts=0, **params)

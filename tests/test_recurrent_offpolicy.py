@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from wheeler2.agents.parts.batch import unroll
+from wheeler2.agents.parts.memory import RecurrentCore
+from wheeler2.agents.td3 import TD3, Params
 
-from agents.parts.batch import unroll
-from agents.parts.memory import RecurrentCore
-from agents.td3 import TD3, Params
 from wheeler2.agent import Batch, SequenceBatch, SpaceInfo
 
 
@@ -223,8 +223,8 @@ def test_a_short_run_trains_on_sequences_with_stored_states(tmp_path, capsys) ->
 
 
 def test_sequence_pieces_by_hand() -> None:
-    from agents.normalize import IdentityNorm
-    from agents.parts.batch import SequenceView
+    from wheeler2.agents.normalize import IdentityNorm
+    from wheeler2.agents.parts.batch import SequenceView
 
     # B = 2 rows of T = 3; row 0 trains positions 1, 2, row 1 position 0 only; weights 2 and 1.
     arrays = dict(
@@ -261,12 +261,12 @@ def test_sequence_pieces_by_hand() -> None:
 
 def _build(algo: str, **kw):  # noqa: ANN202
     """A small recurrent learner of ``algo`` on a 2-input space (2 actions for DQN)."""
-    from agents.ddpg import DDPG
-    from agents.ddpg import Params as DDPGParams
-    from agents.dqn import DQN
-    from agents.dqn import Params as DQNParams
-    from agents.sac import SAC
-    from agents.sac import Params as SACParams
+    from wheeler2.agents.ddpg import DDPG
+    from wheeler2.agents.ddpg import Params as DDPGParams
+    from wheeler2.agents.dqn import DQN
+    from wheeler2.agents.dqn import Params as DQNParams
+    from wheeler2.agents.sac import SAC
+    from wheeler2.agents.sac import Params as SACParams
 
     torch.manual_seed(0)
     base = dict(core="gru", core_size=8, hidden=[16], seq_length=4, seq_burn_in=3) | kw
@@ -412,8 +412,9 @@ features = "rbf"
 
 
 def test_options_that_do_not_combine_with_a_core_are_refused(tmp_path) -> None:  # noqa: ANN001
-    from agents.ddpg import DDPG
-    from agents.ddpg import Params as DDPGParams
+    from wheeler2.agents.ddpg import DDPG
+    from wheeler2.agents.ddpg import Params as DDPGParams
+
     from wheeler2.config import ConfigError, load
     from wheeler2.runtime.team import prepare_team
 

@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import wheeler2.envs.novel  # noqa: F401 - registers the NoVel ids
+from wheeler2.agents.onpolicy import RecurrentActor, RecurrentCritic, Rollout
+from wheeler2.agents.ppo import PPO, Params
+from wheeler2.envs.gym import GymVecEnv
 
-import envs.novel  # noqa: F401 - registers the NoVel ids
-from agents.onpolicy import RecurrentActor, RecurrentCritic, Rollout
-from agents.ppo import PPO, Params
-from envs.gym import GymVecEnv
 from wheeler2 import registry
 from wheeler2.agent import SpaceInfo, Transitions
 from wheeler2.runtime.member import Member
@@ -297,8 +297,8 @@ def test_normalize_obs_feeds_the_policy_normalized_observations() -> None:
 
 def test_a2c_core_none_gives_the_same_numbers_as_before() -> None:
     # Measured with agents/a2c.py as it was before recurrent cores were added (5c4d663).
-    from agents.a2c import A2C
-    from agents.a2c import Params as A2CParams
+    from wheeler2.agents.a2c import A2C
+    from wheeler2.agents.a2c import Params as A2CParams
 
     agent = A2C(SpaceInfo(3, 2, True), A2CParams(n_steps=5, hidden=[16, 16]), seed=3)
     rng = np.random.default_rng(0)
@@ -323,8 +323,8 @@ def test_a2c_core_none_gives_the_same_numbers_as_before() -> None:
 
 
 def test_recurrent_a2c_replays_the_behaviour_log_probs_and_values() -> None:
-    from agents.a2c import A2C
-    from agents.a2c import Params as A2CParams
+    from wheeler2.agents.a2c import A2C
+    from wheeler2.agents.a2c import Params as A2CParams
 
     env = GymVecEnv("CartPoleNoVel-v1", {}, 3, 0)
     T = 40

@@ -16,10 +16,10 @@ import pytest
 import torch
 from offpolicy_runs import config, run_text
 from recurrent_seq import SEQ, positions
+from wheeler2.agents.parts.distributions import squashed_log_prob
+from wheeler2.agents.parts.heads import SquashedGaussianActor
+from wheeler2.agents.sac import SAC, Params
 
-from agents.parts.distributions import squashed_log_prob
-from agents.parts.heads import SquashedGaussianActor
-from agents.sac import SAC, Params
 from wheeler2 import checkpoint as ckpt
 from wheeler2 import cli
 from wheeler2.agent import ActOut, Batch, SpaceInfo, Transitions
@@ -414,8 +414,9 @@ def test_team_ppo_explorer_takes_the_mean_path_and_an_apex_actor_the_whole_polic
 
 
 def test_a_ppo_explorer_without_keep_takes_the_mean_head_too():
-    from agents.ppo import PPO
-    from agents.ppo import Params as PPOParams
+    from wheeler2.agents.ppo import PPO
+    from wheeler2.agents.ppo import Params as PPOParams
+
     from wheeler2.sync import SyncPlan, check_sync, source_shapes
 
     space = SpaceInfo(3, 1, False)

@@ -6,8 +6,7 @@ import time
 
 import gymnasium
 import numpy as np
-
-import envs.slow  # noqa: F401 - registers the id
+import wheeler2.envs.slow  # noqa: F401 - registers the id
 
 
 def test_slow_env_steps_like_the_inner_env_and_waits_at_least_step_ms() -> None:

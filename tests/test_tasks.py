@@ -203,13 +203,13 @@ def test_docs_example_runs(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_bitflip_task_head_equals_env_reward() -> None:
-    from tasks.bitflip import BitFlip
+    from wheeler2.tasks.bitflip import BitFlip
 
     rng = np.random.default_rng(0)
     ag = rng.integers(0, 2, (64, 5)).astype(np.float32)
     dg = ag.copy()
     dg[::2, 0] = 1 - dg[::2, 0]
-    from envs.bitflip import BitFlipEnv
+    from wheeler2.envs.bitflip import BitFlipEnv
 
     expected = BitFlipEnv(5).compute_reward(ag, dg)
     got = BitFlip().match(None, None, None, ag, dg, None)
@@ -220,8 +220,7 @@ def test_bitflip_task_head_equals_env_reward() -> None:
 def test_reacher_heads_sum_to_the_env_reward() -> None:
     pytest.importorskip("mujoco")
     import gymnasium as gym
-
-    from tasks.reacher import Reacher
+    from wheeler2.tasks.reacher import Reacher
 
     env = gym.make("Reacher-v5")
     obs, _ = env.reset(seed=0)
@@ -240,8 +239,7 @@ def test_reacher_heads_sum_to_the_env_reward() -> None:
 def test_fetch_task_head_equals_compute_reward() -> None:
     pytest.importorskip("gymnasium_robotics")
     import gymnasium as gym
-
-    from tasks.fetch import Reach
+    from wheeler2.tasks.fetch import Reach
 
     env = gym.make("FetchReach-v4")
     env.reset(seed=0)

@@ -14,10 +14,10 @@ import pytest
 import torch
 from offpolicy_runs import config, run_text
 from recurrent_seq import SEQ, positions
+from wheeler2.agents.noise import KINDS
+from wheeler2.agents.offpolicy import actor_step, loss_step
+from wheeler2.agents.td3 import TD3, Params
 
-from agents.noise import KINDS
-from agents.offpolicy import actor_step, loss_step
-from agents.td3 import TD3, Params
 from wheeler2 import checkpoint as ckpt
 from wheeler2 import cli
 from wheeler2.agent import ActOut, Batch, SpaceInfo, Transitions

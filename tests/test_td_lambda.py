@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from wheeler2.agents.a2c import A2C, nstep_returns
+from wheeler2.agents.a2c import Params as A2CParams
+from wheeler2.agents.pg import PG
+from wheeler2.agents.pg import Params as PGParams
+from wheeler2.agents.ppo import gae as ppo_gae
+from wheeler2.agents.returns import gae, lambda_returns
 
-from agents.a2c import A2C, nstep_returns
-from agents.a2c import Params as A2CParams
-from agents.pg import PG
-from agents.pg import Params as PGParams
-from agents.ppo import gae as ppo_gae
-from agents.returns import gae, lambda_returns
 from wheeler2.agent import SpaceInfo, Transitions
 
 # A [T=4, N=2] rollout. Column 0: step 1 terminated (no bootstrap), step 2 truncated (bootstrap

@@ -6,7 +6,7 @@ import pytest
 pytest.importorskip(
     "mlagents_envs", reason="needs mlagents-envs==0.28.0 with protobuf==3.20.3 (see docs/envs.md)"
 )
-from envs.unity import UnityVecEnv, make  # noqa: E402
+from wheeler2.envs.unity import UnityVecEnv, make  # noqa: E402
 
 EPISODE_LENGTH = 8  # the scripted mock's default: agent k's episodes last 8 + k steps
 INTERRUPT_EVERY = 3

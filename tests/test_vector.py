@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from wheeler2.envs.gym import AsyncGymVecEnv, GymVecEnv
 
-from envs.gym import AsyncGymVecEnv, GymVecEnv
 from wheeler2.buffer import Layout, Replay, ReplayConfig
 from wheeler2.config import ConfigError, load
 from wheeler2.runtime.member import Member

@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from wheeler2.agents.ddpg import DDPG
+from wheeler2.agents.ddpg import Params as DDPGParams
+from wheeler2.agents.ppo import PPO
+from wheeler2.agents.ppo import Params as PPOParams
 
-from agents.ddpg import DDPG
-from agents.ddpg import Params as DDPGParams
-from agents.ppo import PPO
-from agents.ppo import Params as PPOParams
 from wheeler2.agent import ActOut
 
 

@@ -1,8 +1,10 @@
 """Finding algorithms, tasks, reward functions and environments by name.
 
 The engine never imports ``agents/``, ``tasks/`` or ``envs/`` by name in its code paths; it asks
-here. Plain names (``"ddpg"``) mean a module of the ``agents`` package; ``"module:Class"`` points
-at user code anywhere on ``sys.path``, so a new algorithm or task needs no registration step.
+here. Plain names (``"ddpg"``) mean a module of ``wheeler2.agents`` (the repository's ``agents/``
+folder, installed under the wheeler2 name); ``"module:Class"`` points at user code anywhere on
+``sys.path``, so a new algorithm or task needs no registration step. Specs written for the old
+top-level names (``"tasks.reacher:Reach"``) resolve to ``wheeler2.tasks.reacher``.
 """
 
 from __future__ import annotations
@@ -21,14 +23,18 @@ from typing import Any, Protocol
 from wheeler2.agent import Agent
 from wheeler2.env import AchievedGoalInObs, FrameStack, FrameStackError, VecEnv
 
-ALGORITHM_PACKAGE = "agents"
-TASK_PACKAGE = "tasks"
+ALGORITHM_PACKAGE = "wheeler2.agents"
+TASK_PACKAGE = "wheeler2.tasks"
 
 # Env ids with one of these prefixes go to an adapter module of the `envs` package, which exposes
 # `make(spec, kwargs, num_envs, seed) -> VecEnv`; everything else is a gymnasium id.
 # "mo:" is MO-Gymnasium: its ids are gymnasium ids too, but a vector reward needs the adapter
 # that turns it into reward heads (envs/mo.py), so the prefix says which one is meant.
-ENV_ADAPTERS = {"pettingzoo": "envs.pettingzoo", "unity": "envs.unity", "mo": "envs.mo"}
+ENV_ADAPTERS = {
+    "pettingzoo": "wheeler2.envs.pettingzoo",
+    "unity": "wheeler2.envs.unity",
+    "mo": "wheeler2.envs.mo",
+}
 
 
 class EnvSpec(Protocol):
@@ -53,6 +59,24 @@ class EnvSpec(Protocol):
 
 class RegistryError(LookupError):
     """A name that does not resolve; the message says what is available instead."""
+
+
+# The repository's top-level folders, installed under the wheeler2 name (setup.cfg package_dir).
+INSTALLED_UNDER_WHEELER2 = ("agents", "envs", "tasks")
+
+
+def installed_module(name: str) -> str:
+    """The name to import a spec's module by: ``"tasks.reacher"`` (how specs were written when
+    the folders were top-level packages) is ``"wheeler2.tasks.reacher"`` where that exists, so
+    old spec strings keep working and name the one module object; any other name as given (a
+    user's own ``tasks`` package still wins for modules wheeler2 does not have)."""
+    if name.partition(".")[0] in INSTALLED_UNDER_WHEELER2:
+        try:
+            if importlib.util.find_spec(f"wheeler2.{name}") is not None:
+                return f"wheeler2.{name}"
+        except ModuleNotFoundError:
+            pass
+    return name
 
 
 def _closest(name: str, choices: list[str]) -> str:
@@ -206,6 +230,7 @@ def resolve_object(spec: str) -> Any:
         if is_path_spec(module_name):
             module = _import_file(module_name, spec)
         else:
+            module_name = installed_module(module_name)
             module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         # Only "this very module is missing" is a lookup error; a missing import inside it is a bug
@@ -253,7 +278,7 @@ def check_env_id(env_id: str) -> None:
     if sep:
         # gymnasium's own "module:EnvId" form: importing the module registers its ids.
         try:
-            importlib.import_module(prefix)
+            importlib.import_module(installed_module(prefix))
         except ImportError as exc:
             prefixes = ", ".join(f"'{p}:'" for p in ENV_ADAPTERS)
             raise RegistryError(
@@ -271,7 +296,7 @@ def check_env_id(env_id: str) -> None:
 
 
 # The adapter of every id without an adapter prefix (gymnasium ids, "module:EnvId").
-DEFAULT_ENV_ADAPTER = "envs.gym"
+DEFAULT_ENV_ADAPTER = "wheeler2.envs.gym"
 # Modules of `envs` that adapt other packages rather than define envs; importing them for ids
 # would pull in optional, slow dependencies.
 _ADAPTER_MODULES = {DEFAULT_ENV_ADAPTER, *ENV_ADAPTERS.values()}
@@ -279,7 +304,7 @@ _ADAPTER_MODULES = {DEFAULT_ENV_ADAPTER, *ENV_ADAPTERS.values()}
 
 def import_builtin_envs() -> None:
     """Our own envs (``envs/bitflip.py``, ...) register their gymnasium ids on import."""
-    for module_name in _package_modules("envs"):
+    for module_name in _package_modules("wheeler2.envs"):
         if module_name not in _ADAPTER_MODULES:
             try:
                 importlib.import_module(module_name)

@@ -14,9 +14,8 @@ from typing import ClassVar
 
 import torch
 from torch import nn
-
-from agents.parts.distributions import squashed_log_prob
-from agents.parts.encoders import MLP, ortho_init_
+from wheeler2.agents.parts.distributions import squashed_log_prob
+from wheeler2.agents.parts.encoders import MLP, ortho_init_
 
 
 class DeterministicActor(MLP):

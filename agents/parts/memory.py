@@ -34,8 +34,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-
-from agents.parts.encoders import activation, ortho_init_
+from wheeler2.agents.parts.encoders import activation, ortho_init_
 
 CORE_KINDS = ("gru", "lstm")
 # What a trunk reads: the observation, the core's output, or both side by side.

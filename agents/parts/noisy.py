@@ -8,8 +8,7 @@ from collections.abc import Iterator
 
 import torch
 from torch import nn
-
-from agents.parts.encoders import MLP
+from wheeler2.agents.parts.encoders import MLP
 
 
 def _scaled_noise(n: int, generator: torch.Generator | None) -> torch.Tensor:

@@ -20,9 +20,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import nn
-
-from agents.parts.encoders import MLP, RBFEncoder
-from agents.parts.noisy import NoisyLinear
+from wheeler2.agents.parts.encoders import MLP, RBFEncoder
+from wheeler2.agents.parts.noisy import NoisyLinear
 
 Step = Callable[[np.ndarray], np.ndarray]
 

@@ -96,7 +96,8 @@ REACHER_EVAL_EPISODES = 20
 def reacher_head_returns(run_dir: Path, seed: int) -> dict[str, float]:
     """A Reacher-v5 run's latest actor on REACHER_EVAL_EPISODES deterministic episodes: the mean
     env return and the mean return of each of the task's heads (distance, effort)."""
-    from tasks.reacher import Reacher
+    from wheeler2.tasks.reacher import Reacher
+
     from wheeler2 import checkpoint as ckpt
     from wheeler2.config import load
     from wheeler2.env import policy_obs
