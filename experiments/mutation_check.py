@@ -277,11 +277,20 @@ def copy_tree(dst: Path) -> None:
         ".venv", ".git", "__pycache__", "runs", "results", ".ruff_cache", "*.pt", "*.egg-info"
     )
     shutil.copytree(ROOT, dst, ignore=ignore, dirs_exist_ok=True)
+    # The installed layout (setup.cfg package_dir): without these links wheeler2.agents would
+    # come from the editable install, the unmutated code.
+    for folder in ("agents", "envs", "tasks"):
+        link = dst / "wheeler2" / folder
+        if not link.exists():
+            link.symlink_to(Path("..") / folder)
 
 
 def check_imports_copy(work: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1")
-    code = "import wheeler2.buffer.replay as r, agents.ddpg as d; print(r.__file__, d.__file__)"
+    code = (
+        "import wheeler2.buffer.replay as r, wheeler2.agents.ddpg as d; "
+        "print(r.__file__, d.__file__)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, check=True
     ).stdout.split()

@@ -35,6 +35,11 @@ way), from a clean checkout of the new code:
 
     python -m tests.agent_regression_cases --record tests/data/agent_regression.pt \\
         --source "git <commit>"
+
+A copy of the repository outside the editable install (``git archive`` into a folder) imports
+``wheeler2.agents`` from the install unless the copy has the installed layout: link its
+folders under its ``wheeler2/`` first (``for d in agents envs tasks; do ln -s ../$d
+wheeler2/$d; done``) and pass ``--expect-root`` to check.
 """
 
 from __future__ import annotations
@@ -641,7 +646,10 @@ def main() -> None:
         root = os.path.realpath(args.expect_root) + os.sep
         for mod in (agents, wheeler2):
             where = os.path.realpath(mod.__file__)
-            assert where.startswith(root), f"{mod.__name__} imported from {where}, not {root}"
+            assert where.startswith(root), (
+                f"{mod.__name__} imported from {where}, not {root}: link the copy's agents/, "
+                "envs/ and tasks/ under its wheeler2/ (the module docstring says how)"
+            )
     record(args.record, args.only, args.source)
 
 
