@@ -556,6 +556,21 @@ def test_retired_layout_switches_read_as_trunk_reads(write_config, algo, old, va
     assert old not in cfg.to_toml()
 
 
+def test_retired_layout_switch_under_per_copy_reads_per_copy(write_config):
+    # Written before trunk_reads: a spread of layouts over the copies of one [[team]] entry.
+    text = BASE.replace(f'algo = "{ALGO}"', 'algo = "td3"') + (
+        '[team.params]\ncore = "gru"\n\n[[team]]\nname = "actors"\nalgo = "td3"\n'
+        'role = "actor"\ncount = 2\nsync = { every = 100 }\n'
+        '[team.params]\ncore = "gru"\n[team.per_copy]\n'
+    )
+    with pytest.warns(ConfigDeprecationWarning, match="'core_skip = false' is deprecated"):
+        cfg = load(write_config(text + "core_skip = [true, false]\n"))
+    (actors,) = [m for m in cfg.team if m.name == "actors"]
+    assert actors.per_copy == {"trunk_reads": ("core+obs", "core")}
+    err = error_of(write_config(text + "core_skip = { base = 1, alpha = 2 }\n"))
+    assert err.key == "core_skip" and "expected true or false" in err.message
+
+
 def test_retired_layout_switch_refuses_other_values_and_the_new_key_beside_it(write_config):
     text = BASE.replace(f'algo = "{ALGO}"', 'algo = "ppo"') + "[team.params]\n"
     err = error_of(write_config(text + "core_first = 1\n"))

@@ -157,3 +157,15 @@ def test_run_eval_and_resume_from_other_folders(
     (run / "config.toml").write_text(text)
     res = _cli("resume", str(run), cwd=third)  # a fresh process: resolves the file anew
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_a_relative_module_spec_is_refused_in_one_line() -> None:
+    # importlib would need a package to resolve ".tasks" against: a TypeError traceback before.
+    with pytest.raises(registry.RegistryError, match="names a relative module"):
+        registry.resolve_object(".tasks:Reach")
+
+
+def test_an_old_top_level_spec_names_the_installed_module_object() -> None:
+    old = registry.resolve_object("tasks.bitflip:BitFlip")
+    assert old is registry.resolve_object("wheeler2.tasks.bitflip:BitFlip")
+    assert registry.installed_module("tasks.nothing_here") == "tasks.nothing_here"

@@ -168,7 +168,11 @@ class Agent:
     @classmethod
     def needs(cls, params: Any) -> AgentNeeds:
         """What the engine must know of a member with these params (replay warm-up, discount,
-        sequences, device): the only way the engine learns them, before the agent is built."""
+        sequences, device): the only way the engine learns them, before the agent is built.
+
+        The algorithms' bases (agents/offpolicy.py, agents/onpolicy.py) answer from their
+        ``Params``; an ``Agent`` written without them declares its own, or the engine takes the
+        defaults: the CPU, no warm-up, no discount."""
         return AgentNeeds()
 
     @classmethod

@@ -71,11 +71,15 @@ def installed_module(name: str) -> str:
     old spec strings keep working and name the one module object; any other name as given (a
     user's own ``tasks`` package still wins for modules wheeler2 does not have)."""
     if name.partition(".")[0] in INSTALLED_UNDER_WHEELER2:
+        installed = f"wheeler2.{name}"
         try:
-            if importlib.util.find_spec(f"wheeler2.{name}") is not None:
-                return f"wheeler2.{name}"
-        except ModuleNotFoundError:
-            pass
+            if importlib.util.find_spec(installed) is not None:
+                return installed
+        except ModuleNotFoundError as exc:
+            # Only "wheeler2 has no such module" falls back to the name as given; a missing
+            # import inside one of its packages is that package's error, shown as it is.
+            if exc.name is None or not installed.startswith(exc.name):
+                raise
     return name
 
 
@@ -226,6 +230,11 @@ def resolve_object(spec: str) -> Any:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise RegistryError(f"expected 'module:name', got '{spec}'; {available_tasks_text()}")
+    if module_name.startswith("."):
+        raise RegistryError(
+            f"'{spec}' names a relative module; write it from the top ('mypkg.tasks:Name') "
+            f"or as a file ('./tasks.py:Name')"
+        )
     try:
         if is_path_spec(module_name):
             module = _import_file(module_name, spec)

@@ -488,6 +488,27 @@ def _check_actor(
         )
 
 
+def _renamed_per_copy(
+    reader: Reader, table: str, params_cls: type, spec: dict[str, Any]
+) -> dict[str, Any]:
+    """``per_copy`` with retired keys (``Params.renamed_keys``) written the new way: each copy's
+    value translated as in ``[team.params]``, with the same warning and errors."""
+    renames: dict[str, tuple[str, dict[Any, Any]]] = getattr(params_cls, "renamed_keys", {})
+    spec = dict(spec)
+    for old in [key for key in spec if key in renames]:
+        new = renames[old][0]
+        if new in spec:
+            raise reader.error(table, old, f"old name of '{new}', which is also set; keep one")
+        entry = spec.pop(old)
+        each = [renamed_values(reader, table, params_cls, {old: v})[new] for v in _listed(entry)]
+        spec[new] = each if isinstance(entry, list) else each[0]
+    return spec
+
+
+def _listed(entry: Any) -> list[Any]:
+    return entry if isinstance(entry, list) else [entry]
+
+
 def _per_copy(
     reader: Reader, label: str, values: dict[str, Any], params: dict[str, Any], params_cls: type
 ) -> dict[str, Any] | None:
@@ -497,7 +518,9 @@ def _per_copy(
     if spec is None:
         return None
     table = f"{label}.per_copy"
-    spec = reader.value(label, "per_copy", spec, _table)
+    spec = _renamed_per_copy(
+        reader, table, params_cls, reader.value(label, "per_copy", spec, _table)
+    )
     count = int(values["count"])
     fields = {f.name for f in dataclasses.fields(params_cls)}
     out: dict[str, Any] = {}
