@@ -24,7 +24,6 @@ actor's parameters only) are shared with the detached explorer.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any, ClassVar
@@ -189,8 +188,10 @@ class OffPolicy:
         if self.noisy and explore:  # one draw of the parameter noise per act batch
             for layer in self.noisy:
                 layer.resample(self.noise_gen)
-        means = self.noisy and not explore  # evaluation acts on the mean weights
-        with noise_off(self.actor) if means else contextlib.nullcontext():
+        if self.noisy and not explore:  # evaluation acts on the mean weights
+            with noise_off(self.actor):
+                a, nxt = self._forward(obs, False, state)
+        else:
             a, nxt = self._forward(obs, explore and not warm, state)
         if warm:  # a recurrent policy ran all the same: its state moves along the episode
             a = self.uniform(n)
