@@ -60,3 +60,35 @@ class ObsFlattener:
             out[:] = raw  # the common flat Box: numpy casts on assignment, no temporary
         else:
             out[:] = np.asarray(raw, dtype=np.float32).reshape(-1)
+
+
+def is_masked_space(space: spaces.Space) -> bool:
+    """A turn-based game's observation: ``{"observation": Box, "action_mask": Box}``
+    (PettingZoo classic)."""
+    return isinstance(space, spaces.Dict) and set(space.spaces) >= {"observation", "action_mask"}
+
+
+def masked_obs_dim(space: spaces.Space) -> int:
+    """The width of a masked row: the flat observation, then one column per action."""
+    return flat_dim(space["observation"]) + flat_dim(space["action_mask"])
+
+
+def encode_masked(raw: dict[str, Any], out: np.ndarray) -> None:
+    """One masked row (docs/envs.md, "Action masks"): the observation flattened, then the
+    legal-action mask as 1.0 / 0.0 in the last ``act_dim`` columns. The mask rides in the
+    observation so that it travels through every replay path (n-step, sequences, shards) with
+    no column of its own."""
+    mask = np.asarray(raw["action_mask"], np.float32).reshape(-1)
+    out[: out.shape[0] - mask.shape[0]] = np.asarray(raw["observation"], np.float32).reshape(-1)
+    out[out.shape[0] - mask.shape[0] :] = mask
+
+
+def legal_mask(obs: np.ndarray, act_dim: int) -> np.ndarray:
+    """[N, act_dim] bool: the legal actions of masked rows ``obs`` [N, D]. A row with no legal
+    action (an absent agent's placeholder) counts every action legal, so nothing downstream
+    meets an empty choice."""
+    mask = np.asarray(obs)[:, -act_dim:] > 0.5
+    empty = ~mask.any(axis=1)
+    if empty.any():
+        mask[empty] = True
+    return mask
