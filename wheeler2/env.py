@@ -30,6 +30,9 @@ class EnvInfo:
     max_episode_steps: int | None = None
     # Multi-agent adapters: the agents (PettingZoo names, Unity behaviors) this vector drives.
     agents: tuple[str, ...] | None = None
+    # Turn-based games: the last act_dim observation columns are the legal-action mask
+    # (envs/spaces.py encode_masked); discrete actions only.
+    action_mask: bool = False
 
 
 @dataclass
@@ -57,6 +60,32 @@ class EnvReset:
     obs: np.ndarray
     achieved_goal: np.ndarray | None = None
     desired_goal: np.ndarray | None = None
+
+
+@dataclass
+class GroupStep:
+    """One vector step of the agents of another table (joint play), row by row as that table's
+    own members lay them out (``row = copy * len(names) + k``). Only rows with ``valid`` True
+    took a step; the rest are placeholders."""
+
+    obs: np.ndarray  # [R, D] what they acted on
+    action: np.ndarray  # [R] int64 or [R, A] float32 in [-1, 1]
+    reward: np.ndarray  # [R] float32
+    terminated: np.ndarray  # [R] bool
+    truncated: np.ndarray  # [R] bool
+    final_obs: np.ndarray  # [R, D] the true next observation
+    valid: np.ndarray  # [R] bool
+
+
+class OtherAgents(Protocol):
+    """Drives the agents of a multi-agent env that a member does not own (docs/envs.md, "Agents
+    that meet"): ``group`` names who claims them (another table, or this table's opponent pool
+    in self-play). ``act`` gets that group's observation rows (placeholders where a row is not
+    to act) and returns one action per row; ``record`` gets each finished step of those rows."""
+
+    def act(self, group: str, obs: np.ndarray) -> np.ndarray: ...
+
+    def record(self, group: str, step: GroupStep) -> None: ...
 
 
 class VecEnv(Protocol):
