@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from wheeler2.envs.spaces import box_bounds
+from wheeler2.envs.spaces import box_bounds, scale_box_action
 
-from wheeler2.env import EnvInfo, EnvReset, EnvStep
+from wheeler2.env import EnvInfo, EnvReset, EnvStep, GroupStep, OtherAgents
 
 REWARD_MODES = ("row", "sum", "heads")
 OtherPolicy = Callable[[str, Any], Any]
@@ -103,6 +103,71 @@ def _obs_dim(space: spaces.Space) -> int:
     return int(np.prod(space.shape))
 
 
+class AgentGroup:
+    """The agents of one other table in ``num_copies`` copies (joint play): their rows, laid out
+    as that table's own members lay theirs out, and how their actions reach the env."""
+
+    def __init__(self, env_id: str, name: str, env: Any, names: list[str], copies: int) -> None:
+        self.name = name
+        self.names = names
+        self.index = {a: k for k, a in enumerate(names)}
+        first = names[0]
+        odd = [a for a in names[1:] if env.observation_space(a) != env.observation_space(first)]
+        odd += [a for a in names[1:] if env.action_space(a) != env.action_space(first)]
+        if odd:
+            raise ValueError(
+                f"{env_id}: the agents table {name!r} claims must share observation and action "
+                f"spaces; {first} and {odd[0]} differ"
+            )
+        self.action_space = env.action_space(first)
+        self.discrete = isinstance(self.action_space, spaces.Discrete)
+        if not self.discrete:
+            self.low, self.high = box_bounds(env_id, self.action_space)
+        act_dim = int(self.action_space.n) if self.discrete else int(self.low.shape[0])
+        self.info = EnvInfo(
+            obs_dim=_obs_dim(env.observation_space(first)),
+            act_dim=act_dim,
+            discrete=self.discrete,
+            max_episode_steps=_max_cycles(env),
+            agents=tuple(names),
+        )
+        rows = copies * len(names)
+        self.obs = np.zeros((rows, self.info.obs_dim), np.float32)
+        self.active = np.zeros(rows, bool)
+        self.actions: np.ndarray | None = None
+
+    def row(self, copy: int, k: int) -> int:
+        return copy * len(self.names) + k
+
+    def load(self, c: int, raw_obs: dict[str, Any], live: set[str]) -> None:
+        for k, name in enumerate(self.names):
+            i = self.row(c, k)
+            self.active[i] = name in live and name in raw_obs
+            if self.active[i]:
+                self.obs[i] = np.asarray(raw_obs[name], np.float32).reshape(-1)
+
+    def env_action(self, c: int, name: str) -> Any:
+        assert self.actions is not None
+        a = self.actions[self.row(c, self.index[name])]
+        if self.discrete:
+            return int(a) + int(self.action_space.start)
+        scaled = scale_box_action(a, self.low, self.high)[0]
+        return scaled.reshape(self.action_space.shape).astype(self.action_space.dtype)
+
+    def begin(self) -> GroupStep:
+        rows = len(self.active)
+        assert self.actions is not None
+        return GroupStep(
+            obs=self.obs.copy(),
+            action=self.actions,
+            reward=np.zeros(rows, np.float32),
+            terminated=np.zeros(rows, bool),
+            truncated=np.zeros(rows, bool),
+            final_obs=self.obs.copy(),
+            valid=self.active.copy(),
+        )
+
+
 class PettingZooVecEnv:
     """Matched agents of ``num_envs`` copies of a Parallel API env, one VecEnv row each."""
 
@@ -115,6 +180,7 @@ class PettingZooVecEnv:
         agents: Sequence[str] = ("*",),
         other_policy: OtherPolicy | str | None = None,
         reward_mode: str = "row",
+        groups: dict[str, Sequence[str]] | None = None,
     ) -> None:
         path = env_id.removeprefix("pettingzoo:")
         if reward_mode not in REWARD_MODES:
@@ -138,6 +204,15 @@ class PettingZooVecEnv:
         self._index = {a: k for k, a in enumerate(self.agent_names)}
         self.other_agents = [a for a in possible if a not in self._index]
         self._check_same_spaces(env)
+        # Joint play: the agents other tables claim, driven by ``others`` (attach_others).
+        self.groups: dict[str, AgentGroup] = {}
+        self._claimed: dict[str, AgentGroup] = {}
+        for group, globs in (groups or {}).items():
+            names = [a for a in self.other_agents if any(fnmatchcase(a, g) for g in globs)]
+            if names:
+                g = self.groups[group] = AgentGroup(self.env_id, group, env, names, num_envs)
+                self._claimed.update(dict.fromkeys(names, g))
+        self._others: OtherAgents | None = None
 
         first = self.agent_names[0]
         obs_space, act_space = env.observation_space(first), env.action_space(first)
@@ -184,6 +259,11 @@ class PettingZooVecEnv:
                 f"narrow the member's agent globs"
             )
 
+    def attach_others(self, others: OtherAgents) -> None:
+        """Who drives the agents of ``groups``; until then (and for agents no group claims)
+        they act at random or by ``other_policy``."""
+        self._others = others
+
     def _row(self, copy: int, k: int) -> int:
         return copy * len(self.agent_names) + k
 
@@ -194,6 +274,8 @@ class PettingZooVecEnv:
             self.active[i] = name in live and name in raw_obs
             if self.active[i]:
                 self._obs[i] = np.asarray(raw_obs[name], np.float32).reshape(-1)
+        for group in self.groups.values():
+            group.load(c, raw_obs, live)
 
     def _reset_copy(self, c: int, seed: int | None) -> None:
         env = self.copies[c]
@@ -232,6 +314,12 @@ class PettingZooVecEnv:
         final_obs = self._obs.copy()
         self.head_rewards = np.zeros((n, m), np.float32)
         infos: list[dict[str, Any]] = [{} for _ in range(n)]
+        others = self._others if self.groups else None
+        steps: dict[str, GroupStep] = {}
+        if others is not None:
+            for name, group in self.groups.items():
+                group.actions = np.asarray(others.act(name, group.obs))
+                steps[name] = group.begin()
 
         for c, env in enumerate(self.copies):
             live_before = list(env.agents)
@@ -241,6 +329,8 @@ class PettingZooVecEnv:
             for name in live_before:
                 if name in self._index:
                     actions[name] = self._env_action(action[self._row(c, self._index[name])])
+                elif others is not None and name in self._claimed:
+                    actions[name] = self._claimed[name].env_action(c, name)
                 else:
                     actions[name] = self._other_action(env, name, self._raw_obs[c].get(name))
             raw_obs, rew, term, trunc, info = env.step(actions)
@@ -266,6 +356,9 @@ class PettingZooVecEnv:
                 if self.reward_mode == "heads":
                     self.head_rewards[i] = heads
 
+            for gname, gstep in steps.items():
+                _fill_group(self.groups[gname], gstep, c, rew, term, trunc, raw_obs)
+
             still_live = {a for a in env.agents if not (term.get(a, False) or trunc.get(a, False))}
             if still_live:
                 self._load_copy(c, raw_obs, still_live)
@@ -277,7 +370,13 @@ class PettingZooVecEnv:
                 i = self._row(c, k)
                 if was_active[i] and not (terminated[i] or truncated[i]):
                     truncated[i] = True
+            for gname, gstep in steps.items():
+                _end_group(self.groups[gname], gstep, c)
             self._reset_copy(c, None)
+
+        if others is not None:
+            for gname, gstep in steps.items():
+                others.record(gname, gstep)
 
         return EnvStep(
             obs=self._obs.copy(),
@@ -291,6 +390,34 @@ class PettingZooVecEnv:
     def close(self) -> None:
         for env in self.copies:
             env.close()
+
+
+def _fill_group(
+    group: AgentGroup,
+    gstep: GroupStep,
+    c: int,
+    rew: dict[str, Any],
+    term: dict[str, Any],
+    trunc: dict[str, Any],
+    raw_obs: dict[str, Any],
+) -> None:
+    for k, name in enumerate(group.names):
+        i = group.row(c, k)
+        if not gstep.valid[i]:
+            continue
+        gstep.reward[i] = float(rew.get(name, 0.0))
+        gstep.terminated[i] = bool(term.get(name, False))
+        gstep.truncated[i] = bool(trunc.get(name, False)) and not gstep.terminated[i]
+        if name in raw_obs:
+            gstep.final_obs[i] = np.asarray(raw_obs[name], np.float32).reshape(-1)
+
+
+def _end_group(group: AgentGroup, gstep: GroupStep, c: int) -> None:
+    # As for the member's own rows: a copy that ended without a flag for a row truncates it.
+    for k in range(len(group.names)):
+        i = group.row(c, k)
+        if gstep.valid[i] and not (gstep.terminated[i] or gstep.truncated[i]):
+            gstep.truncated[i] = True
 
 
 def head_reward(k: int) -> Callable[..., np.ndarray]:
@@ -324,10 +451,22 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def make(spec: str, kwargs: dict[str, Any], num_envs: int, seed: int) -> PettingZooVecEnv:
+def make(spec: str, kwargs: dict[str, Any], num_envs: int, seed: int) -> Any:
     """Registry entry point. Adapter options travel in ``[env] kwargs`` and are taken out before
     the rest goes to ``parallel_env``: ``agents`` (glob list), ``reward_mode``, ``other_policy``
     (``"module:function"``)."""
     kwargs = dict(kwargs)
-    options = {k: kwargs.pop(k) for k in ("agents", "reward_mode", "other_policy") if k in kwargs}
+    keys = ("agents", "reward_mode", "other_policy", "groups")
+    options = {k: kwargs.pop(k) for k in keys if k in kwargs}
+    if not hasattr(import_env_module(spec.removeprefix("pettingzoo:")), "parallel_env"):
+        # A turn-based (AEC) game: one row per copy, the member's seat (envs/turns.py).
+        from wheeler2.envs.turns import TurnBasedVecEnv
+
+        for key in ("reward_mode", "other_policy"):
+            if key in options:
+                raise ValueError(
+                    f"{spec}: '{key}' applies to simultaneous (Parallel API) envs; in a "
+                    f"turn-based game the seats no table claims play at random"
+                )
+        return TurnBasedVecEnv(spec, kwargs, num_envs, seed, **options)
     return PettingZooVecEnv(spec, kwargs, num_envs, seed, **options)

@@ -87,6 +87,11 @@ class OtherAgents(Protocol):
 
     def record(self, group: str, step: GroupStep) -> None: ...
 
+    def episode_ended(self, copy: int, outcome: float) -> None:
+        """Turn-based games: copy ``copy``'s game is over, with the member's seat's return
+        ``outcome``; called before the copy resets, so self-play can pick the next opponent."""
+        ...
+
 
 class VecEnv(Protocol):
     """What the engine needs from an adapter."""

@@ -85,18 +85,27 @@ class RunLog:
                 self._tb.add_scalar(f"{member}/{key}", value, int(env_steps), walltime=time.time())
         self._maybe_flush()
 
-    def eval(self, env_steps: int, wall_s: float, ret: float, success: float | None) -> None:
-        """Record an evaluation of the learner's actor (also kept in :attr:`evals`)."""
-        self.evals.append(
-            {
-                "env_steps": int(env_steps),
-                "wall_s": float(wall_s),
-                "return": float(ret),
-                "success": None if success is None else float(success),
-            }
-        )
+    def eval(
+        self,
+        env_steps: int,
+        wall_s: float,
+        ret: float,
+        success: float | None,
+        matches: dict[str, float] | None = None,
+    ) -> None:
+        """Record an evaluation of the learner's actor (also kept in :attr:`evals`);
+        ``matches``: head-to-head figures of a turn-based game (W/D/L per opponent, Elo)."""
+        entry: dict[str, Any] = {
+            "env_steps": int(env_steps),
+            "wall_s": float(wall_s),
+            "return": float(ret),
+            "success": None if success is None else float(success),
+        }
+        if matches:
+            entry["matches"] = dict(matches)
+        self.evals.append(entry)
         values = {"return": ret} if success is None else {"return": ret, "success": success}
-        self.scalars("eval", env_steps, values)
+        self.scalars("eval", env_steps, values | dict(matches or {}))
         self.flush()
 
     def summary_fields(self, threshold: float | None = None) -> dict[str, Any]:
@@ -176,7 +185,7 @@ class RunLog:
         if eta is not None:
             parts.append(f"left {_clock(eta)}")
         if last is not None:
-            parts.append(f"eval {last:.1f}")
+            parts.append(f"eval {last:.1f}" + self._matches_text())
         for name, figures in members.items():
             rate = self._rates.get(name, (0, 0, 0.0))[2]
             part = f"{name}: {int(figures.get('env_steps', 0)):,} ({rate:,.0f}/s)"
@@ -184,6 +193,21 @@ class RunLog:
                 part += f" return {_cell(figures['episode_return'])}"
             parts.append(part)
         return " | ".join(parts)
+
+    def _matches_text(self) -> str:
+        """The last eval's head-to-head line: W/D/L against each opponent, and the Elo."""
+        matches = self.evals[-1].get("matches") if self.evals else None
+        if not matches:
+            return ""
+        parts = []
+        for key in matches:
+            if key.endswith("/win") and key.startswith("vs_"):
+                who = key[3:].removesuffix("/win")
+                w, d = matches[key], matches.get(f"vs_{who}/draw", 0.0)
+                parts.append(f"vs {who} W/D/L {w:.2f}/{d:.2f}/{1.0 - w - d:.2f}")
+        if "elo" in matches and math.isfinite(matches["elo"]):
+            parts.append(f"Elo {matches['elo']:+.0f}")
+        return ("   " + "   ".join(parts)) if parts else ""
 
     def _of_total(self) -> str:
         return f"/{self.total_steps:,}" if self.total_steps else ""
@@ -211,6 +235,7 @@ class RunLog:
             headline += f"   left {_clock(eta)}"
         if last is not None:
             headline += f"   last eval {last:.1f}"
+        headline += self._matches_text()
         # In the order the member reports them, i.e. the task's head order.
         reported = (k for f in members.values() for k in f if k.startswith("episode_return/"))
         heads = list(dict.fromkeys(reported))[:MAX_HEAD_COLUMNS]

@@ -326,6 +326,7 @@ def make_env(
     num_envs: int,
     seed: int,
     agents: tuple[str, ...] | list[str] | None = None,
+    groups: dict[str, tuple[str, ...]] | None = None,
 ) -> VecEnv:
     """Build the vectorized adapter for ``env_cfg`` (the adapter modules are imported lazily).
 
@@ -333,7 +334,7 @@ def make_env(
     of a multi-agent env (PettingZoo agent names, Unity behavior names) and replace any
     ``agents`` in ``[env] kwargs``, so each member of one team can drive its own agents.
     """
-    env = _make_adapter(env_cfg, num_envs, seed, agents)
+    env = _make_adapter(env_cfg, num_envs, seed, agents, groups)
     if env_cfg.achieved_goal_in_obs and env.info.goal_dim:
         return AchievedGoalInObs(env)
     if env_cfg.stack > 1:  # [env] stack: the last k observations (FrameStackError if it cannot)
@@ -346,13 +347,19 @@ def make_env(
 
 
 def _make_adapter(
-    env_cfg: EnvSpec, num_envs: int, seed: int, agents: tuple[str, ...] | list[str] | None
+    env_cfg: EnvSpec,
+    num_envs: int,
+    seed: int,
+    agents: tuple[str, ...] | list[str] | None,
+    groups: dict[str, tuple[str, ...]] | None = None,
 ) -> VecEnv:
     prefix, sep, rest = env_cfg.id.partition(":")
     kwargs = dict(env_cfg.kwargs)
     if sep and prefix in ENV_ADAPTERS:
         if agents is not None:
             kwargs["agents"] = list(agents)
+        if groups:
+            kwargs["groups"] = dict(groups)
         adapter = importlib.import_module(ENV_ADAPTERS[prefix])
         return adapter.make(rest, kwargs, num_envs, seed)
     if agents is not None:

@@ -35,6 +35,8 @@ __all__ = [
     "VECTOR_MODES",
     "BufferConfig",
     "Config",
+    "CurriculumConfig",
+    "PlayConfig",
     "EnvConfig",
     "ExperimentConfig",
     "HeadConfig",
@@ -89,6 +91,43 @@ class EnvConfig:
     achieved_goal_in_obs: bool = False
     # The policy sees the last `stack` observations side by side (wheeler2.env.FrameStack).
     stack: int = bounded(1, ge=1)
+
+
+OPPONENT_SAMPLING = ("latest", "uniform", "win_rate")
+EVAL_OPPONENTS = ("random", "pool", "tables")
+
+
+@dataclass(frozen=True)
+class PlayConfig:
+    """How agents meet in a multi-agent env (docs/envs.md, "Agents that meet")."""
+
+    # Every agent of a member's copies is driven by the table that claims it (otherwise the
+    # agents a member does not own act at random).
+    joint: bool = False
+    # The member's own env steps between pulls of the other tables' policies.
+    pull_every: int = bounded(1000, gt=0)
+    # Self-play (a table that claims several seats of a turn-based game plays one, its pool
+    # the others): snapshots kept, and the learner's updates between snapshots.
+    pool_size: int = bounded(8, ge=1)
+    snapshot_every: int = bounded(1000, gt=0)
+    # Whom a copy's seats face each episode: the current policy, a snapshot drawn uniformly,
+    # or one drawn by how often it still beats the table (prioritized fictitious self-play).
+    opponents: str = choice("latest", OPPONENT_SAMPLING)
+    # Head-to-head evals at each eval point (turn-based games): win / draw / loss and an
+    # Elo-style rating against each.
+    eval_vs: tuple[str, ...] = setting((), choices=EVAL_OPPONENTS)
+    eval_games: int = bounded(0, ge=0)  # games per opponent; 0: [experiment] eval_episodes
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    """Stages of an env that exposes ``set_curriculum_stage(k)``."""
+
+    stages: int = bounded(gt=1)
+    # The eval figure to reach, one per advance (stages - 1 values): the stage goes from k to
+    # k + 1 at the first eval whose `metric` is >= advance_at[k].
+    advance_at: tuple[float, ...] = ()
+    metric: str = "eval_return"  # a summary key: eval_return, or e.g. vs_random/win_rate
 
 
 @dataclass(frozen=True)
@@ -168,6 +207,8 @@ class Config:
     buffer: BufferConfig
     team: tuple[MemberConfig, ...]
     raw: dict[str, Any] = field(compare=False, repr=False)
+    play: PlayConfig = field(default_factory=PlayConfig)
+    curriculum: CurriculumConfig | None = None
 
     @property
     def learner(self) -> MemberConfig:
@@ -201,13 +242,18 @@ class Config:
                     member[key] = _plain(getattr(m, key))
             member["params"] = _plain(m.params)
             team.append(member)
-        return {
+        out = {
             "experiment": _plain(self.experiment),
             "env": _plain(self.env),
             "task": task,
             "buffer": _plain(self.buffer),
             "team": team,
         }
+        if self.play != PlayConfig():
+            out["play"] = _plain(self.play)
+        if self.curriculum is not None:
+            out["curriculum"] = _plain(self.curriculum)
+        return out
 
     def to_toml(self) -> str:
         """The resolved config; ``load`` reads it back into an equal Config (used by resume)."""

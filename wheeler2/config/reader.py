@@ -33,10 +33,12 @@ from .model import (
     DEFAULT_TABLE,
     BufferConfig,
     Config,
+    CurriculumConfig,
     EnvConfig,
     ExperimentConfig,
     HeadConfig,
     MemberConfig,
+    PlayConfig,
     TaskConfig,
     copy_value,
 )
@@ -51,7 +53,7 @@ RENAMED: dict[str, dict[str, str]] = {
     "buffer": {"ratio": "updates_per_insert"},
 }
 
-TOP_LEVEL = ("experiment", "env", "task", "buffer", "team")
+TOP_LEVEL = ("experiment", "env", "task", "buffer", "team", "play", "curriculum")
 
 
 class Reader:
@@ -242,6 +244,8 @@ def validate(raw: dict[str, Any], path: str | Path = "<config>") -> Config:
         buffer=_buffer(reader, raw.get("buffer", {})),
         team=_team(reader, raw["team"]),
         raw=raw,
+        play=PlayConfig(**reader.read(PlayConfig, "[play]", raw.get("play", {}), "play")),
+        curriculum=_curriculum(reader, raw.get("curriculum")),
     )
     if config.experiment.backend == "ray" and len(config.tables) > 1:
         raise reader.error(
@@ -276,6 +280,21 @@ def _experiment(reader: Reader, data: Any, path: Path) -> ExperimentConfig:
         fallback={"name": lambda _: path.stem},
     )
     return ExperimentConfig(**values)
+
+
+def _curriculum(reader: Reader, data: Any) -> CurriculumConfig | None:
+    if data is None:
+        return None
+    values = reader.read(CurriculumConfig, "[curriculum]", data, "curriculum")
+    need = values["stages"] - 1
+    if len(values["advance_at"]) != need:
+        raise reader.error(
+            "[curriculum]",
+            "advance_at",
+            f"expected {need} values (one per advance of {values['stages']} stages), "
+            f"got {len(values['advance_at'])}",
+        )
+    return CurriculumConfig(**values)
 
 
 def _env(reader: Reader, data: Any) -> EnvConfig:

@@ -21,6 +21,56 @@ class EvalResult:
     # Per reward head, when the agent answers head_values: {"q": mean Q_h(s0, pi(s0)),
     # "return": mean discounted return of head h from s0, "error": q - return}.
     heads: dict[str, dict[str, float]] | None = None
+    # Turn-based games: head-to-head figures, e.g. {"vs_random/win": 0.93, "elo": 480.0}.
+    matches: dict[str, float] | None = None
+
+
+@dataclass
+class Tally:
+    """Games of a turn-based game from the evaluated seat's side, overall and per seat."""
+
+    wins: int = 0
+    draws: int = 0
+    losses: int = 0
+    by_seat: dict[str, list[int]] | None = None  # seat -> [wins, draws, losses]
+
+    def add(self, seat: str, outcome: float) -> None:
+        k = 0 if outcome > 0 else 1 if outcome == 0 else 2
+        self.wins += k == 0
+        self.draws += k == 1
+        self.losses += k == 2
+        if self.by_seat is None:
+            self.by_seat = {}
+        self.by_seat.setdefault(seat, [0, 0, 0])[k] += 1
+
+    @property
+    def games(self) -> int:
+        return self.wins + self.draws + self.losses
+
+    def figures(self, prefix: str) -> dict[str, float]:
+        n = max(self.games, 1)
+        out = {
+            f"{prefix}/win": self.wins / n,
+            f"{prefix}/draw": self.draws / n,
+            f"{prefix}/loss": self.losses / n,
+        }
+        # Seats in the order they were first met, which tally() makes the env's seat order.
+        for k, wdl in enumerate((self.by_seat or {}).values()):
+            place = "first" if k == 0 else "second" if k == 1 else f"seat{k}"
+            games = max(sum(wdl), 1)
+            out[f"{prefix}/win_{place}"] = wdl[0] / games
+            out[f"{prefix}/nonloss_{place}"] = (wdl[0] + wdl[1]) / games
+        return out
+
+
+def tally(env: Any, result: EvalResult) -> Tally:
+    """W/D/L of an :func:`evaluate` run on a turn-based env: copy ``c`` played its first
+    episode in seat ``seats[c % len(seats)]`` (envs/turns.py)."""
+    seats = list(env.seats)
+    out = Tally()
+    for c, ret in enumerate(result.returns):
+        out.add(seats[c % len(seats)], ret)
+    return out
 
 
 def evaluate(agent: Agent, env: VecEnv, seed: int, heads: RewardHeads | None = None) -> EvalResult:

@@ -196,6 +196,8 @@ class Recorder:
         }
         if result.heads is not None:  # each head's Q(s0, pi(s0)) against its discounted return
             entry["heads"] = result.heads
+        if result.matches:  # turn-based games: W/D/L per opponent, Elo
+            entry["matches"] = result.matches
         return entry
 
     @staticmethod
@@ -210,6 +212,7 @@ class Recorder:
         entry = self._eval_entry(env_steps, result)
         self.state.table_evals.setdefault(table, []).append(entry)
         values = {"eval_return": result.mean_return, **self._value_errors(result)}
+        values.update(result.matches or {})
         if result.success is not None:
             values["eval_success"] = result.success
         self.log.scalars(learner, env_steps, values)
@@ -220,7 +223,9 @@ class Recorder:
             self.schedule.next_eval += self.schedule.eval_every
         entry = self._eval_entry(env_steps, result)
         self.state.evals.append(entry)
-        self.log.eval(env_steps, entry["wall_s"], result.mean_return, result.success)
+        self.log.eval(
+            env_steps, entry["wall_s"], result.mean_return, result.success, result.matches
+        )
         if result.heads is not None:
             self.log.scalars("eval", env_steps, self._value_errors(result))
         if (

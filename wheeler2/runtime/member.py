@@ -24,7 +24,7 @@ from torch import nn
 from wheeler2.agent import Agent, Transitions
 from wheeler2.buffer import Replay
 from wheeler2.env import EnvStep, VecEnv, policy_obs
-from wheeler2.runtime.evaluation import evaluate
+from wheeler2.runtime.evaluation import EvalResult, Tally, evaluate, tally
 from wheeler2.runtime.heads import make_heads, make_task
 from wheeler2.runtime.messages import (
     Building,
@@ -34,6 +34,15 @@ from wheeler2.runtime.messages import (
     Finished,
     Started,
     StateReply,
+)
+from wheeler2.runtime.opponents import (
+    POOL_KEY,
+    SELF,
+    Drivers,
+    EvalDrivers,
+    OtherTable,
+    build_drivers,
+    driven_groups,
 )
 from wheeler2.runtime.parts import make_agent, make_env, space_info
 from wheeler2.runtime.plan import MemberPlan
@@ -305,6 +314,8 @@ class Wiring:
     env_steps: int = 0  # resumed step count
     next_eval: int = 0
     where: dict[str, Any] = field(default_factory=dict)
+    # Joint play: every other table's weights and replay (runtime/opponents.py).
+    others: dict[str, OtherTable] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,13 +350,26 @@ class MemberLoop:
         # Each stage is news to the coordinator: its start grace counts from the last one, so a
         # build slowed down stage by stage (a loaded machine) is told from one stuck in a stage.
         self._building("building its envs")
-        env = make_env(config, int(config.env.num_envs), seed, plan)
+        groups = driven_groups(config, plan)
+        env = make_env(config, int(config.env.num_envs), seed, plan, groups)
         self._closing.append(env)
         heads = make_heads(config, env, make_task(config))
         self._building("building its agent")
-        agent = make_agent(config, plan, space_info(env.info, heads), seed)
-        if wiring.state is not None:
-            agent.load_state_dict(wiring.state)
+        space = space_info(env.info, heads)
+        agent = make_agent(config, plan, space, seed)
+        state = dict(wiring.state) if wiring.state is not None else None
+        pool_state = None if state is None else state.pop(POOL_KEY, None)
+        if state is not None:
+            agent.load_state_dict(state)
+        self.drivers: Drivers | None = None
+        if hasattr(env, "attach_others"):
+            self.drivers = build_drivers(
+                config, plan, env, agent, space, wiring.others, seed, pool_state
+            )
+            if self.drivers is not None:
+                self._closing.append(self.drivers)
+                env.attach_others(self.drivers)
+        self.next_pull = wiring.env_steps + int(config.play.pull_every)
         replay = wiring.replay
         writer: ReplayWriter | None = None
         if replay is not None:
@@ -376,8 +400,15 @@ class MemberLoop:
         self.eval_env = None
         if self.learner:
             self._building("building its eval envs")
-            self.eval_env = make_env(config, int(exp.eval_episodes), eval_env_seed(config), plan)
+            self.eval_env = make_env(
+                config, int(exp.eval_episodes), eval_env_seed(config), plan, groups
+            )
             self._closing.append(self.eval_env)
+            if hasattr(self.eval_env, "attach_others"):
+                # Other tables play as in training; the table's own other seats at random.
+                self.eval_env.attach_others(
+                    EvalDrivers(self.drivers, None, env.info.act_dim, eval_env_seed(config))
+                )
         self.source = None
         sync = plan.spec.sync
         if not self.learner and sync is not None and wiring.source is not None:
@@ -427,6 +458,12 @@ class MemberLoop:
             budget.settle(want, used)
             if self.learner:
                 self._learn()
+            drivers = self.drivers
+            if drivers is not None:
+                drivers.after_update(int(getattr(self.agent, "updates", 0)))
+                if self.member.stats.env_steps >= self.next_pull:
+                    drivers.pull()
+                    self.next_pull += int(self.config.play.pull_every)
         except NonFiniteError as exc:
             exc.member = self.plan.name
             exc.env_steps = budget.run_steps(self.member.stats.env_steps)
@@ -438,9 +475,7 @@ class MemberLoop:
         if request != self.seen_request:
             self.seen_request = request
             self.link.send(
-                StateReply(
-                    self.plan.name, request, self.agent.state_dict(), self.member.stats.env_steps
-                )
+                StateReply(self.plan.name, request, self.state_dict(), self.member.stats.env_steps)
             )
         self._report_when_due()
         return True
@@ -471,7 +506,56 @@ class MemberLoop:
         seed = eval_reset_seed(self.config)
         assert self.eval_env is not None  # every learner builds its eval envs
         result = evaluate(self.agent, self.eval_env, seed, heads=self.member.heads)
-        self.link.send(Evaluated(self.plan.name, env_steps, result, self.agent.state_dict()))
+        if self.config.play.eval_vs and hasattr(self.eval_env, "seats"):
+            result.matches = self._matches(result, seed)
+        self.link.send(Evaluated(self.plan.name, env_steps, result, self.state_dict()))
+
+    def _matches(self, main: EvalResult, seed: int) -> dict[str, float]:
+        """Head-to-head figures of a turn-based game ([play] eval_vs): W/D/L against each kind
+        of opponent, and an Elo-style rating with the random player at 0. The run's own eval
+        (``main``) faced random seats, or the other tables where they claim them."""
+        from wheeler2.rating import elo_ratings
+
+        env: Any = self.eval_env
+        assert env is not None
+        joint = bool(getattr(env, "groups", {}).keys() - {SELF})
+        act_dim = env.info.act_dim
+        out: dict[str, float] = {}
+        games: list[tuple[str, str, int, int, int]] = []
+
+        def count(name: str, t: Tally) -> None:
+            out.update(t.figures(f"vs_{name}"))
+            games.append(("current", name, t.wins, t.draws, t.losses))
+
+        for kind in self.config.play.eval_vs:
+            if kind == "tables" and joint:
+                count("tables", tally(env, main))
+            elif kind == "random":
+                if not joint:
+                    t = tally(env, main)
+                else:
+                    env.attach_others(EvalDrivers(None, None, act_dim, seed))
+                    t = tally(env, evaluate(self.agent, env, seed))
+                count("random", t)
+            elif kind == "pool" and self.drivers is not None and self.drivers.pool is not None:
+                pool, total = self.drivers.pool, Tally()
+                for index in range(len(pool.snapshots)):
+                    opponent = self.drivers.load_snapshot(index)
+                    env.attach_others(EvalDrivers(self.drivers, opponent, act_dim, seed))
+                    t = tally(env, evaluate(self.agent, env, seed))
+                    total.wins, total.draws = total.wins + t.wins, total.draws + t.draws
+                    total.losses += t.losses
+                    games.append(("current", f"snapshot{index}", t.wins, t.draws, t.losses))
+                if total.games:
+                    out.update(total.figures("vs_pool"))
+        env.attach_others(EvalDrivers(self.drivers, None, act_dim, eval_env_seed(self.config)))
+        if games:
+            out["elo"] = (
+                elo_ratings(games, anchor="random")["current"]
+                if any(g[1] == "random" for g in games)
+                else float("nan")
+            )
+        return out
 
     def finish(self) -> None:
         """After the last tick. A learner whose budget is spent takes the updates the gate still
@@ -485,9 +569,15 @@ class MemberLoop:
             if updates or total != self.last_eval:
                 self._evaluate(total)
         self.link.send(Figures(self.plan.name, self.figures()))
-        self.link.send(
-            Finished(self.plan.name, self.agent.state_dict(), self.member.stats.env_steps)
-        )
+        self.link.send(Finished(self.plan.name, self.state_dict(), self.member.stats.env_steps))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The agent's state, with the self-play pool where the member keeps one."""
+        state = self.agent.state_dict()
+        pool = None if self.drivers is None else self.drivers.pool
+        if pool is not None:
+            state[POOL_KEY] = pool.state_dict()
+        return state
 
     def figures(self) -> dict[str, float]:
         values = self.member.figures()
@@ -502,6 +592,8 @@ class MemberLoop:
         if self.source is not None and self.source.version:
             values["sync_version"] = float(self.source.version)
             values["sync_version_lag"] = float(self.source.lag())
+        if self.drivers is not None:
+            values.update(self.drivers.figures())
         return values
 
     def close(self) -> None:
@@ -511,6 +603,9 @@ class MemberLoop:
             member: Member | None = getattr(self, "member", None)  # None: the build failed
             if member is not None and member.writer is not None:
                 member.writer.flush()
+            drivers = getattr(self, "drivers", None)
+            if drivers is not None:
+                drivers.flush()
         finally:
             self._close_resources()
 

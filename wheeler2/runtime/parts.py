@@ -16,20 +16,38 @@ from wheeler2.runtime.plan import MemberPlan
 from wheeler2.task import RewardHeads
 
 
-def make_env(config: Config, num_envs: int, seed: int, plan: MemberPlan | None = None) -> VecEnv:
+def make_env(
+    config: Config,
+    num_envs: int,
+    seed: int,
+    plan: MemberPlan | None = None,
+    groups: dict[str, tuple[str, ...]] | None = None,
+) -> VecEnv:
     """``plan``'s own agents of a multi-agent env (its ``agents`` globs); without a plan, or
-    when the member names none, the agents ``[env] kwargs`` select (default: all)."""
+    when the member names none, the agents ``[env] kwargs`` select (default: all). ``groups``:
+    the agents other tables claim, for joint play (runtime/opponents.py)."""
     agents = None if plan is None else plan.spec.agents
-    return registry.make_env(config.env, num_envs, seed, agents=agents)
+    return registry.make_env(config.env, num_envs, seed, agents=agents, groups=groups)
 
 
 def space_info(info: EnvInfo, heads: RewardHeads) -> SpaceInfo:
+    if info.action_mask and info.goal_dim > 0:
+        # policy_obs puts the goals after the observation, so the mask would no longer be
+        # the last act_dim columns, where every agent reads it.
+        raise ValueError(
+            "an env with action masks cannot have goals: the agents read the legal-action "
+            f"mask from the last {info.act_dim} observation columns, and the goals "
+            f"({info.goal_dim} columns) would be appended after it"
+        )
+    if info.action_mask and not info.discrete:
+        raise ValueError("an action mask needs a discrete action space")
     return SpaceInfo(
         obs_dim=info.obs_dim + info.goal_dim,
         act_dim=info.act_dim,
         discrete=info.discrete,
         heads=heads.names,
         head_weights=heads.weights,
+        action_mask=info.action_mask,
     )
 
 

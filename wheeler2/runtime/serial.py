@@ -20,6 +20,7 @@ from wheeler2.runtime.budget import REQUEST, STOP, CountingBudget, new_block, ru
 from wheeler2.runtime.coordinator import prepare, run_team
 from wheeler2.runtime.member import MemberLoop, Wiring, failed
 from wheeler2.runtime.messages import Failed, Message
+from wheeler2.runtime.opponents import OtherTable
 from wheeler2.runtime.replays import make_replay, own_replay_spec
 from wheeler2.runtime.restore import member_payload, saved_replay
 from wheeler2.runtime.team import TeamSetup
@@ -74,7 +75,7 @@ class SerialTransport:
                     saved = saved_replay(payload, table)
                     if saved is not None:
                         replay.load_state_dict(saved)
-                if table.syncs:
+                if table.syncs or config.play.joint:  # joint play: other tables pull it too
                     publisher = WeightPublisher.create(table.published)
                     publisher.publish(table.published)
                     self.publishers[table.name] = publisher
@@ -101,10 +102,26 @@ class SerialTransport:
                     source=source,
                     state=state,
                     env_steps=env_steps,
+                    others=self._others(table_name, p.name),
                 )
         except BaseException:
             self.close()
             raise
+
+    def _others(self, own: str, member: str) -> dict[str, OtherTable]:
+        """Joint play: every other table's weights and replay, in this one process."""
+        from wheeler2.sync import WeightClient
+
+        if not self.config.play.joint:
+            return {}
+        return {
+            name: OtherTable(
+                WeightClient.factory(publisher.handle(), (), 1.0, member),
+                self.replays.get(name),
+            )
+            for name, publisher in self.publishers.items()
+            if name != own
+        }
 
     def start(self, run_dir: Path, next_eval: int) -> None:
         if threading.current_thread() is threading.main_thread():  # signals reach only it
