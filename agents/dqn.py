@@ -15,6 +15,12 @@ from replayed sequences with the stored state and a burn-in; the target above ho
 trained position, s' being read by the online and target cores unrolled over the sequence's
 next observations from the stored state, and the loss is averaged over the trained positions
 (``mask``); a sequence's priority is ``seq_eta max|delta| + (1 - seq_eta) mean|delta|``.
+
+Action masks (turn-based games, ``SpaceInfo.action_mask``): the greedy action is the argmax over
+the legal actions, an epsilon-greedy draw is uniform among them, and the target's argmax (max
+without ``double``) runs over the actions legal at s', read from the mask columns of the next
+observation (``agents/parts/masks.py``). A next observation with no legal action (a terminal
+one) counts all legal; its bootstrap is zeroed by the discount anyway.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from wheeler2.agents.offpolicy import OffPolicy, View, loss_step
 from wheeler2.agents.parts import seeded
 from wheeler2.agents.parts.encoders import MLP
 from wheeler2.agents.parts.heads import DiscreteQ
+from wheeler2.agents.parts.masks import masked_argmax, random_legal
 from wheeler2.agents.parts.noisy import noisy_head_, resample_noise
 from wheeler2.agents.recurrent import SequenceParams, body
 
@@ -84,6 +91,7 @@ class DQN(OffPolicy, Agent):
     policy = "q"  # DiscreteQ declares its sync roles (net.trunk / net.head as trunk / head),
     # so this learner seeds PPO / A2C explorers of the same hidden sizes.
     random_warmup = False  # epsilon-greedy from the first step
+    masks = True
 
     def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
         if params.loss not in ("huber", "mse"):
@@ -114,12 +122,19 @@ class DQN(OffPolicy, Agent):
     def decide(self, z: torch.Tensor, sample: bool) -> torch.Tensor:
         return self.q_layers(z).argmax(-1)
 
-    def explore(self, action: np.ndarray) -> np.ndarray:
-        """Epsilon-greedy (none with a noisy head, which explores by itself)."""
+    def decide_legal(self, z: torch.Tensor, sample: bool, legal: torch.Tensor) -> torch.Tensor:
+        return masked_argmax(self.q_layers(z), legal)
+
+    def explore(self, action: np.ndarray, legal: np.ndarray | None = None) -> np.ndarray:
+        """Epsilon-greedy (none with a noisy head, which explores by itself), the random
+        actions among the ``legal`` ones where given."""
         if self.params.noisy:
             return action
         rand = self.rng.random(len(action)) < self.epsilon
-        action[rand] = self.rng.integers(0, self.space.act_dim, int(rand.sum()))
+        if legal is None:
+            action[rand] = self.rng.integers(0, self.space.act_dim, int(rand.sum()))
+        else:
+            action[rand] = random_legal(self.rng, legal[rand])
         return action
 
     def update(self, v: View) -> tuple[dict[str, float], torch.Tensor]:
@@ -134,6 +149,11 @@ class DQN(OffPolicy, Agent):
                 q_next_online = v.boot(self.q_layers(v.read_next(self.q)))
             else:
                 q_next_online = q_next_target
+            if self.masked:
+                # Only the argmax is masked: the target net's value at the picked action is
+                # finite, so a zero discount cannot meet an -inf.
+                legal = v.next_legal(self.space.act_dim)
+                q_next_online = q_next_online.masked_fill(~legal, -torch.inf)
             y = double_q_target(reward, v.discount, q_next_online, q_next_target)
         q_all = self.q_layers(v.read(self.q))
         action = v.action.long().reshape(*q_all.shape[:-1], 1)

@@ -19,13 +19,23 @@ class RunningNorm:
     """Per-dimension running mean / variance (parallel-merge form, exact in float64).
 
     ``normalize`` returns ``clip((x - mean) / max(std, eps), -clip, clip)``; ``eps`` keeps a
-    constant dimension (a fixed goal coordinate) from being blown up.
+    constant dimension (a fixed goal coordinate) from being blown up. The last ``keep_last``
+    columns pass through as they came: a legal-action mask (``agents/parts/masks.py``) must
+    stay 0 / 1 wherever the agent reads it back, and a small ``clip`` would cut its 1.0.
     """
 
-    def __init__(self, dim: int, clip: float = 5.0, eps: float = 1e-2, device: Any = "cpu"):
+    def __init__(
+        self,
+        dim: int,
+        clip: float = 5.0,
+        eps: float = 1e-2,
+        device: Any = "cpu",
+        keep_last: int = 0,
+    ):
         self.dim = int(dim)
         self.clip = float(clip)
         self.eps = float(eps)
+        self.keep_last = int(keep_last)
         self.device = torch.device(device)
         self.count = 0
         self.mean = np.zeros(self.dim, np.float64)
@@ -68,7 +78,11 @@ class RunningNorm:
         )
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        return ((x - self._mean_t) * self._inv_std_t).clamp_(-self.clip, self.clip)
+        out = ((x - self._mean_t) * self._inv_std_t).clamp_(-self.clip, self.clip)
+        if self.keep_last:
+            k = self.dim - self.keep_last
+            out[..., k:] = x[..., k:]
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         # Tensors, not numpy arrays: checkpoints load with weights_only=True, which refuses
@@ -118,5 +132,10 @@ class IdentityNorm:
         pass
 
 
-def make_obs_norm(enabled: bool, dim: int, clip: float, device: Any) -> RunningNorm | IdentityNorm:
-    return RunningNorm(dim, clip=clip, device=device) if enabled else IdentityNorm()
+def make_obs_norm(
+    enabled: bool, dim: int, clip: float, device: Any, keep_last: int = 0
+) -> RunningNorm | IdentityNorm:
+    """The agent's input normalization; ``keep_last`` columns (an action mask) left raw."""
+    if not enabled:
+        return IdentityNorm()
+    return RunningNorm(dim, clip=clip, device=device, keep_last=keep_last)

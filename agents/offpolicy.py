@@ -14,7 +14,10 @@ losses.
   :meth:`update` is written once for transitions and for replayed sequences, and its new
   priorities;
 * ``state_dict`` / ``load_state_dict`` from the declared ``saved`` attributes, ``needs``,
-  ``observe`` (counters, input statistics, noise restarts) and ``check_member``.
+  ``observe`` (counters, input statistics, noise restarts) and ``check_member``;
+* action masks (``SpaceInfo.action_mask``): an algorithm that declares ``masks = True`` gets
+  the legal actions of each row (``agents/parts/masks.py``) in :meth:`OffPolicy.decide_legal`,
+  :meth:`OffPolicy.explore` and the warm-up draws; any other refuses a masked space.
 
 It is a mixin, listed before :class:`wheeler2.agent.Agent` (``class TD3(OffPolicy, Agent)``):
 the registry takes the one Agent subclass a module of ``agents/`` defines for its algorithm,
@@ -35,6 +38,7 @@ from wheeler2.agents.normalize import IdentityNorm, make_obs_norm
 from wheeler2.agents.parts import resolve_device
 from wheeler2.agents.parts.batch import SequenceView, StepView
 from wheeler2.agents.parts.encoders import feature_dim, rbf_features_
+from wheeler2.agents.parts.masks import legal_actions_np, random_legal, refuse_mask
 from wheeler2.agents.parts.noisy import noise_off, noisy_layers
 from wheeler2.agents.parts.numpy_forward import NumpyForward
 from wheeler2.agents.parts.targets import frozen_copy, polyak_
@@ -77,6 +81,8 @@ class OffPolicy:
     stochastic: ClassVar[bool] = False
     # Uniform random actions for the first learning_starts env steps (DQN: epsilon-greedy).
     random_warmup: ClassVar[bool] = True
+    # It keeps to the legal actions of a masked space (decide_legal, explore with legal).
+    masks: ClassVar[bool] = False
 
     space: SpaceInfo
     params: Any
@@ -86,6 +92,8 @@ class OffPolicy:
     def __init__(self, space: SpaceInfo, params: Any, device: str = "cpu", seed: int = 0):
         super().__init__(space, params, resolve_device(device, params.device), seed)  # type: ignore[call-arg]
         name = type(self).__name__
+        if space.action_mask and not self.masks:
+            raise refuse_mask(name)
         if space.discrete != self.discrete:
             kind = "a discrete" if self.discrete else "a continuous (Box)"
             raise ValueError(f"{name} needs {kind} action space")
@@ -96,7 +104,12 @@ class OffPolicy:
         self.recurrent = getattr(p, "core", "none") != "none"
         self.head_names = space.heads
         self.head_w = torch.tensor(space.head_weights, dtype=torch.float32, device=self.device)
-        self.obs_norm = make_obs_norm(p.normalize_obs, space.obs_dim, p.obs_clip, self.device)
+        self.masked = space.action_mask
+        # The mask columns stay 0 / 1 in every normalized row a loss reads them from.
+        mask_cols = space.act_dim if self.masked else 0
+        self.obs_norm = make_obs_norm(
+            p.normalize_obs, space.obs_dim, p.obs_clip, self.device, keep_last=mask_cols
+        )
         self.rng = np.random.default_rng(seed + 2)  # warm-up actions
         self.noise: Any = None  # an action noise process (agents/noise.py), if any
         # The noise of NoisyNet layers (redrawn per act batch), drawn on the CPU from the seed.
@@ -169,8 +182,9 @@ class OffPolicy:
 
     @cached_property
     def fast_actor(self) -> NumpyForward | None:
-        """The policy's numpy forward pass, where it applies (CPU, no input normalization)."""
-        if self.recurrent or not isinstance(self.obs_norm, IdentityNorm):
+        """The policy's numpy forward pass, where it applies (CPU, no input normalization, no
+        action mask: its output is the action itself, with no place to leave out illegal ones)."""
+        if self.recurrent or self.masked or not isinstance(self.obs_norm, IdentityNorm):
             return None
         return NumpyForward.of(self.actor, squash=True)
 
@@ -181,41 +195,52 @@ class OffPolicy:
 
     def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
         n = len(obs)
+        # From the raw rows: the mask columns are the env's, whatever the input normalization.
+        legal = legal_actions_np(obs, self.space.act_dim) if self.masked else None
         warm = self.random_warmup and explore and self.env_steps < self.params.learning_starts
         if warm and not self.recurrent:
             # Uniform actions fill the buffer with diverse data before the policy means anything.
-            return ActOut(action=self.uniform(n))
+            return ActOut(action=self.uniform(n, legal))
         if self.noisy and explore:  # one draw of the parameter noise per act batch
             for layer in self.noisy:
                 layer.resample(self.noise_gen)
         if self.noisy and not explore:  # evaluation acts on the mean weights
             with noise_off(self.actor):
-                a, nxt = self._forward(obs, False, state)
+                a, nxt = self._forward(obs, False, state, legal)
         else:
-            a, nxt = self._forward(obs, explore and not warm, state)
+            a, nxt = self._forward(obs, explore and not warm, state, legal)
         if warm:  # a recurrent policy ran all the same: its state moves along the episode
-            a = self.uniform(n)
+            a = self.uniform(n, legal)
         elif explore:
-            a = self.explore(a)
+            a = self.explore(a) if legal is None else self.explore(a, legal)
         return ActOut(
             action=a.astype(np.int64 if self.discrete else np.float32, copy=False), state=nxt
         )
 
-    def uniform(self, n: int) -> np.ndarray:
+    def uniform(self, n: int, legal: np.ndarray | None = None) -> np.ndarray:
+        """Warm-up actions: uniform in [-1, 1], or among the ``legal [n, act_dim]`` actions."""
+        if legal is not None:
+            return random_legal(self.rng, legal)
         return self.rng.uniform(-1.0, 1.0, (n, self.space.act_dim)).astype(np.float32)
 
     def _forward(
-        self, obs: np.ndarray, sample: bool, state: np.ndarray | None
+        self,
+        obs: np.ndarray,
+        sample: bool,
+        state: np.ndarray | None,
+        legal: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """(the policy's action, the next policy state or None)."""
+        """(the policy's action, among the ``legal`` ones where given; the next policy state
+        or None)."""
         fast = self.fast_actor
         if fast is not None and not (sample and self.stochastic):
             return fast(obs), None
         with torch.inference_mode():
             x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
             x = self.obs_norm.normalize(x)
+            lt = None if legal is None else torch.as_tensor(legal, device=self.device)
             if not self.recurrent:
-                return self.decide(x, sample).cpu().numpy(), None
+                return self._decide(x, sample, lt).cpu().numpy(), None
             h = state_rows(state, len(obs), self.state_dim, self.device)
             # Every core steps, the critic's on random actions too: the state stored with each
             # transition must be the one every network reaches along the episode.
@@ -226,16 +251,25 @@ class OffPolicy:
                 states.append(s)
                 if net is self.actor:
                     z = features
-            a = self.decide(z, sample)
+            a = self._decide(z, sample, lt)
             return a.cpu().numpy(), torch.cat(states, dim=1).cpu().numpy()
+
+    def _decide(self, z: torch.Tensor, sample: bool, legal: torch.Tensor | None) -> torch.Tensor:
+        return self.decide(z, sample) if legal is None else self.decide_legal(z, sample, legal)
 
     def decide(self, z: torch.Tensor, sample: bool) -> torch.Tensor:
         """The policy's action from its layers' input ``z`` (``sample``: explore by sampling)."""
         raise NotImplementedError
 
-    def explore(self, a: np.ndarray) -> np.ndarray:
+    def decide_legal(self, z: torch.Tensor, sample: bool, legal: torch.Tensor) -> torch.Tensor:
+        """:meth:`decide` among the ``legal [N, act_dim]`` actions (an algorithm with ``masks =
+        True`` writes it)."""
+        raise NotImplementedError
+
+    def explore(self, a: np.ndarray, legal: np.ndarray | None = None) -> np.ndarray:
         """Exploration on top of the policy's action: the action noise (none with NoisyNet
-        layers, which explore by themselves)."""
+        layers, which explore by themselves). ``legal [N, act_dim]`` (masked spaces): the
+        actions exploration may pick from."""
         if self.noise is None or self.noisy:
             return a
         return np.clip(a + self.noise(len(a)), -1.0, 1.0)

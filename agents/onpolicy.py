@@ -22,6 +22,11 @@ copy's whole sequence through the cores from there, resetting where an episode b
 epoch's log-probs are the behaviour ones. V of each step and of the bootstrap observations are
 the values computed while acting (the critic does not change during a rollout), which is what a
 replay from the stored states gives.
+
+Action masks (``SpaceInfo.action_mask``, discrete actions): the legal actions are read from the
+last ``act_dim`` columns of each observation (``agents/parts/masks.py``), when acting and when
+the update scores the stored actions again; the rollout's observations carry them, since
+normalization leaves those columns raw.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from wheeler2.agents.parts import resolve_device
 from wheeler2.agents.parts.distributions import evaluate_actions, evaluate_outputs, sample_outputs
 from wheeler2.agents.parts.encoders import ortho_init_
 from wheeler2.agents.parts.heads import VCritic, build_actor
+from wheeler2.agents.parts.masks import legal_actions
 from wheeler2.agents.parts.memory import RecurrentMemory
 
 from wheeler2.agent import ActOut, SpaceInfo, Transitions
@@ -97,9 +103,12 @@ class RecurrentActor(RecurrentMemory):
         y, state = super().sequence(obs, state0, starts)
         return self.head(y), state
 
-    def evaluate(self, out: torch.Tensor, raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """log pi(raw) and the entropy under the outputs ``out`` (any leading shape)."""
-        return evaluate_outputs(out, None if self.discrete else self.log_std, raw)
+    def evaluate(
+        self, out: torch.Tensor, raw: torch.Tensor, legal: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """log pi(raw) and the entropy under the outputs ``out`` (any leading shape), over the
+        ``legal`` actions only where given."""
+        return evaluate_outputs(out, None if self.discrete else self.log_std, raw, legal)
 
 
 class RecurrentCritic(RecurrentMemory):
@@ -249,7 +258,10 @@ class OnPolicy:
         return AgentNeeds(gamma=float(params.gamma), device=params.device)
 
     def __init__(self, space: SpaceInfo, params: Any, device: str = "cpu", seed: int = 0):
+        if space.action_mask and not space.discrete:
+            raise ValueError(f"{type(self).__name__}: an action mask needs a discrete action space")
         super().__init__(space, params, resolve_device(device, params.device), seed)
+        self.masked = space.action_mask
 
     def setup(
         self,
@@ -263,7 +275,10 @@ class OnPolicy:
         self.critic = critic.to(self.device)
         # Statistics come from the observations this agent acts on (observe), never from evals;
         # rollouts store normalized observations, the ones the policy saw.
-        self.obs_norm = make_obs_norm(normalize_obs, self.space.obs_dim, obs_clip, self.device)
+        mask_cols = self.space.act_dim if self.masked else 0
+        self.obs_norm = make_obs_norm(
+            normalize_obs, self.space.obs_dim, obs_clip, self.device, keep_last=mask_cols
+        )
         # The policy state: the actor core's, then the critic core's (if any).
         self.recurrent = isinstance(policy, RecurrentActor)
         self.actor_state_dim = policy.state_dim if self.recurrent else 0
@@ -284,6 +299,11 @@ class OnPolicy:
 
     def _log_std(self) -> torch.Tensor | None:
         return getattr(self.policy, "log_std", None)  # None: a categorical policy
+
+    def _legal(self, obs: torch.Tensor) -> torch.Tensor | None:
+        """The legal actions of ``obs [..., obs_dim]`` (raw or normalized: the mask columns are
+        never normalized); None for an unmasked space."""
+        return legal_actions(obs, self.space.act_dim) if self.masked else None
 
     def _split_state(self, state: Any, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The engine's state rows as (actor part, critic part); None: every row starts."""
@@ -310,11 +330,13 @@ class OnPolicy:
             # normalized. Later batches are folded in by observe (as reset_obs); the very first
             # only here, or it would be normalized by empty statistics (as given).
             self.obs_norm.start(obs)
-        x = self.obs_norm.normalize(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
+        o = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        x = self.obs_norm.normalize(o)
         with torch.inference_mode():
             sa, sc = self._split_state(state, len(x)) if self.recurrent else (None, None)
             out, sa = self._policy_step(x, sa)
-            action, raw, logp = sample_outputs(out, self._log_std(), explore, self.gen)
+            legal = self._legal(o)
+            action, raw, logp = sample_outputs(out, self._log_std(), explore, self.gen, legal)
             extras = {}
             if self.acts_with_value:
                 value, sc = self._value_step(x, sc)
@@ -352,7 +374,8 @@ class OnPolicy:
             r.logp[t] = torch.as_tensor(step.act_out.logp, device=dev)
         else:  # actions not drawn by act(explore=True): score them under the current policy
             with torch.no_grad():
-                r.logp[t] = evaluate_actions(self.policy, r.obs[t], r.action[t])[0]
+                legal = self._legal(r.obs[t])
+                r.logp[t] = evaluate_actions(self.policy, r.obs[t], r.action[t], legal)[0]
         reward = torch.as_tensor(step.reward, dtype=torch.float32, device=dev).reshape(n, -1)
         r.reward[t] = reward @ self.head_w  # heads -> one reward
         r.terminated[t] = torch.as_tensor(step.terminated, device=dev)
@@ -387,7 +410,7 @@ class OnPolicy:
                 r.logp[t] = torch.as_tensor(step.act_out.logp, device=dev)
             else:  # actions not drawn by act(explore=True): score them in the state they had
                 out = self.policy.step(r.obs[t], sa)[0]
-                r.logp[t] = self.policy.evaluate(out, r.action[t])[0]
+                r.logp[t] = self.policy.evaluate(out, r.action[t], self._legal(r.obs[t]))[0]
             value = step.act_out.extras.get("value")
             if value is None:
                 r.value[t] = self._value_step(r.obs[t], sc)[0]
@@ -453,12 +476,12 @@ class OnPolicy:
         if self.recurrent:
             obs, action, state0, starts = self._sequences(mb)
             out, _ = self.policy.sequence(obs, state0[:, : self.actor_state_dim], starts)
-            logp, entropy = self.policy.evaluate(out, action)
+            logp, entropy = self.policy.evaluate(out, action, self._legal(obs))
             return logp.flatten(), entropy.flatten()
         obs, action = r.obs.flatten(0, 1), r.action.flatten(0, 1)
         if mb is not None:
             obs, action = obs[mb.rows], action[mb.rows]
-        return evaluate_actions(self.policy, obs, action)
+        return evaluate_actions(self.policy, obs, action, self._legal(obs))
 
     def values(self, mb: Minibatch | None = None) -> torch.Tensor:
         """V of the minibatch's steps (None: the whole rollout), flat, with gradients."""

@@ -39,6 +39,10 @@ class SpaceInfo:
     discrete: bool
     heads: tuple[str, ...] = ("env",)
     head_weights: tuple[float, ...] = (1.0,)
+    # The last act_dim observation columns are the legal-action mask (turn-based games,
+    # envs/spaces.py encode_masked; discrete actions only): an agent that cannot keep to the
+    # legal actions refuses such a space (agents/parts/masks.py).
+    action_mask: bool = False
 
     @property
     def num_heads(self) -> int:

@@ -10,6 +10,9 @@ state, with the burn-in cut (:func:`unroll`), takes each position's bootstrap fr
 n-step window ended (``boot``) and averages over the trained positions (``mask``), each row
 weighted by its sequence's importance weight. Shapes: a transition value ``[B, ...]`` is
 ``[T, B, ...]`` in a sequence view; a leading axis (a twin pair) may come before either.
+
+With action masks, ``v.next_legal(act_dim)`` gives the legal actions at each sample's s' (its
+bootstrap observation), read from the mask columns, which normalization leaves raw.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from wheeler2.agents.parts.masks import legal_actions
 
 from wheeler2.agent import Batch, SequenceBatch
 from wheeler2.needs import sequence_priority
@@ -51,6 +55,10 @@ class StepView:
     def boot(self, values: torch.Tensor) -> torch.Tensor:
         """Values at s' per sample (a sequence view picks each position's bootstrap)."""
         return values
+
+    def next_legal(self, act_dim: int) -> torch.Tensor:
+        """``[B, act_dim]`` bool: the legal actions at s' (masked spaces)."""
+        return legal_actions(self.next_obs, act_dim)
 
     def target(self, next_value: torch.Tensor) -> torch.Tensor:
         """y = r + discount * V(s') per sample and head."""
@@ -172,6 +180,10 @@ class SequenceView:
         """``values [T + n - 1, B, K]`` at each position's bootstrap -> ``[T, B, K]``."""
         index = self.boot_at.unsqueeze(-1).expand(-1, -1, values.shape[-1])
         return values.gather(0, index)
+
+    def next_legal(self, act_dim: int) -> torch.Tensor:
+        """``[T, B, act_dim]`` bool: the legal actions at each position's bootstrap s'."""
+        return self.boot(legal_actions(self.nxt, act_dim))
 
     def target(self, next_value: torch.Tensor) -> torch.Tensor:
         """y = r + discount * V(s') per position and head, from ``next_value [T + n - 1, B, H]``."""
