@@ -315,3 +315,111 @@ def load_policy(run_dir: str | Path, checkpoint: str = "best") -> Policy:
     >>> action = policy(env.reset(seed=0)[0])                     # doctest: +SKIP
     """
     return Policy(load_learner(run_dir, checkpoint))
+
+
+# -- agents that meet: a run's tables against another run or random play --------------------------
+
+# Through the registry by name, as every env module: the engine imports no envs module itself.
+ARENA = "wheeler2.envs.arena"
+DEFAULT_VS_EPISODES = 100
+
+
+@dataclass
+class TablePolicy:
+    """One table of a run as a player in ``envs/arena.py``: the agents it claims and its learner,
+    acting deterministically (``explore=False``) on the rows its adapter makes."""
+
+    name: str  # the learner's [[team]] name
+    table: str
+    agents: tuple[str, ...]  # the learner's agent globs
+    agent: Agent
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        return self.agent.act(np.asarray(rows, np.float32), explore=False).action
+
+
+def _claims(config: Config, globs: Any) -> tuple[str, ...]:
+    if globs is None:  # the member names none: the agents [env] kwargs select, else all
+        globs = config.env.kwargs.get("agents", ("*",))
+    return (globs,) if isinstance(globs, str) else tuple(globs)
+
+
+def load_tables(run_dir: str | Path, checkpoint: str = "best") -> list[TablePolicy]:
+    """Every table's learner of a run, restored from ``checkpoint`` (``"best"``: the lead's best
+    checkpoint, which holds every member's state at that time; it falls back to ``"latest"``).
+    A recurrent learner is refused: the arena hands policies rows without memory."""
+    from wheeler2.checkpoint import CheckpointError
+    from wheeler2.config import load
+    from wheeler2.runtime.plan import learner_plan, plan_team
+    from wheeler2.runtime.restore import restore
+
+    run_dir = Path(run_dir)
+    config = load(run_config_path(run_dir))
+    _check_which(checkpoint)
+    restored = restore(config, run_dir, checkpoint)
+    saved = restored.payload.get("members") or {}
+    plans = plan_team(config)
+    tables = []
+    for table in config.tables:
+        lead = learner_plan([p for p in plans if p.spec.table == table])
+        if lead.name not in saved:
+            raise CheckpointError(
+                f"{restored.path}: holds no state for {lead.name!r}, the learner of table {table!r}"
+            )
+        agent = restored.agents[lead.name]
+        if agent.state_dim > 0:
+            raise UsageError(
+                f"{run_dir}: {lead.name!r} is recurrent; --vs plays feedforward policies only"
+            )
+        tables.append(TablePolicy(lead.team, table, _claims(config, lead.spec.agents), agent))
+    return tables
+
+
+def versus(
+    run_dir: str | Path,
+    opponent: str | Path = "random",
+    episodes: int | None = None,
+    checkpoint: str = "best",
+    seed: int | None = None,
+) -> Any:
+    """What ``wheeler2 eval RUN --vs RUN2|random`` does: the tables of ``run_dir`` against those
+    of ``opponent`` (a run directory of the same env) or uniformly random play, in whole
+    episodes of the run's PettingZoo env (``envs/arena.py`` ``versus``: a head-to-head in both
+    seats for a self-play table of a two-player game, else each table's agents against the
+    rest). ``episodes`` defaults to 100, ``seed`` to the run's ``experiment.seed``. Returns the
+    arena's ``Versus`` (``.lines()`` is what the command prints)."""
+    from wheeler2 import registry
+    from wheeler2.config import load
+
+    run_dir = Path(run_dir)
+    config = load(run_config_path(run_dir))
+    env_id = config.env.id
+    if not env_id.startswith("pettingzoo:"):
+        raise UsageError(f"{run_dir}: --vs plays PettingZoo envs; this run's env is {env_id}")
+    if episodes is not None and episodes < 1:
+        raise UsageError(f"--episodes {episodes}: expected a number >= 1")
+    game_kwargs = registry.resolve_object(f"{ARENA}:game_kwargs")
+    contender = registry.resolve_object(f"{ARENA}:Contender")
+    kwargs = game_kwargs(config.env.kwargs)
+    if str(opponent) == "random":
+        theirs = contender("random")
+    else:
+        other_dir = Path(opponent)
+        other = load(run_config_path(other_dir))
+        if other.env.id != env_id:
+            raise UsageError(
+                f"{other_dir} plays {other.env.id} and {run_dir} plays {env_id}; "
+                "--vs needs two runs of one env"
+            )
+        if game_kwargs(other.env.kwargs) != kwargs:
+            raise UsageError(
+                f"{other_dir} plays {env_id} with kwargs {game_kwargs(other.env.kwargs)} and "
+                f"{run_dir} with {kwargs}; --vs needs two runs of one env"
+            )
+        theirs = contender(other_dir.resolve().name, load_tables(other_dir, checkpoint))
+    mine = contender(run_dir.resolve().name, load_tables(run_dir, checkpoint))
+    play = registry.resolve_object(f"{ARENA}:versus")
+    n = DEFAULT_VS_EPISODES if episodes is None else episodes
+    return play(
+        env_id, config.env.kwargs, mine, theirs, n, config.experiment.seed if seed is None else seed
+    )

@@ -65,13 +65,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = sub.add_parser("eval", help="evaluate a run's learner from its checkpoint")
     evaluate.add_argument("run_dir", type=Path)
-    evaluate.add_argument("--episodes", type=int, help="default: experiment.eval_episodes")
+    evaluate.add_argument(
+        "--episodes", type=int, help="default: experiment.eval_episodes (100 with --vs)"
+    )
     evaluate.add_argument("--checkpoint", choices=("best", "latest"), default="best")
     evaluate.add_argument(
         "--video",
         type=Path,
         metavar="OUT.mp4|OUT.gif",
         help="also record each episode (gymnasium envs): OUT_ep0.mp4, OUT_ep1.mp4, ...",
+    )
+    evaluate.add_argument(
+        "--vs",
+        metavar="RUN2|random",
+        help="multi-agent envs: play the run's tables against another run's or random play "
+        "(a self-play table of a two-player game: both seats, W/D/L and Elo)",
     )
 
     export = sub.add_parser("export", help="write a run's policy as a TorchScript or ONNX file")
@@ -179,8 +187,13 @@ def _fmt(value: Any) -> str:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from wheeler2.api import evaluate, run_config_path
+    from wheeler2.api import evaluate, run_config_path, versus
 
+    if args.vs is not None:
+        if args.video is not None:
+            raise UsageError("--video records single-agent episodes; not with --vs")
+        print("\n".join(versus(args.run_dir, args.vs, args.episodes, args.checkpoint).lines()))
+        return EXIT_OK
     if args.video is not None:
         from wheeler2.video import check_output, make_render_env
 
