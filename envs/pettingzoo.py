@@ -38,42 +38,13 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from wheeler2.envs.pz_import import import_env_module, make_parallel_env
 from wheeler2.envs.spaces import box_bounds, scale_box_action
 
 from wheeler2.env import EnvInfo, EnvReset, EnvStep, GroupStep, OtherAgents
 
 REWARD_MODES = ("row", "sum", "heads")
 OtherPolicy = Callable[[str, Any], Any]
-
-
-def import_env_module(path: str) -> Any:
-    """The module named by the part of an id after ``pettingzoo:``.
-
-    ``pettingzoo.<path>`` is tried first (the families shipped with PettingZoo), then ``<path>``
-    (separate packages such as ``mpe2``). Only a failure to find the module itself falls through;
-    an ImportError raised inside an existing module (a missing optional dependency) is re-raised,
-    since hiding it would turn "install pymunk" into a misleading "no such env".
-    """
-    tried = []
-    for name in (f"pettingzoo.{path}", path):
-        try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not name.startswith(exc.name):
-                raise
-            tried.append(name)
-    raise ModuleNotFoundError(
-        f"no PettingZoo env module for 'pettingzoo:{path}': tried {', '.join(tried)} "
-        f"(is the package installed? e.g. pip install 'pettingzoo[sisl]' or mpe2)"
-    )
-
-
-def make_parallel_env(path: str, kwargs: dict[str, Any] | None = None) -> Any:
-    """``<module>.parallel_env(**kwargs)`` for an id path such as ``sisl.multiwalker_v9``."""
-    module = import_env_module(path)
-    if not hasattr(module, "parallel_env"):
-        raise AttributeError(f"module '{module.__name__}' has no parallel_env() factory")
-    return module.parallel_env(**(kwargs or {}))
 
 
 def _resolve_policy(policy: OtherPolicy | str | None) -> OtherPolicy | None:
@@ -196,6 +167,7 @@ class PettingZooVecEnv:
 
         env = self.copies[0]
         possible = list(env.possible_agents)
+        self.possible_agents = possible  # every agent of the env, whoever drives it
         self.agent_names = [a for a in possible if any(fnmatchcase(a, g) for g in agents)]
         if not self.agent_names:
             raise ValueError(

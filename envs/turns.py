@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from wheeler2.envs.pz_import import import_env_module
 from wheeler2.envs.spaces import encode_masked, flat_dim, is_masked_space, masked_obs_dim
 
 from wheeler2.env import EnvInfo, EnvReset, EnvStep, GroupStep, OtherAgents
@@ -78,8 +79,6 @@ class TurnBasedVecEnv:
         agents: Sequence[str] = ("*",),
         groups: dict[str, Sequence[str]] | None = None,
     ) -> None:
-        from wheeler2.envs.pettingzoo import import_env_module
-
         path = env_id.removeprefix("pettingzoo:")
         self.env_id = f"pettingzoo:{path}"
         module = import_env_module(path)
@@ -92,6 +91,7 @@ class TurnBasedVecEnv:
             agents = [agents]
         env = self.copies[0]
         possible = list(env.possible_agents)
+        self.possible_agents = possible  # every agent of the env, whoever drives it
         self.seats = [a for a in possible if any(fnmatchcase(a, g) for g in agents)]
         if not self.seats:
             raise ValueError(

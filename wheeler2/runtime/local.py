@@ -23,8 +23,17 @@ import multiprocess as mp
 from multiprocess.connection import wait
 
 from wheeler2.process import set_compute_threads, set_niceness
-from wheeler2.runtime.budget import OPEN, REQUEST, STOP, CountingBudget, new_block, run_steps
+from wheeler2.runtime.budget import (
+    OPEN,
+    REQUEST,
+    STAGE,
+    STOP,
+    CountingBudget,
+    new_block,
+    run_steps,
+)
 from wheeler2.runtime.coordinator import prepare, run_team
+from wheeler2.runtime.curriculum import saved_stage
 from wheeler2.runtime.messages import Message
 from wheeler2.runtime.plan import MemberPlan
 from wheeler2.runtime.replays import make_replay, own_replay_spec
@@ -54,6 +63,8 @@ class MemberArgs:
     env_steps: int
     next_eval: int
     coordinator_pid: int
+    # Joint play: every other table's weight block and replay (None: on-policy, no replay).
+    others: dict[str, tuple[WeightHandle, ReplayHandle | None]] | None = None
 
 
 class _PipeLink:
@@ -103,6 +114,7 @@ def _die_with(coordinator_pid: int) -> None:
 def _run(args: MemberArgs) -> None:
     from wheeler2.buffer import Replay
     from wheeler2.runtime.member import Wiring, run_member
+    from wheeler2.runtime.opponents import OtherTable
     from wheeler2.sync import WeightClient, WeightPublisher
 
     set_compute_threads()
@@ -110,7 +122,14 @@ def _run(args: MemberArgs) -> None:
     set_niceness(plan.spec.nice)
     replay = None if args.replay is None else Replay.attach(args.replay)
     sink = None
+    attached: list[Replay] = []
     try:
+        others = {}
+        for table, (weights, handle) in (args.others or {}).items():
+            other = None if handle is None else Replay.attach(handle)
+            if other is not None:
+                attached.append(other)
+            others[table] = OtherTable(WeightClient.factory(weights, (), 1.0, plan.name), other)
         source = None
         if plan.role == "learner":
             sink = WeightPublisher.attach(args.weights)
@@ -129,10 +148,11 @@ def _run(args: MemberArgs) -> None:
             state=args.state,
             env_steps=args.env_steps,
             next_eval=args.next_eval,
+            others=others,
         )
         run_member(config, plan, wiring)
     finally:
-        for res in (sink, replay):
+        for res in (sink, replay, *attached):
             if res is not None:
                 res.close()
 
@@ -153,7 +173,8 @@ class LocalTransport:
         self.replays: dict[str, Replay] = {}  # table -> replay (an on-policy learner's: none)
         self.publishers: dict[str, WeightPublisher] = {}  # table -> its learner's weights
         steps = [member_payload(payload, p.name)[1] for p in setup.plans]
-        self.block = new_block(steps, shared=self.ctx, opened=False)
+        stage = saved_stage(config, payload)
+        self.block = new_block(steps, shared=self.ctx, opened=False, stage=stage)
         self.lock = self.ctx.Lock()
         try:
             for table in setup.tables:
@@ -189,6 +210,7 @@ class LocalTransport:
                 env_steps=env_steps,
                 next_eval=next_eval,
                 coordinator_pid=os.getpid(),
+                others=self._others(p.spec.table),
             )
             proc = self.ctx.Process(
                 target=member_main, args=(args,), name=f"wheeler2-{p.name}", daemon=True
@@ -204,6 +226,17 @@ class LocalTransport:
             writer_end.close()
             self.procs[p.name] = proc
             self.conns[reader] = p.name
+
+    def _others(self, own: str) -> dict[str, tuple[WeightHandle, ReplayHandle | None]]:
+        if not self.config.play.joint:
+            return {}
+        out = {}
+        for table in self.setup.tables:
+            if table.name != own:
+                replay = self.replays.get(table.name)
+                handle = None if replay is None else replay.handle()
+                out[table.name] = (self.publishers[table.name].handle(), handle)
+        return out
 
     # -- Transport --
     def receive(self, timeout: float) -> list[Message]:
@@ -246,6 +279,10 @@ class LocalTransport:
         if proc is not None and proc.is_alive():
             proc.kill()  # SIGKILL: a stopped (SIGSTOP) process ignores everything else
             proc.join(timeout=5)
+
+    def set_stage(self, stage: int) -> None:
+        # One aligned word, written by the coordinator alone: members read it without the lock.
+        self.block[STAGE] = stage
 
     def replay_state(self) -> dict[str, dict[str, Any]]:
         return {table: replay.state_dict() for table, replay in self.replays.items()}

@@ -16,7 +16,9 @@ from wheeler2.buffer import Layout
 from wheeler2.config import Config, ConfigError
 from wheeler2.config.model import params_of
 from wheeler2.env import EnvInfo, FrameStackError, VecEnv
+from wheeler2.runtime.curriculum import check_curriculum
 from wheeler2.runtime.heads import make_heads, make_task
+from wheeler2.runtime.meeting import check_meeting
 from wheeler2.runtime.parts import make_agent, make_env, replay_layout, space_info
 from wheeler2.runtime.plan import MemberPlan, learner_plan, plan_team
 from wheeler2.runtime.seeds import member_seed
@@ -92,6 +94,8 @@ def prepare_team(config: Config, payload: dict[str, Any]) -> TeamSetup:
     for index, name in enumerate(config.tables):
         members = [p for p in plans if p.spec.table == name]
         tables.append(_prepare_table(config, name, index, members, payload))
+    check_meeting(config, tables)
+    check_curriculum(config, tables[0].lead)
     return TeamSetup(plans, tables)
 
 

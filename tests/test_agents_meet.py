@@ -1,0 +1,365 @@
+"""Agents that meet (docs/envs.md): turn-based games with action masks, other tables' agents
+driven by their policies (joint play), the self-play pool, head-to-head tallies, and the checks
+that refuse a team that cannot meet."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("pettingzoo", reason="needs pettingzoo")
+
+from wheeler2.envs.pettingzoo import PettingZooVecEnv, make  # noqa: E402
+from wheeler2.envs.spaces import legal_mask  # noqa: E402
+
+from tests.test_pettingzoo import Relay  # noqa: E402
+from wheeler2 import checkpoint as ckpt  # noqa: E402
+from wheeler2 import cli  # noqa: E402
+from wheeler2.env import GroupStep  # noqa: E402
+from wheeler2.runtime.evaluation import EvalResult, tally  # noqa: E402
+from wheeler2.runtime.opponents import POOL_KEY, OpponentPool, random_legal_rows  # noqa: E402
+
+TTT = "classic.tictactoe_v3"
+
+
+class Recorder:
+    """An OtherAgents driver: a fixed policy per group, every recorded step kept."""
+
+    def __init__(self, policies):
+        self.policies = policies
+        self.steps: list[tuple[str, GroupStep]] = []
+        self.ended: list[tuple[int, float]] = []
+
+    def act(self, group, obs):
+        return self.policies[group](obs)
+
+    def record(self, group, step):
+        self.steps.append((group, step))
+
+    def episode_ended(self, copy, outcome):
+        self.ended.append((copy, outcome))
+
+
+def _random_legal(act_dim, seed=0):
+    rng = np.random.default_rng(seed)
+    return lambda obs: random_legal_rows(obs, act_dim, rng)
+
+
+def _play(env, steps, seed=0):
+    """(obs, action, step) of random legal play, one vector step at a time (a generator: the
+    env's own state is that of the step just yielded)."""
+    policy = _random_legal(env.info.act_dim, seed)
+    obs = env.reset(seed=seed).obs
+    for _ in range(steps):
+        action = policy(obs)
+        st = env.step(action)
+        yield obs, action, st
+        obs = st.obs
+
+
+# -- joint play in a Parallel env -------------------------------------------------------------
+
+
+@pytest.fixture
+def relay(monkeypatch):
+    """tests/test_pettingzoo.py's Relay under an importable id: walkers w0-w2 and a coach."""
+    module = types.ModuleType("relay_meet_v0")
+    module.parallel_env = lambda **kw: Relay(**kw)
+    monkeypatch.setitem(sys.modules, "relay_meet_v0", module)
+    return "relay_meet_v0"
+
+
+def test_claimed_agents_act_by_their_tables_policy_and_their_steps_are_recorded(relay):
+    env = PettingZooVecEnv(relay, {}, 2, 0, agents=["w*"], groups={"coaches": ["coach"]})
+    assert list(env.groups) == ["coaches"] and env.groups["coaches"].info.obs_dim == 3
+    driver = Recorder({"coaches": lambda obs: np.full(len(obs), 2, np.int64)})
+    env.attach_others(driver)
+    env.reset(seed=0)
+    for _ in range(7):  # past the horizon of 5: the copies reset once
+        env.step(np.zeros((env.num_envs, 1), np.float32))
+    for copy in env.copies:
+        assert copy.coach_actions and all(a == 2 for a in copy.coach_actions)
+    assert len(driver.steps) == 7 and all(g == "coaches" for g, _ in driver.steps)
+    first = driver.steps[0][1]
+    assert first.valid.all()
+    np.testing.assert_array_equal(first.obs[:, 0], [0.0, 0.0])  # the coach sees [t, 0, 0]
+    np.testing.assert_array_equal(first.final_obs[:, 0], [1.0, 1.0])
+    ends = [s for _, s in driver.steps if s.truncated.any()]
+    assert len(ends) == 1 and ends[0].truncated.all() and not ends[0].terminated.any()
+
+
+def test_without_a_driver_the_claimed_agents_act_at_random(relay):
+    env = PettingZooVecEnv(relay, {}, 1, 0, agents=["w*"], groups={"coaches": ["coach"]})
+    env.reset(seed=0)
+    for _ in range(20):
+        env.step(np.zeros((env.num_envs, 1), np.float32))
+    assert len(set(env.copies[0].coach_actions)) > 1
+
+
+# -- turn-based games ---------------------------------------------------------------------------
+
+
+def test_turn_based_rows_are_the_seat_with_its_mask_and_seats_rotate():
+    env = make(TTT, {}, 4, 0)
+    assert env.info.action_mask and env.info.obs_dim == 27 and env.num_envs == 4
+    first = env.reset(seed=0).obs
+    # Copies 0 and 2 move first (empty board); 1 and 3 second (one mark down already).
+    assert [env.seat_of(c) for c in range(4)] == ["player_1", "player_2"] * 2
+    assert legal_mask(first, 9).sum(axis=1).tolist() == [9, 8, 9, 8]
+    seen: dict[int, list[str]] = {c: [env.seat_of(c)] for c in range(4)}
+    for _obs, _action, st in _play(env, 60):
+        # The mask columns are the env's own mask for the seat, move by move.
+        for c in range(4):
+            if not (st.terminated[c] or st.truncated[c]):
+                raw = env.copies[c].observe(env.seat_of(c))["action_mask"]
+                np.testing.assert_array_equal(st.obs[c, -9:], raw)
+            else:
+                seen[c].append(env.seat_of(c))
+    assert all(len(s) >= 3 and s[0] != s[1] and s[0] == s[2] for s in seen.values())
+
+
+def test_a_seat_transition_runs_turn_to_turn_and_ends_with_the_outcome():
+    env = make(TTT, {}, 3, 1)
+    outcomes = []
+    for obs, _action, st in _play(env, 200, seed=1):
+        for c in range(3):
+            own_before = obs[c, 0:18:2].sum()  # channel 0: the seat's own marks
+            if st.terminated[c]:
+                outcome = st.infos[c]["outcome"]
+                assert st.reward[c] == outcome and outcome in (-1.0, 0.0, 1.0)
+                outcomes.append(outcome)
+            else:
+                # One move of the seat and one of the opponent in between: two more marks.
+                assert st.reward[c] == 0.0
+                assert st.final_obs[c, :18].sum() == obs[c, :18].sum() + 2
+                assert st.final_obs[c, 0:18:2].sum() == own_before + 1
+    assert set(outcomes) == {-1.0, 0.0, 1.0}
+
+
+def test_an_illegal_move_never_reaches_the_env():
+    env = make(TTT, {}, 1, 0)
+    obs = env.reset(seed=0).obs
+    env.step(np.array([4]))
+    taken = int(np.flatnonzero(~legal_mask(env._obs, 9)[0])[0])
+    with pytest.raises(ValueError, match="illegal action"):
+        env.step(np.array([taken]))
+    assert obs.shape == (1, 27)
+
+
+def test_driven_seats_are_recorded_turn_to_turn_with_their_own_rewards():
+    env = make(TTT, {}, 2, 3)
+    driver = Recorder({"self": _random_legal(9, 5)})
+    env.attach_others(driver)
+    results = []
+    for _obs, _a, st in _play(env, 120, seed=3):
+        for c in range(2):
+            if st.terminated[c]:
+                results.append(st.infos[c]["outcome"])
+    assert len(driver.ended) == len(results) and [o for _, o in driver.ended] == results
+    finals = [s for _, s in driver.steps if s.terminated.any()]
+    assert len(finals) == len(results)
+    # Zero-sum: the driven seat's last reward is the negative of the member's outcome.
+    assert sorted(float(s.reward[s.terminated][0]) for s in finals) == sorted(-r for r in results)
+    for _, s in driver.steps:
+        i = np.flatnonzero(s.valid)
+        assert len(i) == 1 and s.obs[i[0], -9:][s.action[i[0]]] == 1.0  # a legal move
+
+
+def test_random_legal_rows_draws_uniformly_among_legal_actions():
+    rng = np.random.default_rng(0)
+    obs = np.zeros((30_000, 4), np.float32)
+    obs[:, 1], obs[:, 3] = 1.0, 1.0  # actions 0 and 2 of 3 legal
+    counts = np.bincount(random_legal_rows(obs, 3, rng), minlength=3)
+    assert counts[1] == 0 and abs(counts[0] - counts[2]) < 600
+
+
+# -- the pool -----------------------------------------------------------------------------------
+
+
+def _module(value):
+    m = torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        m.weight.fill_(value)
+    return m
+
+
+def test_pool_snapshots_on_schedule_and_keeps_the_newest():
+    pool = OpponentPool(size=3, every=10, sampling="uniform", seed=0)
+    taken = [pool.maybe_snapshot(_module(u), u) for u in range(0, 60, 5)]
+    assert taken == [True, False] * 6
+    assert [s.updates for s in pool.snapshots] == [30, 40, 50]
+    assert float(pool.snapshots[-1].weights["weight"][0, 0]) == 50.0
+
+
+def test_pool_sampling_rules():
+    latest = OpponentPool(size=4, every=1, sampling="latest", seed=0)
+    uniform = OpponentPool(size=4, every=1, sampling="uniform", seed=0)
+    by_rate = OpponentPool(size=4, every=1, sampling="win_rate", seed=0)
+    for pool in (latest, uniform, by_rate):
+        for u in range(3):
+            pool.maybe_snapshot(_module(u), u)
+    assert {latest.draw() for _ in range(50)} == {-1}
+    assert {uniform.draw() for _ in range(300)} == {-1, 0, 1, 2}
+    for _ in range(40):  # the table beats snapshots 0 and 1 and the current, loses to 2
+        for index, outcome in ((0, 1.0), (1, 1.0), (2, -1.0), (-1, 1.0)):
+            by_rate.result(index, outcome)
+    draws = np.array([by_rate.draw() for _ in range(500)])
+    assert (draws == 2).mean() > 0.9
+
+
+def test_pool_state_round_trips_weights_records_and_draws():
+    pool = OpponentPool(size=4, every=1, sampling="uniform", seed=7)
+    for u in range(3):
+        pool.maybe_snapshot(_module(u), u)
+    pool.result(1, 1.0)
+    state = pool.state_dict()
+    copy = OpponentPool(size=4, every=1, sampling="uniform", seed=99)
+    copy.load_state_dict(state)
+    assert [s.wins for s in copy.snapshots] == [0.0, 1.0, 0.0] and copy.next_at == pool.next_at
+    assert [copy.draw() for _ in range(20)] == [pool.draw() for _ in range(20)]
+
+
+SELF_PLAY = """
+[experiment]
+name = "ttt"
+seed = 0
+total_steps = {steps}
+eval_every = 300
+eval_episodes = 4
+progress = false
+
+[env]
+id = "pettingzoo:classic.tictactoe_v3"
+num_envs = 2
+
+[play]
+opponents = "uniform"
+snapshot_every = 20
+pool_size = 50
+eval_vs = ["random", "pool"]
+
+[buffer]
+capacity = 2_000
+batch_size = 16
+
+[[team]]
+algo = "dqn"
+role = "learner"
+agents = ["player_*"]
+[team.params]
+learning_starts = 50
+hidden = [16]
+"""
+
+
+def test_self_play_run_reports_matches_and_its_pool_survives_resume(tmp_path: Path, capsys):
+    cfg = tmp_path / "ttt.toml"
+    cfg.write_text(SELF_PLAY.format(steps=600))
+    out = tmp_path / "runs"
+    assert cli.main(["run", str(cfg), "--out", str(out)]) == 0, capsys.readouterr()
+    run_dir = next(out.glob("ttt-*"))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    matches = summary["eval"][-1]["matches"]
+    assert {"vs_random/win", "vs_random/win_first", "vs_pool/win", "elo"} <= set(matches)
+    assert (
+        abs(matches["vs_random/win"] + matches["vs_random/draw"] + matches["vs_random/loss"] - 1)
+        < 1e-9
+    )
+    metrics = (run_dir / "metrics.csv").read_text()
+    assert "vs_random/win" in metrics and "elo" in metrics
+
+    latest = run_dir / "checkpoints" / "latest.pt"
+    payload = ckpt.load(latest)
+    state = payload["members"]["dqn"][POOL_KEY]
+    kept = len(state["snapshots"])
+    assert kept >= 3
+    for snap in state["snapshots"]:  # a mark only the saved pool carries
+        snap["wins"] = 12_345.0
+    # Rewind the run to the middle, as if it had been stopped there.
+    payload["member_steps"] = {"dqn": 300}
+    payload["run"].update(env_steps=300, evals=payload["run"]["evals"][:1])
+    ckpt.save(latest, payload)
+    assert cli.main(["resume", str(run_dir)]) == 0, capsys.readouterr()
+    after = ckpt.load(latest)["members"]["dqn"][POOL_KEY]["snapshots"]
+    # Every snapshot from before the stop is back (with the mark only the saved pool carried),
+    # and the resumed half added its own after them.
+    assert sum(s["wins"] >= 12_345.0 for s in after) == kept < len(after)
+
+
+# -- head-to-head tally -------------------------------------------------------------------------
+
+
+def test_tally_counts_each_seat_from_the_seat_played():
+    class Seats:
+        seats = ["player_1", "player_2"]
+
+    result = EvalResult(0.0, 0.0, None, returns=[1.0, -1.0, 0.0, 1.0, 1.0, 0.0])
+    t = tally(Seats(), result)
+    assert (t.wins, t.draws, t.losses) == (3, 2, 1)
+    fig = t.figures("vs_random")
+    # Copies 0, 2, 4 moved first: win, draw, win; copies 1, 3, 5 second: loss, win, draw.
+    assert fig["vs_random/win_first"] == pytest.approx(2 / 3)
+    assert fig["vs_random/nonloss_second"] == pytest.approx(2 / 3)
+    assert fig["vs_random/win"] == pytest.approx(0.5)
+
+
+# -- checks -------------------------------------------------------------------------------------
+
+TAG = """
+[experiment]
+total_steps = 1000
+eval_every = 500
+backend = "serial"
+
+[env]
+id = "pettingzoo:mpe2.simple_tag_v3"
+kwargs = {{ continuous_actions = true, max_cycles = 25 }}
+
+[play]
+joint = true
+
+[[team]]
+name = "predators"
+algo = "ddpg"
+role = "learner"
+agents = {predators}
+[team.params]
+hidden = [8]
+
+[[team]]
+name = "prey"
+algo = "ppo"
+role = "learner"
+table = "prey"
+agents = ["agent_*"]
+[team.params]
+hidden = [8]
+{extra}
+"""
+
+
+@pytest.mark.parametrize(
+    ("predators", "extra", "needle"),
+    [
+        ('["adversary_0", "adversary_1"]', "", "'adversary_2' is claimed by no table"),
+        (
+            '["adversary_0", "adversary_1"]',
+            '[[team]]\nname = "x"\nalgo = "ddpg"\nrole = "learner"\ntable = "x"\n'
+            'agents = ["adversary_1", "adversary_2"]',
+            "'adversary_1' is claimed by tables 'main' and 'x'",
+        ),
+        ('["adversary_*"]', "normalize_obs = true", "normalize_obs"),
+    ],
+)
+def test_check_refuses_a_team_that_cannot_meet(tmp_path, capsys, predators, extra, needle):
+    cfg = tmp_path / "tag.toml"
+    cfg.write_text(TAG.format(predators=predators, extra=extra))
+    assert cli.main(["check", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {cfg}") and needle in err[0]
