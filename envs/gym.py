@@ -145,6 +145,12 @@ class GymVecEnv:
             self.envs[0].unwrapped.compute_reward(achieved_goal, desired_goal, info), np.float32
         )
 
+    def set_curriculum_stage(self, stage: int) -> None:
+        """``[curriculum]``: the stage goes to each copy's env through its wrappers (a wrapper
+        may define the method itself); an env without it raises AttributeError."""
+        for env in self.envs:
+            env.get_wrapper_attr("set_curriculum_stage")(stage)
+
     def close(self) -> None:
         for env in self.envs:
             env.close()
@@ -167,6 +173,12 @@ def _worker(conn: Any, env_id: str, kwargs: dict[str, Any], seed: int) -> None:
                 conn.send(env.step(data))
             elif cmd == "reset":
                 conn.send(env.reset(seed=data))
+            elif cmd == "stage":
+                try:
+                    env.set_curriculum_stage(data)
+                    conn.send(None)
+                except Exception as exc:  # noqa: BLE001 - raised again in the parent
+                    conn.send(exc)
             elif cmd == "close":
                 break
     except (EOFError, KeyboardInterrupt):
@@ -277,6 +289,15 @@ class AsyncGymVecEnv:
         self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any = None
     ) -> np.ndarray:
         return self._probe.compute_reward(achieved_goal, desired_goal, info)
+
+    def set_curriculum_stage(self, stage: int) -> None:
+        self._probe.set_curriculum_stage(stage)
+        for conn in self._conns:
+            conn.send(("stage", stage))
+        errors = [conn.recv() for conn in self._conns]  # every reply, so the pipes stay in step
+        for error in errors:
+            if error is not None:
+                raise error
 
     def close(self) -> None:
         for conn in self._conns:

@@ -359,6 +359,11 @@ class PettingZooVecEnv:
             infos=infos,
         )
 
+    def set_curriculum_stage(self, stage: int) -> None:
+        """``[curriculum]``: forwarded to each copy's own env (AttributeError where it has none)."""
+        for env in self.copies:
+            env.unwrapped.set_curriculum_stage(stage)
+
     def close(self) -> None:
         for env in self.copies:
             env.close()

@@ -321,6 +321,11 @@ class TurnBasedVecEnv:
             valid=np.zeros(rows, bool),
         )
 
+    def set_curriculum_stage(self, stage: int) -> None:
+        """``[curriculum]``: forwarded to each copy's own env (AttributeError where it has none)."""
+        for env in self.copies:
+            env.unwrapped.set_curriculum_stage(stage)
+
     def close(self) -> None:
         for env in self.copies:
             env.close()

@@ -64,6 +64,8 @@ class RunLog:
 
         self.evals: list[dict[str, Any]] = []
         self._rates: dict[str, tuple[float, int, float]] = {}  # member -> (time, steps, rate)
+        # The run's curriculum stage for the headline and the plain line ("stage 1/2"), if any.
+        self.curriculum: str | None = None
         self._live_enabled = progress and sys.stdout.isatty()
         self._live: Any = None
         self._last_display = -math.inf
@@ -184,6 +186,8 @@ class RunLog:
         eta = self.eta_s(total)
         if eta is not None:
             parts.append(f"left {_clock(eta)}")
+        if self.curriculum:
+            parts.append(self.curriculum)
         if last is not None:
             parts.append(f"eval {last:.1f}" + self._matches_text())
         for name, figures in members.items():
@@ -233,6 +237,8 @@ class RunLog:
         headline = f"steps {total:,}{self._of_total()}   elapsed {_clock(self.wall_s)}"
         if eta is not None:
             headline += f"   left {_clock(eta)}"
+        if self.curriculum:
+            headline += f"   {self.curriculum}"
         if last is not None:
             headline += f"   last eval {last:.1f}"
         headline += self._matches_text()

@@ -4,7 +4,9 @@
 took; claims take the lock, so the run ends at exactly ``total_steps`` (or as close as a whole
 vector step of the last member allows). ``block[OPEN]`` is the start line: members take no step
 before the coordinator has heard every one of them start, so a member whose process, imports or
-env take longer to come up still gets its share of the run. The same class serves one process
+env take longer to come up still gets its share of the run. ``block[STAGE]`` is the run's
+curriculum stage (``[curriculum]``), which the coordinator moves and every member applies to its
+envs at its next step. The same class serves one process
 (a numpy array and no lock) and many (a ``multiprocess`` shared array and lock). The Ray
 backend's budget is claimed from its board instead (``runtime.ray_member``), behind the same
 start line.
@@ -17,14 +19,17 @@ from typing import Any
 
 import numpy as np
 
-GRANTED, REQUEST, STOP, OPEN, STEPS = 0, 1, 2, 3, 4
+GRANTED, REQUEST, STOP, OPEN, STAGE, STEPS = 0, 1, 2, 3, 4, 5
 
 
-def new_block(member_steps: list[int], shared: Any | None = None, opened: bool = True) -> Any:
+def new_block(
+    member_steps: list[int], shared: Any | None = None, opened: bool = True, stage: int = 0
+) -> Any:
     """Counters for a team whose members took ``member_steps`` so far (resume); ``shared`` is a
     multiprocess context for a block the member processes can see, None for one process;
-    ``opened``: whether members may step at once (else once ``block[OPEN]`` is set)."""
-    values = [sum(member_steps), 0, 0, int(opened), *member_steps]
+    ``opened``: whether members may step at once (else once ``block[OPEN]`` is set); ``stage``:
+    the curriculum stage the run starts (or resumes) at."""
+    values = [sum(member_steps), 0, 0, int(opened), int(stage), *member_steps]
     if shared is None:
         return np.array(values, np.int64)
     return shared.Array("q", values, lock=False)
@@ -64,6 +69,9 @@ class CountingBudget:
 
     def request(self) -> int:
         return int(self.block[REQUEST])
+
+    def stage(self) -> int:
+        return int(self.block[STAGE])
 
 
 def run_steps(block: Any) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wheeler2.log import write_json_atomic
+from wheeler2.runtime.curriculum import next_stage
 from wheeler2.runtime.experiment import (
     MemberFailed,
     Recorder,
@@ -163,7 +164,10 @@ class Coordinator:
                     self.learners[name], name, message.env_steps, message.result
                 )
                 return
-            if recorder.record_eval(message.env_steps, message.result):
+            best = recorder.record_eval(message.env_steps, message.result)
+            if self.config.curriculum is not None:
+                self._curriculum(message)
+            if best:
                 recorder.save_checkpoint(self._payload(), best=True)
         elif isinstance(message, StateReply):
             self.states[name], self.steps[name] = message.state, message.env_steps
@@ -188,6 +192,15 @@ class Coordinator:
                 self.transport.open()
         elif isinstance(message, Failed):
             self.errors.setdefault(name, message)
+
+    def _curriculum(self, message: Evaluated) -> None:
+        """The lead's eval may move the run on to the next stage ([curriculum]); the members
+        see it in the control block and apply it to their envs at their next step."""
+        assert self.config.curriculum is not None
+        stage = next_stage(self.config.curriculum, self.recorder.state.stage, message.result)
+        if stage != self.recorder.state.stage:
+            self.transport.set_stage(stage)
+        self.recorder.record_stage(message.env_steps, stage)
 
     def _running(self) -> set[str]:
         return set(self.names) - self.finished - set(self.errors)

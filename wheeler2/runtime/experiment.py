@@ -122,6 +122,9 @@ class RunState:
     best_return: float = -math.inf
     # The evals of the other tables' learners (teams of unlike agents): table -> entries.
     table_evals: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # [curriculum]: the stage the run is at, and the env steps of the evals that advanced it.
+    stage: int = 0
+    advanced_at: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -131,6 +134,7 @@ class RunState:
             "steps_to_threshold": self.steps_to_threshold,
             "best_return": self.best_return,
             "table_evals": self.table_evals,
+            "curriculum": {"stage": self.stage, "advanced_at": list(self.advanced_at)},
         }
 
     @classmethod
@@ -142,6 +146,9 @@ class RunState:
             steps_to_threshold=d.get("steps_to_threshold"),
             best_return=float(d["best_return"]),
             table_evals={k: list(v) for k, v in (d.get("table_evals") or {}).items()},
+            # Checkpoints from before curriculum stages have none: stage 0.
+            stage=int((d.get("curriculum") or {}).get("stage", 0)),
+            advanced_at=[int(s) for s in (d.get("curriculum") or {}).get("advanced_at", [])],
         )
 
 
@@ -164,6 +171,11 @@ class Recorder:
             wall_offset_s=state.wall_s,
         )
         self._t0 = time.perf_counter()
+        self.curriculum = config.curriculum
+        if self.curriculum is not None:
+            # The stage the transports start at: the checkpoint's, within the declared stages.
+            state.stage = min(state.stage, self.curriculum.stages - 1)
+            self.log.curriculum = self._stage_text()
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         (run_dir / "config.toml").write_text(config.to_toml())
 
@@ -222,6 +234,8 @@ class Recorder:
         while self.schedule.next_eval <= env_steps:
             self.schedule.next_eval += self.schedule.eval_every
         entry = self._eval_entry(env_steps, result)
+        if self.curriculum is not None:
+            entry["stage"] = self.state.stage  # the stage this eval ran at
         self.state.evals.append(entry)
         self.log.eval(
             env_steps, entry["wall_s"], result.mean_return, result.success, result.matches
@@ -238,6 +252,20 @@ class Recorder:
         if best:
             self.state.best_return = result.mean_return
         return best
+
+    def record_stage(self, env_steps: int, stage: int) -> None:
+        """The curriculum stage after an eval of the lead learner (``stage`` differs from the
+        run's when that eval advanced it): logged as the ``eval`` member's ``curriculum_stage``
+        at every eval, kept in the run state for the checkpoint and the summary."""
+        if stage != self.state.stage:
+            self.state.stage = stage
+            self.state.advanced_at.append(int(env_steps))
+        self.log.curriculum = self._stage_text()
+        self.log.scalars("eval", env_steps, {"curriculum_stage": float(stage)})
+
+    def _stage_text(self) -> str:
+        assert self.curriculum is not None
+        return f"stage {self.state.stage}/{self.curriculum.stages - 1}"
 
     def save_checkpoint(self, payload: dict[str, Any], best: bool = False) -> None:
         while self.schedule.next_checkpoint <= self.state.env_steps:
@@ -277,6 +305,13 @@ class Recorder:
         }
         if self.state.table_evals:
             summary["tables"] = _table_summaries(self.config, evals, self.state.table_evals)
+        if self.curriculum is not None:
+            summary["curriculum"] = {
+                "stage": self.state.stage,
+                "stages": self.curriculum.stages,
+                "metric": self.curriculum.metric,
+                "advanced_at": list(self.state.advanced_at),
+            }
         write_summary(self.run_dir, summary)
         try:
             from wheeler2.plot import write_curve

@@ -24,6 +24,7 @@ from torch import nn
 from wheeler2.agent import Agent, Transitions
 from wheeler2.buffer import Replay
 from wheeler2.env import EnvStep, VecEnv, policy_obs
+from wheeler2.runtime.curriculum import apply_stage
 from wheeler2.runtime.evaluation import EvalResult, Tally, evaluate, tally
 from wheeler2.runtime.heads import make_heads, make_task
 from wheeler2.runtime.messages import (
@@ -353,6 +354,8 @@ class MemberLoop:
         groups = driven_groups(config, plan)
         env = make_env(config, int(config.env.num_envs), seed, plan, groups)
         self._closing.append(env)
+        # [curriculum]: the run's stage (a resumed run's) before the first reset, not stage 0.
+        self.stage = -1 if config.curriculum is None else apply_stage(self.budget.stage(), env)
         heads = make_heads(config, env, make_task(config))
         self._building("building its agent")
         space = space_info(env.info, heads)
@@ -409,6 +412,8 @@ class MemberLoop:
                 self.eval_env.attach_others(
                     EvalDrivers(self.drivers, None, env.info.act_dim, eval_env_seed(config))
                 )
+        if config.curriculum is not None:
+            apply_stage(self.stage, self.eval_env)
         self.source = None
         sync = plan.spec.sync
         if not self.learner and sync is not None and wiring.source is not None:
@@ -449,6 +454,8 @@ class MemberLoop:
                 return True
             self.running = True
             self.member.stats.started = time.perf_counter()  # rates count from the start line
+        if self.config.curriculum is not None and budget.stage() != self.stage:
+            self.stage = apply_stage(budget.stage(), self.member.env, self.eval_env)
         want = self.member.env.num_envs
         if not budget.claim(want):
             self.stopped = budget.stopped()

@@ -133,6 +133,10 @@ class Budget(Protocol):
         """The coordinator's checkpoint request counter: a change asks for this member's state."""
         ...
 
+    def stage(self) -> int:
+        """The run's curriculum stage (``[curriculum]``); 0 without one."""
+        ...
+
 
 class Link(Protocol):
     """How messages reach the coordinator (a pipe, the Ray board, a list)."""
@@ -214,6 +218,10 @@ class Transport(Protocol):
 
     def replay_state(self) -> dict[str, dict[str, Any]]:
         """Each table's replay contents for a checkpoint (``buffer.checkpoint = true``)."""
+        ...
+
+    def set_stage(self, stage: int) -> None:
+        """Move the run to curriculum stage ``stage``: every member applies it to its envs."""
         ...
 
 

@@ -22,6 +22,7 @@ import ray
 
 from wheeler2.log import write_json_atomic
 from wheeler2.runtime.coordinator import prepare, run_team
+from wheeler2.runtime.curriculum import saved_stage
 from wheeler2.runtime.experiment import (
     MemberFailed,
 )
@@ -124,6 +125,7 @@ class RayTransport:
         self.dead: dict[str, str] = {}
         self.steps: dict[str, int] = {}
         self.placed: dict[str, dict[str, Any]] = {}
+        self.stage = saved_stage(config, payload)
         try:
             self._create(config, setup, payload)
         except BaseException:
@@ -158,7 +160,7 @@ class RayTransport:
         self.steps = dict(member_steps)
         self.board = board.options(
             name=f"wheeler2-{self.run_id}-board", scheduling_strategy=near_learner
-        ).remote(int(config.experiment.total_steps), member_steps)
+        ).remote(int(config.experiment.total_steps), member_steps, self.stage)
         try:
             ray.get([s.ready.remote() for s in self.shards] + [self.board.ping.remote()])
         except ray.exceptions.RayError as exc:
@@ -215,6 +217,7 @@ class RayTransport:
                 "state": state,
                 "env_steps": env_steps,
                 "next_eval": next_eval,
+                "stage": self.stage,
             }
             self.runs[self.actors[p.name].run.remote(args)] = p.name
 
@@ -270,6 +273,10 @@ class RayTransport:
         actor = self.actors.get(name)
         if actor is not None:
             ray.kill(actor)
+
+    def set_stage(self, stage: int) -> None:
+        self.stage = int(stage)
+        self.board.set_stage.remote(self.stage)
 
     def replay_state(self) -> dict[str, dict[str, Any]]:
         if len(self.shards) != 1:

@@ -2,7 +2,8 @@
 the :class:`MemberActor` that runs the one member loop with the board as its budget, its link and
 its weight transport.
 
-* the board carries the step budget, stop and checkpoint requests to members, the learner's
+* the board carries the step budget, stop and checkpoint requests and the curriculum stage
+  to members (all in the reply to the budget claims they make anyway), the learner's
   published weights (an object-store reference, versioned), and the members' messages to the
   driver;
 * the replay is :mod:`wheeler2.buffer.ray_shard` (shard actors behind the Replay interface).
@@ -41,13 +42,14 @@ def where() -> dict[str, Any]:
 class Board:
     """Small shared state of a run. Every method is quick, so calls never queue for long."""
 
-    def __init__(self, total_steps: int, member_steps: dict[str, int]) -> None:
+    def __init__(self, total_steps: int, member_steps: dict[str, int], stage: int = 0) -> None:
         self.total_steps = int(total_steps)
         self.granted = int(sum(member_steps.values()))
         self.steps = dict(member_steps)  # env steps each member reported having taken
         self.stopped = False
         self.opened = False  # the start line: no steps before every member has started
         self.request = 0
+        self.stage = int(stage)  # the curriculum stage, set by the driver
         self.weights: tuple[int, list[Any]] | None = None
         self.messages: list[Message] = []
 
@@ -56,7 +58,7 @@ class Board:
     ) -> dict[str, Any]:
         """Grant up to ``want`` more env steps (and take back ``give_back`` unused ones): the
         budget is exact because only the board hands it out. The reply also carries stop,
-        checkpoint request and newer weights."""
+        checkpoint request, curriculum stage and newer weights."""
         self.steps[name] = int(steps_done)
         self.granted -= int(give_back)
         closed = self.stopped or not self.opened
@@ -68,6 +70,7 @@ class Board:
             "stop": self.stopped,
             "open": self.opened,
             "request": self.request,
+            "stage": self.stage,
             "others": sum(v for k, v in self.steps.items() if k != name),
         }
         if self.weights is not None and self.weights[0] > weights_version:
@@ -93,6 +96,9 @@ class Board:
     def stop(self) -> None:
         self.stopped = True
 
+    def set_stage(self, stage: int) -> None:
+        self.stage = int(stage)
+
     def open(self) -> None:
         self.opened = True
 
@@ -112,7 +118,7 @@ class BoardBudget:
     """The member's share of ``total_steps``, claimed from the board one block ahead, with one
     claim in flight so that stepping never waits for the board."""
 
-    def __init__(self, board: Any, name: str, block: int, env_steps: int) -> None:
+    def __init__(self, board: Any, name: str, block: int, env_steps: int, stage: int = 0) -> None:
         self.board = board
         self.name = name
         self.block = block
@@ -125,6 +131,7 @@ class BoardBudget:
             "stop": False,
             "open": False,
             "request": 0,
+            "stage": int(stage),  # the run's stage at the start, until the first reply
             "others": 0,
         }
         self.weights: tuple[int, list[Any]] | None = None
@@ -195,6 +202,10 @@ class BoardBudget:
 
     def request(self) -> int:
         return int(self.reply["request"])
+
+    def stage(self) -> int:
+        # As of the last claim: a member sees a new stage within one block of its steps.
+        return int(self.reply["stage"])
 
     def poll(self) -> None:
         """Fetch the board's reply now (stop, request, weights) without waiting for a block."""
@@ -303,7 +314,7 @@ def _run_member(args: dict[str, Any]) -> None:
     # Small blocks: the learner never sits on much of the budget, and the others' steps, on
     # which the learner schedules its evals, are at most a block behind.
     block = num_envs * (8 if learner else max(1, chunk // 2))
-    budget = BoardBudget(board, plan.name, block, args["env_steps"])
+    budget = BoardBudget(board, plan.name, block, args["env_steps"], args["stage"])
     replay = None
     if args["shards"]:  # none when the learner is on-policy: nobody samples a replay
         replay = ShardedReplay(args["shards"], args["layout"], chunk, plan.name, plan.index)

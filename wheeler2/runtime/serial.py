@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from wheeler2 import checkpoint as ckpt
 from wheeler2.process import set_compute_threads
-from wheeler2.runtime.budget import REQUEST, STOP, CountingBudget, new_block, run_steps
+from wheeler2.runtime.budget import REQUEST, STAGE, STOP, CountingBudget, new_block, run_steps
 from wheeler2.runtime.coordinator import prepare, run_team
+from wheeler2.runtime.curriculum import saved_stage
 from wheeler2.runtime.member import MemberLoop, Wiring, failed
 from wheeler2.runtime.messages import Failed, Message
 from wheeler2.runtime.opponents import OtherTable
@@ -62,7 +63,8 @@ class SerialTransport:
         self._alarm_previous: Any = None
         self._alarmed = False
         plans = setup.plans
-        self.block = new_block([member_payload(payload, p.name)[1] for p in plans])
+        steps = [member_payload(payload, p.name)[1] for p in plans]
+        self.block = new_block(steps, stage=saved_stage(config, payload))
         total = int(config.experiment.total_steps)
         # One process: insert every step (chunk 1) so a transition is sampleable at once, as in
         # a classic loop; HER needs whole episodes, collected by the writer.
@@ -201,6 +203,9 @@ class SerialTransport:
 
     def kill(self, name: str) -> None:
         self.done.add(name)
+
+    def set_stage(self, stage: int) -> None:
+        self.block[STAGE] = stage
 
     def replay_state(self) -> dict[str, Any]:
         return {table: replay.state_dict() for table, replay in self.replays.items()}
