@@ -208,7 +208,8 @@ class RunLog:
             if key.endswith("/win") and key.startswith("vs_"):
                 who = key[3:].removesuffix("/win")
                 w, d = matches[key], matches.get(f"vs_{who}/draw", 0.0)
-                parts.append(f"vs {who} W/D/L {w:.2f}/{d:.2f}/{1.0 - w - d:.2f}")
+                loss = matches.get(f"vs_{who}/loss", 0.0)
+                parts.append(f"vs {who} W/D/L {w:.2f}/{d:.2f}/{loss:.2f}")
         if "elo" in matches and math.isfinite(matches["elo"]):
             parts.append(f"Elo {matches['elo']:+.0f}")
         return ("   " + "   ".join(parts)) if parts else ""

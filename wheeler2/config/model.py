@@ -113,6 +113,9 @@ class PlayConfig:
     # Whom a copy's seats face each episode: the current policy, a snapshot drawn uniformly,
     # or one drawn by how often it still beats the table (prioritized fictitious self-play).
     opponents: str = choice("latest", OPPONENT_SAMPLING)
+    # The share of self-play games against a uniformly random player instead: a policy that
+    # only meets itself learns to be safe, not to punish the mistakes a weak player makes.
+    random_share: float = bounded(0.0, ge=0, le=1)
     # Head-to-head evals at each eval point (turn-based games): win / draw / loss and an
     # Elo-style rating against each.
     eval_vs: tuple[str, ...] = setting((), choices=EVAL_OPPONENTS)

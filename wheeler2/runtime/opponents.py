@@ -35,6 +35,7 @@ from wheeler2.task import Head, RewardHeads
 if TYPE_CHECKING:
     from wheeler2.config import Config
 
+RANDOM = -2  # an opponent index: the uniformly random player ([play] random_share)
 SELF = "self"  # envs/turns.py's group of the member's own seats it is not playing
 POOL_KEY = "opponent_pool"  # the pool's entry in a member's checkpointed state
 
@@ -74,12 +75,14 @@ class OpponentPool:
     every: int
     sampling: str
     seed: int
+    random_share: float = 0.0
     snapshots: list[Snapshot] = field(default_factory=list)
     next_at: int = 0
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
         self.current = Snapshot(updates=-1, weights={})  # the live policy's record
+        self.random = Snapshot(updates=-1, weights={})  # the random player's record
 
     def maybe_snapshot(self, module: nn.Module, updates: int) -> bool:
         if updates < self.next_at:
@@ -91,6 +94,8 @@ class OpponentPool:
         return True
 
     def draw(self) -> int:
+        if self.random_share and self.rng.random() < self.random_share:
+            return RANDOM
         if self.sampling == "latest" or not self.snapshots:
             return -1
         candidates = [*self.snapshots, self.current]
@@ -102,6 +107,8 @@ class OpponentPool:
         return -1 if k == len(self.snapshots) else k
 
     def snapshot(self, index: int) -> Snapshot:
+        if index == RANDOM:
+            return self.random
         return self.current if index < 0 else self.snapshots[index]
 
     def result(self, index: int, outcome: float) -> None:
@@ -167,8 +174,11 @@ class Drivers:
         pool: OpponentPool | None,
         opponent: Agent | None,
         copies: int,
+        act_dim: int = 0,
     ) -> None:
         self.own = own
+        self.act_dim = act_dim
+        self.rng = np.random.default_rng(0 if pool is None else pool.seed + 1)
         self.tables = tables
         self.pool = pool
         self.opponent = opponent  # the agent a snapshot is loaded into to play
@@ -188,7 +198,10 @@ class Drivers:
         facing = np.repeat(self.facing, rows_per_copy)
         for index in np.unique(facing):
             rows = np.flatnonzero(facing == index)
-            out[rows] = self._policy(int(index)).act(obs[rows], explore=False).action
+            if index == RANDOM:
+                out[rows] = random_legal_rows(obs[rows], self.act_dim, self.rng)
+            else:
+                out[rows] = self._policy(int(index)).act(obs[rows], explore=False).action
         return out
 
     def record(self, group: str, step: GroupStep) -> None:
@@ -334,9 +347,11 @@ def build_drivers(
         tables[name] = _Driven(driven, source, writer)
     pool = opponent = None
     play = config.play
-    if SELF in groups and play.opponents != "latest":
-        pool = OpponentPool(play.pool_size, play.snapshot_every, play.opponents, seed + 1)
+    if SELF in groups and (play.opponents != "latest" or play.random_share > 0):
+        pool = OpponentPool(
+            play.pool_size, play.snapshot_every, play.opponents, seed + 1, play.random_share
+        )
         if pool_state is not None:
             pool.load_state_dict(pool_state)
         opponent = make_agent(config, plan, space, seed)
-    return Drivers(agent, tables, pool, opponent, int(env.num_copies))
+    return Drivers(agent, tables, pool, opponent, int(env.num_copies), space.act_dim)
