@@ -358,6 +358,7 @@ def _documented() -> list[tuple[str, type, bool]]:
         ("`[buffer.her]` (or `her = { ... }`)", config.HerConfig),
         ("`[[team]]`", config.MemberConfig),
         ("`sync` (`[team.sync]` or `sync = { ... }`)", config.SyncConfig),
+        ("`[play]` (optional)", config.PlayConfig),
     ]
     algos = [
         (f"`{m.__name__.split('.')[1]}` (`agents/{m.__name__.split('.')[1]}.py`)", m.Params)

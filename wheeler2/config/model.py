@@ -118,8 +118,7 @@ class PlayConfig:
     random_share: float = bounded(0.0, ge=0, le=1)
     # Head-to-head evals at each eval point (turn-based games): win / draw / loss and an
     # Elo-style rating against each.
-    eval_vs: tuple[str, ...] = setting((), choices=EVAL_OPPONENTS)
-    eval_games: int = bounded(0, ge=0)  # games per opponent; 0: [experiment] eval_episodes
+    eval_vs: tuple[str, ...] = setting((), choices=EVAL_OPPONENTS)  # eval_episodes games each
 
 
 @dataclass(frozen=True)
