@@ -11,6 +11,7 @@ import pytest
 from wheeler2 import cli, config
 from wheeler2.buffer import HerConfig, ReplayConfig, ReplayError
 from wheeler2.config import ConfigError, load
+from wheeler2.config.model import CurriculumConfig
 from wheeler2.config.reader import Reader
 from wheeler2.schema import (
     Mismatch,
@@ -359,6 +360,7 @@ def _documented() -> list[tuple[str, type, bool]]:
         ("`[[team]]`", config.MemberConfig),
         ("`sync` (`[team.sync]` or `sync = { ... }`)", config.SyncConfig),
         ("`[play]` (optional)", config.PlayConfig),
+        ("`[curriculum]` (optional)", CurriculumConfig),
     ]
     algos = [
         (f"`{m.__name__.split('.')[1]}` (`agents/{m.__name__.split('.')[1]}.py`)", m.Params)

@@ -129,7 +129,9 @@ class CurriculumConfig:
     # The eval figure to reach, one per advance (stages - 1 values): the stage goes from k to
     # k + 1 at the first eval whose `metric` is >= advance_at[k].
     advance_at: tuple[float, ...] = ()
-    metric: str = "eval_return"  # a summary key: eval_return, or e.g. vs_random/win_rate
+    # The lead's eval figure: eval_return, or a head-to-head one, e.g. vs_random/win (check
+    # refuses one no eval of the file reports: wheeler2/runtime/curriculum.py).
+    metric: str = "eval_return"
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ def _sweep_shared_memory() -> None:
 def evaluate_run(run_dir: Path, episodes: int | None = None, which: str = "best") -> dict[str, Any]:
     """Evaluate the learner of a finished (or interrupted) run from its checkpoint."""
     from wheeler2.config import load
+    from wheeler2.runtime.curriculum import apply_stage, saved_stage
     from wheeler2.runtime.evaluation import evaluate
     from wheeler2.runtime.restore import restore
     from wheeler2.runtime.seeds import eval_reset_seed
@@ -83,6 +84,8 @@ def evaluate_run(run_dir: Path, episodes: int | None = None, which: str = "best"
     env = restored.env
     assert env is not None  # restore opens it with eval_copies
     try:
+        if config.curriculum is not None:  # at the stage the checkpoint's evals ran at
+            apply_stage(saved_stage(config, restored.payload), env)
         result = evaluate(restored.learner, env, eval_reset_seed(config))
     finally:
         env.close()

@@ -164,11 +164,11 @@ class Coordinator:
                     self.learners[name], name, message.env_steps, message.result
                 )
                 return
-            best = recorder.record_eval(message.env_steps, message.result)
+            if recorder.record_eval(message.env_steps, message.result):
+                # Before a stage change: best.pt's run state holds the stage this eval ran at.
+                recorder.save_checkpoint(self._payload(), best=True)
             if self.config.curriculum is not None:
                 self._curriculum(message)
-            if best:
-                recorder.save_checkpoint(self._payload(), best=True)
         elif isinstance(message, StateReply):
             self.states[name], self.steps[name] = message.state, message.env_steps
             if self.pending is not None and message.request == self.pending[0]:
