@@ -363,3 +363,67 @@ def test_check_refuses_a_team_that_cannot_meet(tmp_path, capsys, predators, extr
     assert cli.main(["check", str(cfg)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {cfg}") and needle in err[0]
+
+
+JOINT = """
+[experiment]
+name = "joint"
+seed = 0
+total_steps = 600
+eval_every = 600
+eval_episodes = 2
+backend = "{backend}"
+progress = false
+
+[env]
+id = "pettingzoo:mpe2.simple_tag_v3"
+kwargs = {{ continuous_actions = true, max_cycles = 25 }}
+num_envs = 2
+
+[play]
+joint = true
+pull_every = 50
+
+[buffer]
+capacity = 5_000
+batch_size = 16
+
+[[team]]
+name = "predators"
+algo = "ddpg"
+role = "learner"
+agents = ["adversary_*"]
+[team.params]
+hidden = [8]
+learning_starts = 100
+
+[[team]]
+name = "prey"
+algo = "ppo"
+role = "learner"
+table = "prey"
+agents = ["agent_*"]
+[team.params]
+hidden = [8]
+n_steps = 25
+batch_size = 25
+"""
+
+
+@pytest.mark.parametrize("backend", ["serial", "local"])
+def test_joint_run_drives_each_table_in_the_others_copies(tmp_path, capsys, backend):
+    cfg = tmp_path / "joint.toml"
+    cfg.write_text(JOINT.format(backend=backend))
+    assert cli.main(["run", str(cfg), "--out", str(tmp_path / "runs")]) == 0, capsys.readouterr()
+    summary = json.loads(next((tmp_path / "runs").glob("joint-*/summary.json")).read_text())
+    members = summary["members"]
+    # Each member drove the other table's agents with pulled weights (a version was taken).
+    assert members["prey"]["driven/main/steps"] > 0
+    assert members["predators"]["driven/prey/steps"] > 0
+    assert "driven/main/sync_version_lag" in members["prey"]
+    # The budget counts each member's own agents only...
+    own = members["predators"]["env_steps"]
+    assert members["prey"]["env_steps"] + own == 600
+    # ... but the predators' replay also took their steps from the prey's copies: at one
+    # update per insert, the learner made more updates than its own rows could feed.
+    assert members["predators"]["updates"] > own
