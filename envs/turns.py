@@ -62,6 +62,7 @@ class _Seats:
         self.action = np.zeros(rows, np.int64)
         self.acted_obs = np.zeros((rows, obs_dim), np.float32)
         self.info: EnvInfo | None = None  # the seats' spaces (every seat shares them)
+        self.step: GroupStep | None = None  # what record() is handed, one row at a time
 
     def row(self, copy: int, agent: str) -> int:
         return copy * len(self.names) + self.index[agent]
@@ -291,7 +292,10 @@ class TurnBasedVecEnv:
             return
         env = self.copies[c]
         g.pending[i] = False
-        step = self._group_step(g)
+        # One step object per group, reused: a record call owns it only until it returns.
+        step = g.step
+        if step is None:
+            step = g.step = self._group_step(g)
         step.obs[i] = g.acted_obs[i]
         step.action[i] = g.action[i]
         step.reward[i] = float(env._cumulative_rewards.get(agent, 0.0))
@@ -300,7 +304,11 @@ class TurnBasedVecEnv:
             step.truncated[i] = not step.terminated[i]
         self._encode(env.observe(agent), step.final_obs[i])
         step.valid[i] = True
-        self._others.record(g.name, step)
+        try:
+            self._others.record(g.name, step)
+        finally:
+            step.valid[i] = step.terminated[i] = step.truncated[i] = False
+            step.reward[i] = 0.0
 
     def _finish_others(self, c: int) -> None:
         for g in self.groups.values():

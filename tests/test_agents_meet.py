@@ -4,6 +4,7 @@ that refuse a team that cannot meet."""
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import types
@@ -40,7 +41,8 @@ class Recorder:
         return self.policies[group](obs)
 
     def record(self, group, step):
-        self.steps.append((group, step))
+        # A copy: the adapter may reuse the object once record returns.
+        self.steps.append((group, copy.deepcopy(step)))
 
     def episode_ended(self, copy, outcome):
         self.ended.append((copy, outcome))
@@ -83,8 +85,8 @@ def test_claimed_agents_act_by_their_tables_policy_and_their_steps_are_recorded(
     env.reset(seed=0)
     for _ in range(7):  # past the horizon of 5: the copies reset once
         env.step(np.zeros((env.num_envs, 1), np.float32))
-    for copy in env.copies:
-        assert copy.coach_actions and all(a == 2 for a in copy.coach_actions)
+    for env_copy in env.copies:
+        assert env_copy.coach_actions and all(a == 2 for a in env_copy.coach_actions)
     assert len(driver.steps) == 7 and all(g == "coaches" for g, _ in driver.steps)
     first = driver.steps[0][1]
     assert first.valid.all()
