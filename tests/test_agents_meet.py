@@ -300,6 +300,11 @@ def test_self_play_run_reports_matches_and_its_pool_survives_resume(tmp_path: Pa
 def test_tally_counts_each_seat_from_the_seat_played():
     class Seats:
         seats = ["player_1", "player_2"]
+        possible_agents = ["player_1", "player_2"]
+
+    class Second:  # a table that claims the second seat only
+        seats = ["player_2"]
+        possible_agents = ["player_1", "player_2"]
 
     result = EvalResult(0.0, 0.0, None, returns=[1.0, -1.0, 0.0, 1.0, 1.0, 0.0])
     t = tally(Seats(), result)
@@ -309,6 +314,13 @@ def test_tally_counts_each_seat_from_the_seat_played():
     assert fig["vs_random/win_first"] == pytest.approx(2 / 3)
     assert fig["vs_random/nonloss_second"] == pytest.approx(2 / 3)
     assert fig["vs_random/win"] == pytest.approx(0.5)
+    assert set(tally(Second(), result).figures("x")) == {
+        "x/win",
+        "x/draw",
+        "x/loss",
+        "x/win_second",
+        "x/nonloss_second",
+    }
 
 
 # -- checks -------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ class Tally:
     wins: int = 0
     draws: int = 0
     losses: int = 0
-    by_seat: dict[str, list[int]] | None = None  # seat -> [wins, draws, losses]
+    by_seat: dict[str, list[int]] | None = None  # "first" / "second" -> [wins, draws, losses]
 
     def add(self, seat: str, outcome: float) -> None:
         k = 0 if outcome > 0 else 1 if outcome == 0 else 2
@@ -54,9 +54,7 @@ class Tally:
             f"{prefix}/draw": self.draws / n,
             f"{prefix}/loss": self.losses / n,
         }
-        # Seats in the order they were first met, which tally() makes the env's seat order.
-        for k, wdl in enumerate((self.by_seat or {}).values()):
-            place = "first" if k == 0 else "second" if k == 1 else f"seat{k}"
+        for place, wdl in (self.by_seat or {}).items():
             games = max(sum(wdl), 1)
             out[f"{prefix}/win_{place}"] = wdl[0] / games
             out[f"{prefix}/nonloss_{place}"] = (wdl[0] + wdl[1]) / games
@@ -65,11 +63,15 @@ class Tally:
 
 def tally(env: Any, result: EvalResult) -> Tally:
     """W/D/L of an :func:`evaluate` run on a turn-based env: copy ``c`` played its first
-    episode in seat ``seats[c % len(seats)]`` (envs/turns.py)."""
+    episode in seat ``seats[c % len(seats)]`` (envs/turns.py). Seats are named by when they
+    move: "first", "second", then "seat<k>" (the env's order of agents)."""
     seats = list(env.seats)
+    order = list(getattr(env, "possible_agents", seats))
+    names = {0: "first", 1: "second"}
     out = Tally()
     for c, ret in enumerate(result.returns):
-        out.add(seats[c % len(seats)], ret)
+        k = order.index(seats[c % len(seats)])
+        out.add(names.get(k, f"seat{k}"), ret)
     return out
 
 

@@ -266,8 +266,9 @@ class Drivers:
 
 
 class EvalDrivers:
-    """Drivers for an eval env: other tables act as in training, nothing is recorded, and the
-    member's own other seats play ``opponent`` (None: uniformly among legal actions)."""
+    """Drivers for an eval env: other tables act as in training (``drivers``; None: at random
+    too), nothing is recorded, and the member's own other seats play ``opponent`` (None:
+    uniformly among legal actions)."""
 
     def __init__(
         self, drivers: Drivers | None, opponent: Agent | None, act_dim: int, seed: int
@@ -278,8 +279,7 @@ class EvalDrivers:
         self.rng = np.random.default_rng(seed)
 
     def act(self, group: str, obs: np.ndarray) -> np.ndarray:
-        if group != SELF:
-            assert self.drivers is not None
+        if group != SELF and self.drivers is not None:
             return self.drivers.tables[group].agent.act(obs, explore=False).action
         if self.opponent is not None:
             return self.opponent.act(obs, explore=False).action
