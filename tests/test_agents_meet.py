@@ -441,3 +441,62 @@ def test_joint_run_drives_each_table_in_the_others_copies(tmp_path, capsys, back
     # ... but the predators' replay also took their steps from the prey's copies: at one
     # update per insert, the learner made more updates than its own rows could feed.
     assert members["predators"]["updates"] > own
+
+
+TWO_TABLES = """
+[experiment]
+name = "xo"
+total_steps = 400
+eval_every = 400
+eval_episodes = 4
+progress = false
+
+[env]
+id = "pettingzoo:classic.tictactoe_v3"
+num_envs = 2
+
+[play]
+joint = true
+pull_every = 50
+eval_vs = ["random", "tables"]
+
+[buffer]
+capacity = 1_000
+batch_size = 16
+
+[[team]]
+name = "x"
+algo = "dqn"
+role = "learner"
+agents = ["player_1"]
+[team.params]
+learning_starts = 50
+hidden = [8]
+
+[[team]]
+name = "o"
+algo = "ppo"
+role = "learner"
+table = "o"
+agents = ["player_2"]
+[team.params]
+hidden = [8]
+n_steps = 16
+batch_size = 32
+"""
+
+
+def test_two_tables_meet_in_a_turn_based_game_and_are_scored_against_each_other(tmp_path, capsys):
+    cfg = tmp_path / "xo.toml"
+    cfg.write_text(TWO_TABLES)
+    assert cli.main(["run", str(cfg), "--out", str(tmp_path / "runs")]) == 0, capsys.readouterr()
+    summary = json.loads(next((tmp_path / "runs").glob("xo-*/summary.json")).read_text())
+    x = summary["eval"][-1]["matches"]
+    o = summary["tables"]["o"]["eval"][-1]["matches"]
+    # X moves first, O second; each learner's eval scored it against the other table (whose
+    # weights it pulled, so the two sides need not be the same snapshot pair).
+    assert "vs_tables/win_first" in x and "vs_tables/win_second" in o
+    for side in (x, o):
+        wdl = [side[f"vs_tables/{k}"] for k in ("win", "draw", "loss")]
+        assert sum(wdl) == pytest.approx(1.0)
+    assert summary["members"]["o"]["driven/main/steps"] > 0
