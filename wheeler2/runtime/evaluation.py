@@ -47,6 +47,16 @@ class Tally:
     def games(self) -> int:
         return self.wins + self.draws + self.losses
 
+    def merge(self, other: Tally) -> None:
+        self.wins, self.draws = self.wins + other.wins, self.draws + other.draws
+        self.losses += other.losses
+        for seat, wdl in (other.by_seat or {}).items():
+            if self.by_seat is None:
+                self.by_seat = {}
+            mine = self.by_seat.setdefault(seat, [0, 0, 0])
+            for k in range(3):
+                mine[k] += wdl[k]
+
     def figures(self, prefix: str) -> dict[str, float]:
         n = max(self.games, 1)
         out = {

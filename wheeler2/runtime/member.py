@@ -25,7 +25,7 @@ from wheeler2.agent import Agent, Transitions
 from wheeler2.buffer import Replay
 from wheeler2.env import EnvStep, VecEnv, policy_obs
 from wheeler2.runtime.curriculum import apply_stage
-from wheeler2.runtime.evaluation import EvalResult, Tally, evaluate, tally
+from wheeler2.runtime.evaluation import evaluate
 from wheeler2.runtime.heads import make_heads, make_task
 from wheeler2.runtime.messages import (
     Building,
@@ -38,12 +38,12 @@ from wheeler2.runtime.messages import (
 )
 from wheeler2.runtime.opponents import (
     POOL_KEY,
-    SELF,
     Drivers,
     EvalDrivers,
     OtherTable,
     build_drivers,
     driven_groups,
+    match_figures,
 )
 from wheeler2.runtime.parts import make_agent, make_env, space_info
 from wheeler2.runtime.plan import MemberPlan
@@ -409,9 +409,9 @@ class MemberLoop:
             self._closing.append(self.eval_env)
             if hasattr(self.eval_env, "attach_others"):
                 # Other tables play as in training; the table's own other seats at random.
-                self.eval_env.attach_others(
-                    EvalDrivers(self.drivers, None, env.info.act_dim, eval_env_seed(config))
-                )
+                act_dim = env.info.act_dim
+                self.eval_drivers = EvalDrivers(self.drivers, None, act_dim, eval_env_seed(config))
+                self.eval_env.attach_others(self.eval_drivers)
         if config.curriculum is not None:
             apply_stage(self.stage, self.eval_env)
         self.source = None
@@ -514,55 +514,11 @@ class MemberLoop:
         assert self.eval_env is not None  # every learner builds its eval envs
         result = evaluate(self.agent, self.eval_env, seed, heads=self.member.heads)
         if self.config.play.eval_vs and hasattr(self.eval_env, "seats"):
-            result.matches = self._matches(result, seed)
+            env: Any = self.eval_env
+            vs = self.config.play.eval_vs
+            result.matches = match_figures(self.agent, env, self.drivers, vs, result, seed)
+            env.attach_others(self.eval_drivers)  # back to its own for the next eval
         self.link.send(Evaluated(self.plan.name, env_steps, result, self.state_dict()))
-
-    def _matches(self, main: EvalResult, seed: int) -> dict[str, float]:
-        """Head-to-head figures of a turn-based game ([play] eval_vs): W/D/L against each kind
-        of opponent, and an Elo-style rating with the random player at 0. The run's own eval
-        (``main``) faced random seats, or the other tables where they claim them."""
-        from wheeler2.rating import elo_ratings
-
-        env: Any = self.eval_env
-        assert env is not None
-        joint = bool(getattr(env, "groups", {}).keys() - {SELF})
-        act_dim = env.info.act_dim
-        out: dict[str, float] = {}
-        games: list[tuple[str, str, int, int, int]] = []
-
-        def count(name: str, t: Tally) -> None:
-            out.update(t.figures(f"vs_{name}"))
-            games.append(("current", name, t.wins, t.draws, t.losses))
-
-        for kind in self.config.play.eval_vs:
-            if kind == "tables" and joint:
-                count("tables", tally(env, main))
-            elif kind == "random":
-                if not joint:
-                    t = tally(env, main)
-                else:
-                    env.attach_others(EvalDrivers(None, None, act_dim, seed))
-                    t = tally(env, evaluate(self.agent, env, seed))
-                count("random", t)
-            elif kind == "pool" and self.drivers is not None and self.drivers.pool is not None:
-                pool, total = self.drivers.pool, Tally()
-                for index in range(len(pool.snapshots)):
-                    opponent = self.drivers.load_snapshot(index)
-                    env.attach_others(EvalDrivers(self.drivers, opponent, act_dim, seed))
-                    t = tally(env, evaluate(self.agent, env, seed))
-                    total.wins, total.draws = total.wins + t.wins, total.draws + t.draws
-                    total.losses += t.losses
-                    games.append(("current", f"snapshot{index}", t.wins, t.draws, t.losses))
-                if total.games:
-                    out.update(total.figures("vs_pool"))
-        env.attach_others(EvalDrivers(self.drivers, None, act_dim, eval_env_seed(self.config)))
-        if games:
-            out["elo"] = (
-                elo_ratings(games, anchor="random")["current"]
-                if any(g[1] == "random" for g in games)
-                else float("nan")
-            )
-        return out
 
     def finish(self) -> None:
         """After the last tick. A learner whose budget is spent takes the updates the gate still

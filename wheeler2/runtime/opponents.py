@@ -26,6 +26,7 @@ from torch import nn
 
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.env import GroupStep
+from wheeler2.runtime.evaluation import EvalResult, Tally, evaluate, tally
 from wheeler2.runtime.parts import make_agent, space_info
 from wheeler2.runtime.plan import MemberPlan, learner_plan, plan_team
 from wheeler2.runtime.protocols import ReplayTable, ReplayWriter, WeightSource
@@ -355,3 +356,51 @@ def build_drivers(
             pool.load_state_dict(pool_state)
         opponent = make_agent(config, plan, space, seed)
     return Drivers(agent, tables, pool, opponent, int(env.num_copies), space.act_dim)
+
+
+def match_figures(
+    agent: Agent,
+    env: Any,
+    drivers: Drivers | None,
+    eval_vs: tuple[str, ...],
+    main: EvalResult,
+    seed: int,
+) -> dict[str, float]:
+    """Head-to-head figures of a turn-based game (``[play] eval_vs``): W/D/L against each kind
+    of opponent, overall and per seat, and an Elo-style rating of ``agent`` with the random
+    player at 0, fitted over all those games. ``main`` is the eval already run on ``env``: it
+    faced random seats, or the other tables where they claim seats (joint play). ``env``'s
+    drivers are replaced while it plays; the caller puts its own back."""
+    from wheeler2.rating import elo_ratings
+
+    joint = bool(getattr(env, "groups", {}).keys() - {SELF})
+    act_dim = env.info.act_dim
+    out: dict[str, float] = {}
+    games: list[tuple[str, str, int, int, int]] = []
+
+    def count(name: str, t: Tally) -> None:
+        out.update(t.figures(f"vs_{name}"))
+        games.append(("current", name, t.wins, t.draws, t.losses))
+
+    for kind in eval_vs:
+        if kind == "tables" and joint:
+            count("tables", tally(env, main))
+        elif kind == "random":
+            if joint:  # the run's own eval met the tables: play random seats instead
+                env.attach_others(EvalDrivers(None, None, act_dim, seed))
+                count("random", tally(env, evaluate(agent, env, seed)))
+            else:
+                count("random", tally(env, main))
+        elif kind == "pool" and drivers is not None and drivers.pool is not None:
+            total = Tally()
+            for index in range(len(drivers.pool.snapshots)):
+                opponent = drivers.load_snapshot(index)
+                env.attach_others(EvalDrivers(drivers, opponent, act_dim, seed))
+                t = tally(env, evaluate(agent, env, seed))
+                total.merge(t)
+                games.append(("current", f"snapshot{index}", t.wins, t.draws, t.losses))
+            if total.games:
+                out.update(total.figures("vs_pool"))
+    if any(g[1] == "random" for g in games):
+        out["elo"] = elo_ratings(games, anchor="random")["current"]
+    return out
