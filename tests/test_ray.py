@@ -484,3 +484,86 @@ def test_shard_gate_holds_producers_and_serves_learner(tmp_path: Path, cluster: 
         assert not own(), "close() unlinks every segment and semaphore of the shard"
     finally:
         ray.kill(shard)
+
+
+JOINT_TABLES = """
+[experiment]
+name = "joint"
+seed = 0
+total_steps = 600
+eval_every = 600
+eval_episodes = 2
+backend = "ray"
+progress = false
+
+[env]
+id = "pettingzoo:mpe2.simple_tag_v3"
+kwargs = { continuous_actions = true, max_cycles = 25 }
+num_envs = 2
+
+[play]
+joint = true
+pull_every = 50
+
+[buffer]
+capacity = 5_000
+batch_size = 16
+chunk = 8  # the prey's driven steps reach the predators' shard well before the budget is spent
+
+[[team]]
+name = "predators"
+algo = "ddpg"
+role = "learner"
+agents = ["adversary_*"]
+[team.params]
+hidden = [8]
+learning_starts = 100
+
+[[team]]
+name = "prey"
+algo = "ppo"
+role = "learner"
+table = "prey"
+agents = ["agent_*"]
+[team.params]
+hidden = [8]
+n_steps = 25
+batch_size = 25
+"""
+
+
+@pytest.mark.timeout(540)  # a ray team's start on a loaded two-core machine took minutes
+def test_two_tables_with_joint_play_on_ray(tmp_path: Path, cluster: Cluster) -> None:
+    """Issue 36 on ray (tests/test_agents_meet.py has it on serial and local): DDPG predators
+    (table main, sharded replay) and PPO prey (table prey, no replay) each drive the other
+    table's agents in their copies with that table's weights pulled from the board, and the
+    prey's copies feed the predators' shard."""
+    pytest.importorskip("pettingzoo", reason="needs pettingzoo")
+    cfg = tmp_path / "joint.toml"
+    cfg.write_text(JOINT_TABLES)
+    config = load(cfg, overrides=[f"experiment.ray_address={cluster.address}"])
+    assert config.tables == ("main", "prey")
+    run = run_experiment(config, tmp_path / "run")
+    summary = json.loads((run / "summary.json").read_text())
+    # Spent to within a vector step of the predators (3 agents in 2 copies): on ray a member
+    # gives back a remainder too small for its own step, which the prey may have stopped asking
+    # for by then (serial and local spend it exactly).
+    spent = summary["env_steps"]
+    assert 600 - 6 < spent <= 600
+    tables = summary["tables"]
+    assert tables["main"]["learner"] == "predators" and tables["prey"]["learner"] == "prey"
+    for table in ("main", "prey"):  # each learner's closing eval, at the end of the budget
+        assert 600 - 6 < tables[table]["eval"][-1]["env_steps"] <= 600, table
+    members = summary["members"]
+    # Each member drove the other table's agents with pulled weights (a version was taken):
+    # the prey's 14-wide actor could not take the predators' 16-wide weights, nor the other way
+    # round, so each table's weights reached the members of the other.
+    assert members["prey"]["driven/main/steps"] > 0
+    assert members["predators"]["driven/prey/steps"] > 0
+    assert "driven/main/sync_version_lag" in members["prey"]
+    # The budget counts each member's own agents only...
+    own = members["predators"]["env_steps"]
+    assert members["prey"]["env_steps"] + own == spent
+    # ... but the predators' shard also took their steps from the prey's copies: at one update
+    # per insert, the learner made more updates than its own rows could feed.
+    assert members["predators"]["updates"] > own

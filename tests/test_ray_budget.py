@@ -32,10 +32,10 @@ def board(monkeypatch: pytest.MonkeyPatch) -> Handle:
 
 
 def test_the_board_grants_nothing_before_the_start_line(board: Handle) -> None:
-    assert board.claim.remote("a", 30, 0, 0, 0)["granted"] == 0
+    assert board.claim.remote("a", 30, 0, 0, {})["granted"] == 0
     assert board.gate.remote() == (False, False)
     board.open.remote()
-    assert board.claim.remote("a", 30, 0, 0, 0)["granted"] == 30
+    assert board.claim.remote("a", 30, 0, 0, {})["granted"] == 30
     assert board.gate.remote() == (True, False)
 
 
@@ -82,3 +82,22 @@ def test_a_member_at_the_line_asks_the_board_at_most_every_gate_poll(
     board.open.remote()
     assert a.opened() and a.opened()
     assert len(asked) == 2  # open for good: never asked again
+
+
+def test_the_board_keeps_weights_per_table_and_sends_each_member_those_it_pulls(
+    board: Handle,
+) -> None:
+    board.set_weights.remote("main", 1, ["main-1"])
+    board.set_weights.remote("prey", 1, ["prey-1"])
+    board.set_weights.remote("main", 3, ["main-3"])
+    board.set_weights.remote("main", 2, ["main-2"])  # late and older: never replaces a newer one
+    assert "weights" not in board.claim.remote("a", 0, 0, 0, {})  # a learner pulls nothing
+    assert board.claim.remote("a", 0, 0, 0, {"main": 0})["weights"] == {"main": (3, ["main-3"])}
+    assert board.claim.remote("a", 0, 0, 0, {"main": 3, "prey": 0})["weights"] == {
+        "prey": (1, ["prey-1"])
+    }
+    # A member keeps each table's newest, and asks for the tables its sources want.
+    a = ray_member.BoardBudget(board, "a", 16, 0)
+    a.want("prey")
+    a.poll()
+    assert a.latest("prey") == (1, ["prey-1"]) and a.latest("main") is None

@@ -247,13 +247,6 @@ def validate(raw: dict[str, Any], path: str | Path = "<config>") -> Config:
         play=PlayConfig(**reader.read(PlayConfig, "[play]", raw.get("play", {}), "play")),
         curriculum=_curriculum(reader, raw.get("curriculum")),
     )
-    if config.experiment.backend == "ray" and len(config.tables) > 1:
-        raise reader.error(
-            "[experiment]",
-            "backend",
-            f"'ray' runs one replay table; this team has {len(config.tables)} "
-            f"({', '.join(config.tables)}): use 'local' or 'serial'",
-        )
     her = config.buffer.her
     if her is not None and her.terminate_on_goal:
         task = registry.resolve_object(config.task.spec) if config.task.spec else None

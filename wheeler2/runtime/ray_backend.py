@@ -28,7 +28,7 @@ from wheeler2.runtime.experiment import (
 )
 from wheeler2.runtime.messages import Finished, Message, StateReply
 from wheeler2.runtime.plan import MemberPlan
-from wheeler2.runtime.ray_member import Board, MemberActor
+from wheeler2.runtime.ray_member import Board, MemberActor, TableArgs
 from wheeler2.runtime.replays import own_replay_spec, replay_spec
 from wheeler2.runtime.restore import member_payload, saved_replay
 from wheeler2.runtime.team import TeamSetup
@@ -119,7 +119,7 @@ class RayTransport:
         self.payload = payload
         self.run_id = uuid.uuid4().hex[:8]
         self.actors: dict[str, Any] = {}
-        self.shards: list[Any] = []
+        self.shards: dict[str, list[Any]] = {}  # table -> its shards (on-policy learner: none)
         self.board: Any = None
         self.runs: dict[Any, str] = {}
         self.dead: dict[str, str] = {}
@@ -134,46 +134,58 @@ class RayTransport:
 
     def _create(self, config: Config, setup: TeamSetup, payload: dict[str, Any]) -> None:
         from wheeler2.buffer.ray_shard import ReplayShard
+        from wheeler2.sync import float_state
 
         # @ray.remote makes these actor classes (.options, .remote), which their types omit.
         member_actor, replay_shard, board = cast(Any, (MemberActor, ReplayShard, Board))
         plans = setup.plans
-        table = setup.tables[0]  # the config refuses ray with several tables
         _check_fits(plans)
         for p in plans:
             self.actors[p.name] = member_actor.options(
                 name=f"wheeler2-{self.run_id}-{p.name}", **member_options(p)
             ).remote(p.name)
         self.placed = self._wait_placed(plans)
-        # Shards next to the learner: it is the one that samples them, many times a second.
-        near_learner = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
-            node_id=self.placed[setup.lead.name]["node_id"], soft=True
-        )
-        shards = max(1, int(config.buffer.shards)) if table.uses_replay else 0
-        self.shards = [
-            replay_shard.options(
-                name=f"wheeler2-{self.run_id}-buffer-{i}", scheduling_strategy=near_learner
-            ).remote(replay_spec(config, table, shard=i, shards=shards), i)
-            for i in range(shards)
-        ]
+        for table in setup.tables:
+            # Shards next to their table's learner: it is the one that samples them, many
+            # times a second.
+            shards = max(1, int(config.buffer.shards)) if table.uses_replay else 0
+            self.shards[table.name] = [
+                replay_shard.options(
+                    name=f"wheeler2-{self.run_id}-{table.name}-buffer-{i}",
+                    scheduling_strategy=self._near(table.lead.name),
+                ).remote(replay_spec(config, table, shard=i, shards=shards), i)
+                for i in range(shards)
+            ]
         member_steps = {p.name: member_payload(payload, p.name)[1] for p in plans}
         self.steps = dict(member_steps)
         self.board = board.options(
-            name=f"wheeler2-{self.run_id}-board", scheduling_strategy=near_learner
+            name=f"wheeler2-{self.run_id}-board", scheduling_strategy=self._near(setup.lead.name)
         ).remote(int(config.experiment.total_steps), member_steps, self.stage)
+        every_shard = [s for shards in self.shards.values() for s in shards]
         try:
-            ray.get([s.ready.remote() for s in self.shards] + [self.board.ping.remote()])
+            ray.get([s.ready.remote() for s in every_shard] + [self.board.ping.remote()])
         except ray.exceptions.RayError as exc:
             raise MemberFailed("buffer", str(exc)) from None
-        saved = saved_replay(payload, table)
-        if saved is not None and self.shards:
-            if len(self.shards) == 1:
-                ray.get(self.shards[0].load_state_dict.remote(saved))
-            else:
-                print("warning: the checkpoint's replay is not loaded into a sharded buffer")
-        from wheeler2.sync import float_state
+        for table in setup.tables:
+            held = self.shards[table.name]
+            saved = saved_replay(payload, table)
+            if saved is not None and held:
+                if len(held) == 1:
+                    ray.get(held[0].load_state_dict.remote(saved))
+                else:
+                    print(
+                        f"warning: the checkpoint's replay of table {table.name!r} is not "
+                        f"loaded into a sharded buffer"
+                    )
+            # Version 1 of every table's weights: its explorers, and with [play] joint every
+            # other table's members, pull it before its learner publishes.
+            ref = ray.put(float_state(table.learner.actor))
+            ray.get(self.board.set_weights.remote(table.name, 1, [ref]))
 
-        ray.get(self.board.set_weights.remote(1, [ray.put(float_state(table.learner.actor))]))
+    def _near(self, member: str) -> Any:
+        return ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+            node_id=self.placed[member]["node_id"], soft=True
+        )
 
     def _wait_placed(self, plans: list[MemberPlan]) -> dict[str, Any]:
         """Where each member actor started; an error naming the first one that never did."""
@@ -201,18 +213,24 @@ class RayTransport:
         write_json_atomic(run_dir / "placement.json", self.placed)
         from wheeler2.sync import source_shapes
 
-        table = self.setup.tables[0]
-        layout = table.layout()
-        shapes = source_shapes(table.learner.actor)
+        tables = {
+            t.name: TableArgs(
+                t.name, self.shards[t.name], t.layout(), source_shapes(t.learner.actor)
+            )
+            for t in self.setup.tables
+        }
         for p in self.setup.plans:
             state, env_steps = member_payload(self.payload, p.name)
+            table = self.setup.table_of(p)
+            others = {}
+            if self.config.play.joint:  # every other table's weights and shards
+                others = {name: t for name, t in tables.items() if name != table.name}
             args = {
                 "config": self.config,
                 "plan": p,
                 "board": self.board,
-                "shards": self.shards,
-                "layout": layout,
-                "publish_shapes": shapes,
+                "table": tables[table.name],
+                "others": others,
                 "own": own_replay_spec(self.config, table),
                 "state": state,
                 "env_steps": env_steps,
@@ -261,13 +279,13 @@ class RayTransport:
         self.board.open.remote()
 
     def release(self, table: str) -> None:
-        # One table on ray (the config refuses more): its shards are all there is to release.
-        for shard in self.shards:
+        for shard in self.shards.get(table, []):
             shard.release.remote()
 
     def stop(self) -> None:
         self.board.stop.remote()
-        self.release(self.setup.tables[0].name)
+        for table in self.shards:
+            self.release(table)
 
     def kill(self, name: str) -> None:
         actor = self.actors.get(name)
@@ -279,24 +297,27 @@ class RayTransport:
         self.board.set_stage.remote(self.stage)
 
     def replay_state(self) -> dict[str, dict[str, Any]]:
-        if len(self.shards) != 1:
-            return {}
-        try:
-            state = ray.get(self.shards[0].state_dict.remote(), timeout=60)
-        except Exception as exc:  # the members' weights matter more than the buffer
-            print(f"warning: the replay could not be checkpointed: {exc}")
-            return {}
-        return {self.setup.tables[0].name: state}
+        """Each table's replay, where it is one shard (a sharded one is not checkpointed)."""
+        out = {}
+        for table, shards in self.shards.items():
+            if len(shards) != 1:
+                continue
+            try:
+                out[table] = ray.get(shards[0].state_dict.remote(), timeout=60)
+            except Exception as exc:  # the members' weights matter more than the buffer
+                print(f"warning: the replay of table {table!r} could not be checkpointed: {exc}")
+        return out
 
     def close(self) -> None:
         # Shards first, and by their own hand: ray.kill skips every teardown, which is how a
         # run used to leave its whole buffer in /dev/shm.
-        closing = [s.close.remote() for s in self.shards]
+        every_shard = [s for shards in self.shards.values() for s in shards]
+        closing = [s.close.remote() for s in every_shard]
         try:
             ray.wait(closing, num_returns=len(closing), timeout=CLOSE_TIMEOUT_S)
         except Exception:  # noqa: BLE001 - a dead shard: the next run's sweep frees its memory
             pass
-        for actor in [*self.actors.values(), *self.shards, self.board]:
+        for actor in [*self.actors.values(), *every_shard, self.board]:
             if actor is None:
                 continue
             try:

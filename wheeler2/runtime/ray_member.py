@@ -3,9 +3,9 @@ the :class:`MemberActor` that runs the one member loop with the board as its bud
 its weight transport.
 
 * the board carries the step budget, stop and checkpoint requests and the curriculum stage
-  to members (all in the reply to the budget claims they make anyway), the learner's
-  published weights (an object-store reference, versioned), and the members' messages to the
-  driver;
+  to members (all in the reply to the budget claims they make anyway), each table's learner's
+  published weights (an object-store reference, versioned, per table name: a member is sent
+  those of the tables it pulls), and the members' messages to the driver;
 * the replay is :mod:`wheeler2.buffer.ray_shard` (shard actors behind the Replay interface).
 """
 
@@ -14,12 +14,19 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from wheeler2.process import set_compute_threads, set_niceness
 from wheeler2.runtime.messages import Message
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from wheeler2.buffer import Layout
 
 GATE_POLL_S = 0.1  # how often a member at the start line asks the board whether it is open
 
@@ -50,15 +57,16 @@ class Board:
         self.opened = False  # the start line: no steps before every member has started
         self.request = 0
         self.stage = int(stage)  # the curriculum stage, set by the driver
-        self.weights: tuple[int, list[Any]] | None = None
+        self.weights: dict[str, tuple[int, list[Any]]] = {}  # table -> (version, [reference])
         self.messages: list[Message] = []
 
     def claim(
-        self, name: str, want: int, steps_done: int, give_back: int, weights_version: int
+        self, name: str, want: int, steps_done: int, give_back: int, versions: dict[str, int]
     ) -> dict[str, Any]:
         """Grant up to ``want`` more env steps (and take back ``give_back`` unused ones): the
         budget is exact because only the board hands it out. The reply also carries stop,
-        checkpoint request, curriculum stage and newer weights."""
+        checkpoint request, curriculum stage and the weights of each table in ``versions``
+        (table -> the version the member holds) that are newer than the member's."""
         self.steps[name] = int(steps_done)
         self.granted -= int(give_back)
         closed = self.stopped or not self.opened
@@ -73,14 +81,20 @@ class Board:
             "stage": self.stage,
             "others": sum(v for k, v in self.steps.items() if k != name),
         }
-        if self.weights is not None and self.weights[0] > weights_version:
-            reply["weights"] = self.weights
+        newer = {
+            table: held
+            for table, held in self.weights.items()
+            if table in versions and held[0] > versions[table]
+        }
+        if newer:
+            reply["weights"] = newer
         return reply
 
-    def set_weights(self, version: int, ref: list[Any]) -> None:
+    def set_weights(self, table: str, version: int, ref: list[Any]) -> None:
         # The reference comes wrapped in a list so that Ray hands over the reference itself.
-        if self.weights is None or version > self.weights[0]:
-            self.weights = (int(version), ref)
+        held = self.weights.get(table)
+        if held is None or version > held[0]:
+            self.weights[table] = (int(version), ref)
 
     def post(self, message: Message) -> None:
         self.messages.append(message)
@@ -134,16 +148,25 @@ class BoardBudget:
             "stage": int(stage),  # the run's stage at the start, until the first reply
             "others": 0,
         }
-        self.weights: tuple[int, list[Any]] | None = None
+        # Table -> the newest (version, [reference]) the board sent, for the tables it pulls.
+        self.weights: dict[str, tuple[int, list[Any]]] = {}
+        self.wanted: set[str] = set()
         self.in_flight: Any = None
         self.done = False
         self.is_open = False
         self.next_gate = 0.0  # when a member at the start line may ask the board again
 
+    def want(self, table: str) -> None:
+        """Ask for ``table``'s weights with every claim from now on (a :class:`BoardSource`)."""
+        self.wanted.add(table)
+
+    def latest(self, table: str) -> tuple[int, list[Any]] | None:
+        return self.weights.get(table)
+
     def _send_claim(self) -> None:
-        version = self.weights[0] if self.weights else 0
+        versions = {t: self.weights[t][0] if t in self.weights else 0 for t in self.wanted}
         self.in_flight = self.board.claim.remote(
-            self.name, self.block, self.own, self.give_back, version
+            self.name, self.block, self.own, self.give_back, versions
         )
         self.give_back = 0
 
@@ -154,7 +177,7 @@ class BoardBudget:
         self.in_flight = None
         self.reply = reply
         if "weights" in reply:
-            self.weights = reply["weights"]
+            self.weights.update(reply["weights"])
         self.left += reply["granted"]
         if reply["stop"]:
             return False
@@ -169,7 +192,7 @@ class BoardBudget:
             if self.done or not self._refill():
                 self.done = True
                 if self.left:  # too few for a whole vector step: others may use them
-                    ray.get(self.board.claim.remote(self.name, 0, self.own, self.left, 1 << 62))
+                    ray.get(self.board.claim.remote(self.name, 0, self.own, self.left, {}))
                     self.left = 0
                 return False
         self.left -= n
@@ -224,17 +247,19 @@ class BoardLink:
 
 
 class BoardSink:
-    """Learner side: publish = ``ray.put`` the actor's float tensors, post the reference."""
+    """Learner side: publish = ``ray.put`` the actor's float tensors, post the reference under
+    the learner's table."""
 
-    def __init__(self, board: Any) -> None:
+    def __init__(self, board: Any, table: str) -> None:
         self.board = board
+        self.table = table
         self.version = 1  # the driver published version 1 before the members started
 
     def publish(self, actor: Any) -> int:
         from wheeler2.sync import float_state
 
         self.version += 1
-        self.board.set_weights.remote(self.version, [ray.put(float_state(actor))])
+        self.board.set_weights.remote(self.table, self.version, [ray.put(float_state(actor))])
         return self.version
 
     def close(self) -> None:
@@ -242,28 +267,31 @@ class BoardSink:
 
 
 class BoardSource:
-    """Explorer side: the newest reference the board sent with a budget reply, blended in
-    under the same :class:`wheeler2.sync.SyncPlan` as the shared-memory client."""
+    """Explorer side (and joint play's driven tables): the newest reference of ``table``'s
+    weights the board sent with a budget reply, blended in under the same
+    :class:`wheeler2.sync.SyncPlan` as the shared-memory client."""
 
-    def __init__(self, budget: BoardBudget, plan: Any) -> None:
+    def __init__(self, budget: BoardBudget, plan: Any, table: str) -> None:
         self.budget = budget
         self.plan = plan
+        self.table = table
         self.synced = plan.names
         self.pulled = 0
+        budget.want(table)
 
     @property
     def version(self) -> int:
         return self.pulled
 
     def lag(self) -> int:
-        latest = self.budget.weights[0] if self.budget.weights else 0
-        return max(0, latest - self.pulled)
+        weights = self.budget.latest(self.table)
+        return max(0, (weights[0] if weights else 0) - self.pulled)
 
     def pull(self) -> int | None:
-        weights = self.budget.weights
+        weights = self.budget.latest(self.table)
         if weights is None or weights[0] <= self.pulled:
             self.budget.poll()
-            weights = self.budget.weights
+            weights = self.budget.latest(self.table)
         if weights is None or weights[0] <= self.pulled:
             return None
         version, (ref,) = weights
@@ -273,6 +301,30 @@ class BoardSource:
 
     def close(self) -> None:
         pass
+
+
+@dataclass(frozen=True)
+class TableArgs:
+    """One replay table as a member on Ray sees it: its shards (none for an on-policy learner's
+    table), the rows they store and the shapes its learner publishes on the board."""
+
+    name: str
+    shards: list[Any]
+    layout: Layout
+    publish_shapes: dict[str, tuple[int, ...]]
+
+    def source(
+        self, budget: BoardBudget, member: str, keep: Sequence[str], alpha: float
+    ) -> Callable[[nn.Module], BoardSource]:
+        """A maker of this table's weight source into a module built later (the member loop's
+        ``source``, or joint play's :class:`~wheeler2.runtime.opponents.OtherTable` source)."""
+        from wheeler2.sync import SyncPlan
+
+        def make(module: nn.Module) -> BoardSource:
+            plan = SyncPlan(self.publish_shapes, module, list(keep), alpha, member)
+            return BoardSource(budget, plan, self.name)
+
+        return make
 
 
 @ray.remote(max_restarts=0, max_task_retries=0)
@@ -303,7 +355,7 @@ class MemberActor:
 def _run_member(args: dict[str, Any]) -> None:
     from wheeler2.buffer.ray_shard import ShardedReplay
     from wheeler2.runtime.member import Wiring, run_member
-    from wheeler2.sync import SyncPlan
+    from wheeler2.runtime.opponents import OtherTable
 
     set_compute_threads()
     config, plan, board = args["config"], args["plan"], args["board"]
@@ -315,34 +367,43 @@ def _run_member(args: dict[str, Any]) -> None:
     # which the learner schedules its evals, are at most a block behind.
     block = num_envs * (8 if learner else max(1, chunk // 2))
     budget = BoardBudget(board, plan.name, block, args["env_steps"], args["stage"])
-    replay = None
-    if args["shards"]:  # none when the learner is on-policy: nobody samples a replay
-        replay = ShardedReplay(args["shards"], args["layout"], chunk, plan.name, plan.index)
+    own_table: TableArgs = args["table"]
+    replays: list[ShardedReplay] = []
+
+    def sharded(table: TableArgs) -> ShardedReplay | None:
+        if not table.shards:  # none when the learner is on-policy: nobody samples a replay
+            return None
+        replay = ShardedReplay(table.shards, table.layout, chunk, plan.name, plan.index)
+        replays.append(replay)
+        return replay
+
+    replay = sharded(own_table)
     source = None
     if not learner and plan.spec.sync is not None:
         sync = plan.spec.sync
-
-        def source(actor: Any) -> BoardSource:
-            sync_plan = SyncPlan(
-                args["publish_shapes"], actor, list(sync.keep), float(sync.alpha), plan.name
-            )
-            return BoardSource(budget, sync_plan)
-
+        source = own_table.source(budget, plan.name, sync.keep, float(sync.alpha))
+    # Joint play: the other tables' policies, pulled from the board, drive their agents in this
+    # member's copies, and their steps go into those tables' shards (none: on-policy).
+    others = {
+        name: OtherTable(table.source(budget, plan.name, (), 1.0), sharded(table))
+        for name, table in args["others"].items()
+    }
     wiring = Wiring(
         budget=budget,
         link=BoardLink(board),
         replay=replay,
         own_process=True,
-        sink=BoardSink(board) if learner else None,
+        sink=BoardSink(board, own_table.name) if learner else None,
         own=args["own"] if learner else None,
         source=source,
         state=args["state"],
         env_steps=args["env_steps"],
         next_eval=args["next_eval"],
         where=where(),
+        others=others,
     )
     try:
         run_member(config, plan, wiring)
     finally:
-        if replay is not None:
-            replay.close()
+        for r in replays:
+            r.close()
