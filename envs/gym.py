@@ -68,7 +68,11 @@ class GymVecEnv:
     # -- helpers ---------------------------------------------------------------------------------
     def _make_one(self, env_id: str, kwargs: dict[str, Any]) -> gym.Env:
         """One copy; adapters built on this one (envs/mo.py) wrap it here."""
-        return gym.make(env_id, **kwargs)
+        from wheeler2 import registry
+
+        # "./myenv.py:MyEnv-v0" or "./myenv.py:MyEnv": imported (and registered) here too, since
+        # a member's process starts without the driver's imports.
+        return gym.make(registry.gymnasium_id(env_id), **kwargs)
 
     def _store(
         self, i: int, raw: Any, obs: np.ndarray, ag: np.ndarray | None, dg: np.ndarray | None

@@ -48,13 +48,17 @@ OtherPolicy = Callable[[str, Any], Any]
 
 
 def _resolve_policy(policy: OtherPolicy | str | None) -> OtherPolicy | None:
-    # TOML can only name a function, so "module:function" strings are accepted too.
+    # TOML can only name a function, so "module:function" strings are accepted too; the module
+    # may be a .py file (the config reader makes "./p.py:fn" absolute against its folder).
     if policy is None or callable(policy):
         return policy
-    module_name, sep, attr = str(policy).partition(":")
-    if not sep:
+    if ":" not in str(policy):
         raise ValueError(f"other_policy must be a callable or 'module:function', got {policy!r}")
-    return getattr(importlib.import_module(module_name), attr)
+    # The registry imports this adapter lazily; it is looked up here for the same reason.
+    found = importlib.import_module("wheeler2.registry").resolve_object(str(policy))
+    if not callable(found):
+        raise ValueError(f"other_policy {policy!r} is not a function")
+    return found
 
 
 def _max_cycles(env: Any) -> int | None:

@@ -197,6 +197,9 @@ def test_renamed_key_warns_once_on_stderr(write_config, capsys):
     path = write_config(VALID + "\n[buffer]\nratio = 2\n")
     assert cli.main(["check", str(path), "--set", "buffer.ratio=3"]) == 0
     err = capsys.readouterr().err
-    assert err == (
-        f"warning: {path}: [buffer] 'ratio' is deprecated; call it 'updates_per_insert'\n"
-    )
+    # (VALID's batch_size 256 >= total_steps 100 adds its own warning line: the learner never
+    # learns in so short a run.)
+    renamed = [line for line in err.splitlines() if "'ratio'" in line]
+    assert renamed == [
+        f"warning: {path}: [buffer] 'ratio' is deprecated; call it 'updates_per_insert'"
+    ]

@@ -84,7 +84,7 @@ def error_of(path: Path, overrides: list[str] = ()) -> ConfigError:
         (REAL, "buffer.updates_per_insert=inf", "[buffer]", "updates_per_insert", "finite"),
         (REAL, "experiment.eval_every=0", "[experiment]", "eval_every", "integer > 0, got 0"),
         (REAL, "experiment.total_steps=0", "[experiment]", "total_steps", "integer > 0, got 0"),
-        (REAL, "experiment.heartbeat_s=0", "[experiment]", "heartbeat_s", "a number > 0, got 0"),
+        (REAL, "experiment.heartbeat_s=0", "[experiment]", "heartbeat_s", "a number >= 4, got 0"),
         (REAL, "experiment.eval_threshold=nan", "[experiment]", "eval_threshold", "finite"),
         (REAL, "task.heads.0.weight=inf", "[[task.heads]] #1", "weight", "a finite number"),
     ],

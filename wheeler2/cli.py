@@ -126,8 +126,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
     config = _load(args.file, args.overrides)
     # Builds the team once without training: what `run` would fail on fails here, as one line.
     check_with_env(config)
+    _warn_relations(config)  # only for a valid file: an invalid one gets its one error line
     print(f"ok: {args.file} ({_describe(config)})")
     return EXIT_OK
+
+
+def _warn_relations(config: Config) -> None:
+    """One ``warning:`` line per key relation the run will not keep (a warm-up longer than
+    the run): it runs, but will not do what the file seems to ask."""
+    from wheeler2.config.relations import relation_warnings
+
+    for line in relation_warnings(config):
+        print(f"warning: {line}", file=sys.stderr)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -137,6 +147,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # Run directories go under `out`; a file there would fail only once members have started.
         where = "--out" if args.out is not None else f"{args.file}: [experiment] out"
         raise UsageError(f"{where} {out}: is an existing file; expected a directory")
+    _warn_relations(config)
     from wheeler2.runtime import run_experiment
 
     print(f"running {config.experiment.name} ({_describe(config)})", flush=True)
@@ -222,10 +233,24 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     policy = load_policy(args.run_dir, args.checkpoint)
     out = write_policy(policy, args.format, args.output)
-    kind = "int64 [B]" if policy.discrete else "float32 [B, act_dim] in the env's Box"
     print(f"wrote {out}: input float32 [B, {policy.input_dim}] = [{policy.input_layout}]")
-    print(f"  output: action, {kind}")
+    print(f"  output: action, {_action_kind(policy)}")
     return EXIT_OK
+
+
+def _action_kind(policy: Any) -> str:
+    """What the exported module returns, with the env's real sizes: ``float32 [B, 1] in the
+    env's Box [-2, 2]`` or ``int64 [B] in 0..3``."""
+    import numpy as np
+
+    space = policy.action_space
+    if policy.discrete:
+        start, n = int(getattr(space, "start", 0)), int(space.n)
+        return f"int64 [B] in {start}..{start + n - 1}"
+    low, high = np.asarray(space.low).reshape(-1), np.asarray(space.high).reshape(-1)
+    same = low.size and np.all(low == low[0]) and np.all(high == high[0])
+    bounds = f" [{low[0]:g}, {high[0]:g}]" if same else ""
+    return f"float32 [B, {low.size}] in the env's Box{bounds}"
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:

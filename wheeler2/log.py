@@ -63,7 +63,12 @@ class RunLog:
         self._tb = _summary_writer(self.run_dir / TENSORBOARD_DIR) if tensorboard else None
 
         self.evals: list[dict[str, Any]] = []
-        self._rates: dict[str, tuple[float, int, float]] = {}  # member -> (time, steps, rate)
+        # The final step's eval, written once no closing eval at that step can replace it.
+        self._held: tuple[int, dict[str, float], float] | None = None
+        # member -> (time its steps last changed, those steps, rate; None before a second report)
+        self._rates: dict[str, tuple[float, int, float | None]] = {}
+        # The last figures the live table was not redrawn with (throttled): drawn at close.
+        self._undrawn: tuple[int, dict[str, dict[str, Any]], float | None] | None = None
         # The run's curriculum stage for the headline and the plain line ("stage 1/2"), if any.
         self.curriculum: str | None = None
         self._live_enabled = progress and sys.stdout.isatty()
@@ -77,9 +82,12 @@ class RunLog:
 
     # -- metrics -----------------------------------------------------------------------------
 
-    def scalars(self, member: str, env_steps: int, values: dict[str, float]) -> None:
-        """Record one member's metrics at ``env_steps`` (all members together)."""
-        wall = round(self.wall_s, 3)
+    def scalars(
+        self, member: str, env_steps: int, values: dict[str, float], wall_s: float | None = None
+    ) -> None:
+        """Record one member's metrics at ``env_steps`` (all members together); ``wall_s``: when
+        they were measured, if not now."""
+        wall = round(self.wall_s if wall_s is None else wall_s, 3)
         for key, value in values.items():
             value = _number(value)
             self._csv.writerow((wall, int(env_steps), member, key, value))
@@ -94,9 +102,16 @@ class RunLog:
         ret: float,
         success: float | None,
         matches: dict[str, float] | None = None,
+        extra: dict[str, float] | None = None,
     ) -> None:
         """Record an evaluation of the learner's actor (also kept in :attr:`evals`);
-        ``matches``: head-to-head figures of a turn-based game (W/D/L per opponent, Elo)."""
+        ``matches``: head-to-head figures of a turn-based game (W/D/L per opponent, Elo);
+        ``extra``: more figures of the same eval (each head's value error).
+
+        A second eval at the step of the last one replaces it: a learner whose budget is spent
+        evaluates again after the updates it still owed (its closing eval), and the curve ends
+        on that one, not on a vertical jump. So an eval at or past ``total_steps`` is written
+        to metrics.csv when the next eval at another step comes, or at :meth:`close`."""
         entry: dict[str, Any] = {
             "env_steps": int(env_steps),
             "wall_s": float(wall_s),
@@ -105,10 +120,25 @@ class RunLog:
         }
         if matches:
             entry["matches"] = dict(matches)
-        self.evals.append(entry)
+        if self.evals and self.evals[-1]["env_steps"] == int(env_steps):
+            self.evals[-1] = entry
+        else:
+            self.evals.append(entry)
         values = {"return": ret} if success is None else {"return": ret, "success": success}
-        self.scalars("eval", env_steps, values | dict(matches or {}))
+        values = values | dict(matches or {}) | dict(extra or {})
+        if self._held is not None and self._held[0] != int(env_steps):
+            self._write_held()
+        if self.total_steps is not None and env_steps >= self.total_steps:
+            self._held = (int(env_steps), values, self.wall_s)
+        else:
+            self.scalars("eval", env_steps, values)
         self.flush()
+
+    def _write_held(self) -> None:
+        if self._held is not None:
+            steps, values, wall = self._held
+            self._held = None
+            self.scalars("eval", steps, values, wall_s=wall)
 
     def summary_fields(self, threshold: float | None = None) -> dict[str, Any]:
         """Eval figures for summary.json: best / final return, the eval list, steps to threshold."""
@@ -153,23 +183,36 @@ class RunLog:
             last_eval = self.evals[-1]["return"]
         interval = _LIVE_EVERY_S if self._live_enabled else _PLAIN_EVERY_S
         if now - self._last_display < interval:
+            if self._live is not None:
+                self._undrawn = (
+                    env_steps_total,
+                    {k: dict(v) for k, v in members.items()},
+                    last_eval,
+                )
             return
         self._last_display = now
+        self._undrawn = None
         if self._live_enabled:
             self._show_live(env_steps_total, members, last_eval)
         else:
             print(self._plain_line(env_steps_total, members, last_eval), flush=True)
 
     def _update_rate(self, name: str, now: float, steps: int) -> None:
-        # Steps/s over the interval since the last call, smoothed so the display does not jitter.
+        # Steps/s between two reports that moved the member's steps (figures arrive every few
+        # seconds; calls in between see the same steps and would read as 0/s), smoothed so the
+        # display does not jitter. None until a second report: no rate yet, not 0/s.
         if name not in self._rates:
-            self._rates[name] = (now, steps, 0.0)
+            self._rates[name] = (now, steps, None)
             return
         t, s, rate = self._rates[name]
-        if now - t < 0.5:
+        if steps == s or now - t < 0.5:
             return
         new = (steps - s) / (now - t)
-        self._rates[name] = (now, steps, new if rate == 0.0 else 0.7 * rate + 0.3 * new)
+        self._rates[name] = (now, steps, new if rate is None else 0.7 * rate + 0.3 * new)
+
+    def rate(self, name: str) -> float | None:
+        """A member's env steps per second, or None before two of its reports moved."""
+        return self._rates.get(name, (0.0, 0, None))[2]
 
     def eta_s(self, env_steps_total: int) -> float | None:
         """Seconds left at this session's average rate, or None before there is a rate."""
@@ -191,8 +234,10 @@ class RunLog:
         if last is not None:
             parts.append(f"eval {last:.1f}" + self._matches_text())
         for name, figures in members.items():
-            rate = self._rates.get(name, (0, 0, 0.0))[2]
-            part = f"{name}: {int(figures.get('env_steps', 0)):,} ({rate:,.0f}/s)"
+            rate = self.rate(name)
+            part = f"{name}: {int(figures.get('env_steps', 0)):,}"
+            if rate is not None:
+                part += f" ({rate:,.0f}/s)"
             if figures.get("episode_return") is not None:
                 part += f" return {_cell(figures['episode_return'])}"
             parts.append(part)
@@ -252,8 +297,9 @@ class RunLog:
         for column in columns:
             table.add_column(column, justify="left" if column == "member" else "right")
         for name, figures in members.items():
-            rate = self._rates.get(name, (0, 0, 0.0))[2]
-            cells = [name[:16], f"{int(figures.get('env_steps', 0)):,}", f"{rate:,.0f}"]
+            rate = self.rate(name)
+            steps = f"{int(figures.get('env_steps', 0)):,}"
+            cells = [name[:16], steps, "-" if rate is None else f"{rate:,.0f}"]
             cells += [_cell(figures.get(k)) for k in ("episode_return", *heads)]
             cells.append(_cell(main_loss(figures)))
             table.add_row(*cells)
@@ -266,7 +312,10 @@ class RunLog:
         if self._closed:
             return
         self._closed = True
+        self._write_held()
         if self._live is not None:
+            if self._undrawn is not None:  # the last figures, not the last frame drawn
+                self._show_live(*self._undrawn)
             self._live.stop()
             atexit.unregister(self.close)
         self._csv_file.close()

@@ -10,6 +10,7 @@ top-level names (``"tasks.reacher:Reach"``) resolve to ``wheeler2.tasks.reacher`
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -59,6 +60,94 @@ class EnvSpec(Protocol):
 
 class RegistryError(LookupError):
     """A name that does not resolve; the message says what is available instead."""
+
+
+class CodeError(RegistryError):
+    """A user's code file that fails to import (a SyntaxError, a missing import, an exception at
+    its top level) or code of theirs that raised: one line naming the file and its line, as
+    ``./mytask.py line 3: SyntaxError: invalid syntax``, instead of a traceback."""
+
+    def __init__(self, path: str | None, line: int | None, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.reason = reason
+        super().__init__(self.text())
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.path, self.line, self.reason))
+
+    def text(self, base: Path | None = None) -> str:
+        """The line, with the file shown relative to ``base`` (a config file's folder) or the
+        working directory where it lies under one of them."""
+        if self.path is None:
+            return self.reason
+        where = shown_path(self.path, base)
+        if self.line is not None:
+            where += f" line {self.line}"
+        return f"{where}: {self.reason}"
+
+
+def shown_path(path: str | Path, base: Path | None = None) -> str:
+    """``path`` as a user would write it: ``./x.py`` under ``base`` (or the working directory),
+    else as it is."""
+    path = Path(path)
+    for folder in (base, Path.cwd()):
+        if folder is None:
+            continue
+        try:
+            rel = path.resolve().relative_to(Path(folder).resolve())
+        except (ValueError, OSError):
+            continue
+        return f"./{rel.as_posix()}"
+    return str(path)
+
+
+@functools.cache
+def _engine_dirs() -> tuple[str, ...]:
+    """Folders whose files are not a user's code: wheeler2's own packages, the standard library
+    and installed packages."""
+    import sysconfig
+
+    dirs = {str(Path(__file__).resolve().parent)}
+    for pkg in INSTALLED_UNDER_WHEELER2:
+        spec = importlib.util.find_spec(f"wheeler2.{pkg}")
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            dirs.add(str(Path(loc).resolve()))
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        found = sysconfig.get_paths().get(key)
+        if found:
+            dirs.add(str(Path(found).resolve()))
+    return tuple(d + "/" for d in dirs)
+
+
+def _user_frame(path: str) -> bool:
+    if not path or path.startswith("<"):
+        return False
+    full = str(Path(path).resolve())
+    return not full.startswith(_engine_dirs())
+
+
+def code_error(exc: BaseException, file: str | Path | None = None) -> CodeError:
+    """``exc``, raised by a user's code, as one located line: the deepest frame of the traceback
+    that lies in the user's files (else in ``file``, the module that was imported), and the
+    exception's type and text. A SyntaxError names its own file and line."""
+    import traceback
+
+    reason = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return CodeError(exc.filename, exc.lineno, f"{type(exc).__name__}: {exc.msg}")
+    frames = traceback.extract_tb(exc.__traceback__)
+    wanted = None if file is None else str(Path(file).resolve())
+    for frame in reversed(frames):
+        if _user_frame(frame.filename) or (wanted and str(Path(frame.filename)) == wanted):
+            return CodeError(frame.filename, frame.lineno, reason)
+    return CodeError(None if file is None else str(file), None, reason)
+
+
+def is_user_module(name: str) -> bool:
+    """A module the user wrote (a ``.py`` path or a module outside wheeler2): its import errors
+    are their mistakes, shown as one line; wheeler2's own keep their traceback (a bug)."""
+    return is_path_spec(name) or not installed_module(name).startswith("wheeler2.")
 
 
 # The repository's top-level folders, installed under the wheeler2 name (setup.cfg package_dir).
@@ -123,6 +212,16 @@ def _agent_class_in(module: ModuleType) -> type[Agent] | None:
     return found[0] if found else None
 
 
+def _import_quietly(module_name: str) -> ModuleType:
+    """Import a module only to list what it defines (for a message): what its import prints
+    to stderr (gymnasium-robotics' version notice) would break a one-line error."""
+    import contextlib
+    import io
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        return importlib.import_module(module_name)
+
+
 def algorithms() -> dict[str, type[Agent]]:
     """Every algorithm in the ``agents`` package, by module name (``"ddpg"``).
 
@@ -131,7 +230,7 @@ def algorithms() -> dict[str, type[Agent]]:
     found: dict[str, type[Agent]] = {}
     for module_name in _package_modules(ALGORITHM_PACKAGE):
         try:
-            cls = _agent_class_in(importlib.import_module(module_name))
+            cls = _agent_class_in(_import_quietly(module_name))
         except Exception:  # noqa: BLE001 - a broken file must not hide the others
             continue
         if cls is not None:
@@ -170,7 +269,7 @@ def tasks() -> dict[str, type]:
     found: dict[str, type] = {}
     for module_name in _package_modules(TASK_PACKAGE):
         try:
-            module = importlib.import_module(module_name)
+            module = _import_quietly(module_name)
         except Exception:  # noqa: BLE001 - list what does import
             continue
         for attr, obj in vars(module).items():
@@ -217,10 +316,39 @@ def _import_file(module_part: str, spec: str) -> ModuleType:
     sys.modules[name] = module
     try:
         loader_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: one located line, not a traceback
+        del sys.modules[name]
+        raise code_error(exc, path) from None
     except BaseException:
         del sys.modules[name]
         raise
     return module
+
+
+def import_spec_module(module_name: str, spec: str) -> ModuleType:
+    """The module of a ``module:attr`` spec: a ``.py`` path or an importable name. A module that
+    is missing is a RegistryError; a user's module that fails to import (SyntaxError, a missing
+    import inside it, an exception at its top level) a CodeError naming its file and line;
+    wheeler2's own modules keep their traceback (a bug to report)."""
+    if is_path_spec(module_name):
+        return _import_file(module_name, spec)
+    name = installed_module(module_name)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        # "This very module is missing" is a lookup error; a missing import inside it is the
+        # module's own error.
+        if exc.name is not None and name.startswith(exc.name):
+            raise RegistryError(
+                f"no module named '{name}' (from '{spec}'); {available_tasks_text()}"
+            ) from None
+        if not is_user_module(name):
+            raise
+        raise code_error(exc) from None
+    except Exception as exc:
+        if not is_user_module(name):
+            raise
+        raise code_error(exc) from None
 
 
 def resolve_object(spec: str) -> Any:
@@ -230,25 +358,16 @@ def resolve_object(spec: str) -> Any:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise RegistryError(f"expected 'module:name', got '{spec}'; {available_tasks_text()}")
-    if module_name.startswith("."):
+    if module_name.startswith(".") and not is_path_spec(module_name):
         raise RegistryError(
             f"'{spec}' names a relative module; write it from the top ('mypkg.tasks:Name') "
             f"or as a file ('./tasks.py:Name')"
         )
-    try:
-        if is_path_spec(module_name):
-            module = _import_file(module_name, spec)
-        else:
-            module_name = installed_module(module_name)
-            module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        # Only "this very module is missing" is a lookup error; a missing import inside it is a bug
-        # in that file and keeps its traceback.
-        if exc.name is None or not module_name.startswith(exc.name):
-            raise
-        raise RegistryError(
-            f"no module named '{module_name}' (from '{spec}'); {available_tasks_text()}"
-        ) from None
+    module = import_spec_module(module_name, spec)
+    if is_path_spec(module_name):
+        module_name = shown_path(module_name)
+    else:
+        module_name = installed_module(module_name)
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -285,23 +404,75 @@ def check_env_id(env_id: str) -> None:
 
     import_builtin_envs()
     if sep:
-        # gymnasium's own "module:EnvId" form: importing the module registers its ids.
-        try:
-            importlib.import_module(installed_module(prefix))
-        except ImportError as exc:
-            prefixes = ", ".join(f"'{p}:'" for p in ENV_ADAPTERS)
-            raise RegistryError(
-                f"cannot import '{prefix}' for '{env_id}' ({exc}); adapter prefixes are "
-                f"{prefixes}, anything else before ':' must be an importable module"
-            ) from None
-        env_id = rest
+        gymnasium_id(env_id)
+        return
     if env_id in gymnasium.registry:
         return
     close = difflib.get_close_matches(env_id, list(gymnasium.registry), n=5, cutoff=0.5)
     hint = f"close registered ids: {', '.join(close)}" if close else "no close registered id"
     raise RegistryError(
-        f"unknown environment '{env_id}'; {hint} (ids from other packages: 'module:EnvId')"
+        f"unknown environment '{env_id}'; {hint} (ids from other packages: 'module:EnvId'; "
+        f"your own env: './myenv.py:EnvId' or './myenv.py:MyEnvClass')"
     )
+
+
+def gymnasium_id(env_id: str) -> str:
+    """The id ``gymnasium.make`` takes for an ``[env] id`` without an adapter prefix.
+
+    A registered id is itself. ``"module:EnvId"`` imports ``module`` first (its import registers
+    the id), where ``module`` may be a ``.py`` file's path (the config reader makes it absolute
+    against the config file's folder). ``"module:Name"`` naming no registered id but a class or
+    factory of that module (``"./myenv.py:MyEnv"``) registers it under an id of its own, so
+    kwargs, vector modes and every member process build it the same way.
+    """
+    import gymnasium
+
+    prefix, sep, rest = env_id.partition(":")
+    if not sep:
+        return env_id
+    if not rest:
+        raise RegistryError(f"'{env_id}' names no environment after ':'")
+    prefixes = ", ".join(f"'{p}:'" for p in ENV_ADAPTERS)
+    cannot = (
+        f"cannot import '{prefix}' for '{env_id}' ({{}}); adapter prefixes are {prefixes}, "
+        f"anything else before ':' must be an importable module or a .py file"
+    )
+    try:
+        module = import_spec_module(prefix, env_id)
+    except CodeError:
+        raise
+    except RegistryError as exc:
+        if is_path_spec(prefix):  # no such file
+            raise RegistryError(str(exc)) from None
+        raise RegistryError(cannot.format(f"No module named '{prefix}'")) from None
+    except ImportError as exc:
+        raise RegistryError(cannot.format(exc)) from None
+    if rest in gymnasium.registry:
+        return rest
+    obj: Any = module
+    for part in rest.split("."):
+        obj = getattr(obj, part, None)
+    if obj is None or not callable(obj):
+        where = shown_path(prefix) if is_path_spec(prefix) else prefix
+        ids = sorted(i for i, spec in gymnasium.registry.items() if _defined_in(spec, module))
+        public = sorted(a for a in vars(module) if not a.startswith("_"))
+        close = _closest(rest, ids + public + list(gymnasium.registry))
+        raise RegistryError(
+            f"unknown environment '{rest}': '{where}' registers no such gymnasium id and defines "
+            f"no env class or factory of that name; {close}it registers: {', '.join(ids) or 'none'}"
+            f"; it defines: {', '.join(public) or 'nothing'}"
+        )
+    own = f"{module.__name__}/{rest}"
+    if own not in gymnasium.registry:
+        gymnasium.register(own, entry_point=obj)
+    return own
+
+
+def _defined_in(spec: Any, module: ModuleType) -> bool:
+    entry = spec.entry_point
+    if isinstance(entry, str):
+        return entry.partition(":")[0] == module.__name__
+    return getattr(entry, "__module__", None) == module.__name__
 
 
 # The adapter of every id without an adapter prefix (gymnasium ids, "module:EnvId").

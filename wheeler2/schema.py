@@ -64,15 +64,15 @@ class Spec:
         if low is not None and high is not None:
             left = "(" if self.gt is not None else "["
             right = ")" if self.lt is not None else "]"
-            return f" in {left}{low:g}, {high:g}{right}"
+            return f" in {left}{_bound(low)}, {_bound(high)}{right}"
         if self.gt is not None:
-            return f" > {self.gt:g}"
+            return f" > {_bound(self.gt)}"
         if self.ge is not None:
-            return f" >= {self.ge:g}"
+            return f" >= {_bound(self.ge)}"
         if self.lt is not None:
-            return f" < {self.lt:g}"
+            return f" < {_bound(self.lt)}"
         if self.le is not None:
-            return f" <= {self.le:g}"
+            return f" <= {_bound(self.le)}"
         return ""
 
     def in_range(self, v: float) -> bool:
@@ -85,6 +85,14 @@ class Spec:
 
 
 NO_SPEC = Spec()
+
+
+def _bound(b: float) -> str:
+    """A bound as written: ``0.5``, ``1000``, and large whole numbers in full
+    (``4_294_967_296``, not ``4.29497e+09``)."""
+    if float(b).is_integer() and abs(b) >= 1e6:
+        return f"{int(b):_}"
+    return f"{b:g}"
 
 
 def setting(

@@ -9,6 +9,7 @@ recorded episodes are the ones ``wheeler2 eval`` scores. One file per episode, `
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,8 +61,13 @@ def make_render_env(config: Any) -> Any:
     if sep and prefix in registry.ENV_ADAPTERS:
         raise UsageError(f"--video: '{env_id}' is not a gymnasium env; expected a gymnasium id")
     registry.import_builtin_envs()
+    # rgb_array frames need no window: SDL's dummy video driver keeps pygame-drawn envs (the
+    # classic controls) from opening a display and from printing "error: XDG_RUNTIME_DIR is
+    # invalid or not set" on a machine without one. A driver the user chose still wins.
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
-        env = gymnasium.make(env_id, render_mode="rgb_array", **dict(config.env.kwargs))
+        make_id = registry.gymnasium_id(env_id)  # "./myenv.py:MyEnv" as the run built it
+        env = gymnasium.make(make_id, render_mode="rgb_array", **dict(config.env.kwargs))
     except Exception as exc:  # noqa: BLE001 - any refusal means: no rgb_array frames here
         raise UsageError(
             f"--video: {env_id} cannot render rgb_array frames ({type(exc).__name__}: {exc})"

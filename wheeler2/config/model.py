@@ -58,12 +58,18 @@ def plain_name(name: str) -> str | None:
     return None
 
 
+SEED_LIMIT = 2**32
+HEARTBEAT_MIN_S = 4.0
+
+
 @dataclass(frozen=True)
 class ExperimentConfig:
     name: str = setting(rule=plain_name)  # in a file: defaults to the file's name
     total_steps: int = bounded(gt=0)  # env steps of all members together
     eval_every: int = bounded(gt=0)  # env steps between evaluations of the learner's actor
-    seed: int = bounded(0, ge=0)
+    # Below 2**32: what numpy's legacy seeding takes, and every seed derived from it (a member's
+    # seed * 10_007 + ...: wheeler2/runtime/seeds.py) stays within torch's 64-bit seeds.
+    seed: int = bounded(0, ge=0, lt=SEED_LIMIT)
     eval_episodes: int = bounded(10, gt=0)
     backend: str = choice("serial", BACKENDS)
     out: str = "runs"  # parent of run directories
@@ -73,7 +79,9 @@ class ExperimentConfig:
     stop_at_threshold: bool = False  # end the run at the first eval above eval_threshold
     ray_address: str | None = None
     # Seconds without a heartbeat before a member is declared hung.
-    heartbeat_s: float = bounded(30.0, gt=0)
+    # A member reports every 2 s (runtime/member.py REPORT_EVERY_S): under twice that, one late
+    # report would take a healthy member for a hung one.
+    heartbeat_s: float = bounded(30.0, ge=HEARTBEAT_MIN_S)
 
     def __post_init__(self) -> None:
         if self.checkpoint_every is None:

@@ -43,6 +43,7 @@ from .model import (
     copy_value,
 )
 from .overrides import apply_override
+from .relations import check_relations
 
 if TYPE_CHECKING:
     from wheeler2.agent import Agent
@@ -247,6 +248,7 @@ def validate(raw: dict[str, Any], path: str | Path = "<config>") -> Config:
         play=PlayConfig(**reader.read(PlayConfig, "[play]", raw.get("play", {}), "play")),
         curriculum=_curriculum(reader, raw.get("curriculum")),
     )
+    check_relations(config)
     her = config.buffer.her
     if her is not None and her.terminate_on_goal:
         task = registry.resolve_object(config.task.spec) if config.task.spec else None
@@ -292,10 +294,16 @@ def _curriculum(reader: Reader, data: Any) -> CurriculumConfig | None:
 
 def _env(reader: Reader, data: Any) -> EnvConfig:
     values = reader.read(EnvConfig, "[env]", data, "env")
+    # "./myenv.py:MyEnv-v0" and "./p.py:fn" in kwargs (other_policy) are files next to this one.
+    values["id"] = _absolute(values["id"], reader.file)
+    values["kwargs"] = {k: _absolute_value(v, reader.file) for k, v in values["kwargs"].items()}
     try:
         registry.check_env_id(values["id"])
     except registry.RegistryError as exc:
-        raise reader.error("[env]", "id", str(exc)) from None
+        raise reader.error("[env]", "id", _registry_text(reader, exc)) from None
+    for key, value in values["kwargs"].items():
+        if isinstance(value, str) and (key in CODE_KWARGS or _is_path_spec(value)):
+            _check_code_kwarg(reader, key, value)
     if values["vector"] != "sync" and ":" in values["id"]:
         prefix = values["id"].partition(":")[0]
         if prefix in registry.ENV_ADAPTERS:
@@ -331,11 +339,49 @@ def _check_envpool_id(reader: Reader, env_id: str) -> None:
         )
 
 
+# [env] kwargs that name code ("module:function"): resolved when the file is read, so a missing
+# file, a bad name or a file that fails to import is one line naming the key.
+CODE_KWARGS = ("other_policy",)
+
+
+def _base(reader: Reader) -> Path:
+    """The folder a file's relative code paths are read against."""
+    return Path(reader.file).parent if reader.file != "<config>" else Path.cwd()
+
+
+def _registry_text(reader: Reader, exc: registry.RegistryError) -> str:
+    """A registry error's text; a code file's own error names it as written (``./x.py``)."""
+    if isinstance(exc, registry.CodeError):
+        return exc.text(_base(reader))
+    return str(exc)
+
+
+def _is_path_spec(value: str) -> bool:
+    module, sep, attr = value.partition(":")
+    return bool(sep and attr) and registry.is_path_spec(module)
+
+
+def _absolute_value(value: Any, config_path: str) -> Any:
+    return (
+        _absolute(value, config_path) if isinstance(value, str) and _is_path_spec(value) else value
+    )
+
+
+def _check_code_kwarg(reader: Reader, key: str, spec: str) -> None:
+    if ":" not in spec:
+        raise reader.error(
+            "[env]", f"kwargs.{key}", f"expected 'module:function', got {show(spec)}"
+        )
+    found = _resolve_spec(reader, "[env]", f"kwargs.{key}", spec)
+    if not callable(found):
+        raise reader.error("[env]", f"kwargs.{key}", f"'{spec}' is not a function")
+
+
 def _resolve_spec(reader: Reader, table: str, key: str, spec: str) -> Any:
     try:
         return registry.resolve_object(spec)
     except registry.RegistryError as exc:
-        raise reader.error(table, key, str(exc)) from None
+        raise reader.error(table, key, _registry_text(reader, exc)) from None
 
 
 def _list_of_tables(v: Any) -> list[Any]:
@@ -356,21 +402,70 @@ def _absolute(spec: str | None, config_path: str) -> str | None:
     return f"{(base / module).resolve()}:{attr}"
 
 
+def _declared_heads_changed(
+    reader: Reader, spec: str | None, task_class: Any, changes: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The heads a ``[task] spec`` class declares (``@reward_head``) as ``[[task.heads]]``
+    entries, with ``changes`` (head name -> {key: value}) applied to them."""
+    declared = task_class.declared_heads() if hasattr(task_class, "declared_heads") else []
+    if not declared:
+        whose = f"'{spec}' declares none" if spec else "there is no [task] spec"
+        raise reader.error(
+            "[task]",
+            "heads",
+            f"a table of head names ({', '.join(changes)}) changes the heads a [task] spec class "
+            f"declares with @reward_head, and {whose}: write [[task.heads]] entries (name, "
+            f"reward, weight) instead",
+        )
+    entries = [
+        {"name": name, "reward": f"{spec}.{method}", "weight": weight}
+        for name, method, weight in declared
+    ]
+    names = [e["name"] for e in entries]
+    for name, change in changes.items():
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise reader.error(
+                "[task]",
+                f"heads.{name}",
+                f"no head '{name}'; {hint}the task class declares: {', '.join(names)}",
+            )
+        if not isinstance(change, dict):
+            raise reader.error(
+                "[task]",
+                f"heads.{name}",
+                f"expected a table of the head's keys (e.g. heads.{name}.weight = 0.5), got "
+                f"{show(change)}",
+            )
+        if "name" in change and change["name"] != name:
+            raise reader.error("[task]", f"heads.{name}.name", "a declared head keeps its name")
+        entries[names.index(name)].update(change)
+    return entries
+
+
 def _task(reader: Reader, data: Any) -> TaskConfig:
     values = reader.read(TaskConfig, "[task]", data, "task", raw=("heads",))
     values["spec"] = _absolute(values["spec"], reader.file)
+    task_class: Any = None
     if values["spec"] is not None:
         try:
             task_class = registry.resolve_object(values["spec"])
         except registry.RegistryError as exc:
-            message = str(exc)
-            if "tasks available" not in message:
+            message = _registry_text(reader, exc)
+            if "tasks available" not in message and not isinstance(exc, registry.CodeError):
                 message += f"; {registry.available_tasks_text()}"
             raise reader.error("[task]", "spec", message) from None
         if not isinstance(task_class, type):
             raise reader.error("[task]", "spec", f"'{values['spec']}' is not a class")
     if "heads" not in values:
         return TaskConfig(spec=values["spec"])
+    if isinstance(values["heads"], dict):
+        # `--set task.heads.effort.weight=0.01` (or [task.heads.effort]) with no [[task.heads]]
+        # written: it changes a head the task class declares.
+        values["heads"] = _declared_heads_changed(
+            reader, values["spec"], task_class if values["spec"] else None, values["heads"]
+        )
     entries = reader.value("[task]", "heads", values["heads"], _list_of_tables)
     if not entries:
         raise reader.error("[task]", "heads", "expected at least one [[task.heads]] entry")
@@ -462,10 +557,11 @@ def _member(reader: Reader, label: str, entry: Any) -> MemberConfig:
         fallback={"name": lambda v: v["algo"]},
     )
     params = reader.value(label, "params", values.get("params", {}), _table)
+    values["algo"] = _absolute(values["algo"], reader.file)
     try:
         agent_class = registry.resolve_algo(values["algo"])
     except registry.RegistryError as exc:
-        raise reader.error(label, "algo", str(exc)) from None
+        raise reader.error(label, "algo", _registry_text(reader, exc)) from None
     params_cls = getattr(agent_class, "Params", None)
     if params_cls is None:
         raise reader.error(label, "algo", f"{agent_class.__name__} has no Params dataclass")

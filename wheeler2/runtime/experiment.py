@@ -222,7 +222,11 @@ class Recorder:
         """An eval of another table's learner: kept in the summary's ``tables`` and logged as
         that member's ``eval_return``; the run's curve, threshold and best.pt stay the lead's."""
         entry = self._eval_entry(env_steps, result)
-        self.state.table_evals.setdefault(table, []).append(entry)
+        evals = self.state.table_evals.setdefault(table, [])
+        if evals and evals[-1]["env_steps"] == env_steps:
+            evals[-1] = entry  # its closing eval at the step of its last one (record_eval)
+        else:
+            evals.append(entry)
         values = {"eval_return": result.mean_return, **self._value_errors(result)}
         values.update(result.matches or {})
         if result.success is not None:
@@ -236,12 +240,21 @@ class Recorder:
         entry = self._eval_entry(env_steps, result)
         if self.curriculum is not None:
             entry["stage"] = self.state.stage  # the stage this eval ran at
-        self.state.evals.append(entry)
+        evals = self.state.evals
+        if evals and evals[-1]["env_steps"] == env_steps:
+            # The learner's closing eval, after the updates it still owed once the budget was
+            # spent, at the step of its last regular one: the run's curve ends on this one.
+            evals[-1] = entry
+        else:
+            evals.append(entry)
         self.log.eval(
-            env_steps, entry["wall_s"], result.mean_return, result.success, result.matches
+            env_steps,
+            entry["wall_s"],
+            result.mean_return,
+            result.success,
+            result.matches,
+            extra=self._value_errors(result) if result.heads is not None else None,
         )
-        if result.heads is not None:
-            self.log.scalars("eval", env_steps, self._value_errors(result))
         if (
             self.threshold is not None
             and self.state.steps_to_threshold is None

@@ -11,7 +11,6 @@ not fit in memory.
 from __future__ import annotations
 
 import math
-import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from wheeler2.buffer import Layout
 from wheeler2.buffer.storage import field_specs
 from wheeler2.config import Config, ConfigError
 from wheeler2.env import EnvInfo
+from wheeler2.runtime.resources import available_ram
 from wheeler2.runtime.team import prepare_team
 
 SHM = Path("/dev/shm")
@@ -97,21 +97,7 @@ def free_memory() -> dict[str, int]:
     room = {}
     if SHM.is_dir():
         room["/dev/shm"] = shutil.disk_usage(SHM).free
-    ram = _available_ram()
+    ram = available_ram()
     if ram is not None:
         room["RAM"] = ram
     return room
-
-
-def _available_ram() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None

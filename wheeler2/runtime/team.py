@@ -21,6 +21,7 @@ from wheeler2.runtime.heads import make_heads, make_task
 from wheeler2.runtime.meeting import check_meeting
 from wheeler2.runtime.parts import make_agent, make_env, replay_layout, space_info
 from wheeler2.runtime.plan import MemberPlan, learner_plan, plan_team
+from wheeler2.runtime.resources import check_members
 from wheeler2.runtime.seeds import member_seed
 from wheeler2.sync import SyncError, check_pulls, publish_view
 from wheeler2.task import RewardHeads
@@ -107,6 +108,8 @@ def _prepare_table(
     space = space_info(info, heads)
     for p in plans:
         _check_member(config, p, heads.names)
+    # Devices and network sizes, before the first network is built.
+    check_members(config, plans, space)
     learner = _agent(config, lead, space, member_seed(config, lead))
     # A checkpoint written before the learner's first report has no state for it: start fresh.
     state = (payload.get("members") or {}).get(lead.name) if payload else None
@@ -174,7 +177,14 @@ def _probe_lead(config: Config, plan: MemberPlan) -> tuple[EnvInfo, RewardHeads]
     env = _probe_env(config, plan)
     try:
         try:
-            heads = make_heads(config, env, make_task(config))
+            task = make_task(config)
+        except Exception as exc:  # noqa: BLE001 - the user's task class raised when made
+            name = str(config.task.spec).rpartition(":")[2]
+            raise ConfigError(
+                file, "[task]", "spec", f"{name}() raised: {_code_text(config, exc)}"
+            ) from None
+        try:
+            heads = make_heads(config, env, task)
         except ValueError as exc:  # validate_heads: names the head and what is wrong
             raise ConfigError(file, "[task]", "heads", str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - a user's head function raised
@@ -183,7 +193,7 @@ def _probe_lead(config: Config, plan: MemberPlan) -> tuple[EnvInfo, RewardHeads]
                 "[task]",
                 "heads",
                 f"a reward head raised on a probe batch of {config.env.id}: "
-                f"{type(exc).__name__}: {exc}",
+                f"{_code_text(config, exc)}",
             ) from None
         return env.info, heads
     finally:
@@ -199,9 +209,23 @@ def _probe_env(config: Config, plan: MemberPlan) -> VecEnv:
         raise ConfigError(file, "[env]", "stack", str(exc)) from None
     except ConfigError as exc:  # an adapter's own key (envs/mo.py): the file is known here
         raise ConfigError(file, exc.table, exc.key, exc.message) from None
+    except registry.CodeError as exc:  # "./myenv.py:MyEnv" that fails to import
+        raise ConfigError(file, "[env]", "id", exc.text(config.path.parent)) from None
     except Exception as exc:  # noqa: BLE001 - any failure to build is the env's to report
-        msg = f"cannot build it: {type(exc).__name__}: {exc}"
+        msg = f"cannot build it: {_code_text(config, exc)}"
         raise ConfigError(file, "[env]", "id", msg) from None
+
+
+def _code_text(config: Config, exc: BaseException) -> str:
+    """``exc`` as its type and text, then the line of the user's code that raised it where it
+    came from their file: ``ValueError: size must be >= 1 (at ./myenv.py line 9)``."""
+    if isinstance(exc, registry.CodeError):
+        return exc.text(config.path.parent)
+    found = registry.code_error(exc)
+    if found.path is None or found.line is None:
+        return found.reason
+    where = registry.shown_path(found.path, config.path.parent)
+    return f"{found.reason} (at {where} line {found.line})"
 
 
 def _agent(config: Config, plan: MemberPlan, space: SpaceInfo, seed: int) -> Agent:
