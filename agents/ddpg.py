@@ -181,6 +181,17 @@ class DDPG(OffPolicy, Agent):
                 return trainer.train(len(obs))
         return None
 
+    def stream_state(self) -> dict[str, Any]:
+        streams = super().stream_state()
+        if self.head_trainer is not None:
+            streams["head_trainer"] = self.head_trainer.state_dict()
+        return streams
+
+    def load_stream_state(self, streams: dict[str, Any]) -> None:
+        super().load_stream_state(streams)
+        if self.head_trainer is not None and "head_trainer" in streams:
+            self.head_trainer.load_state_dict(streams["head_trainer"])
+
     # Weight sync by name (wheeler2/sync.py): a learner offers its critic; a detached explorer
     # takes it (every head's nets: it reads head h's) instead of the learner's actor.
     def published_modules(self) -> dict[str, nn.Module]:

@@ -30,6 +30,8 @@ import torch
 from torch import nn
 from wheeler2.agents.offpolicy import actor_step
 
+from wheeler2.checkpoint import generator_state, set_generator_state
+
 __all__ = ["HeadActorTrainer", "head_problem"]
 
 
@@ -154,6 +156,23 @@ class HeadActorTrainer:
         self.states[idx] = rows
         self.next = int((self.next + len(rows)) % len(self.states))
         self.size = min(len(self.states), self.size + len(rows))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Its window of observations, counters and generator (the optimizer is the agent's)."""
+        return {
+            "states": torch.from_numpy(self.states.copy()),
+            "size": self.size,
+            "next": self.next,
+            "credit": self.credit,
+            "updates": self.updates,
+            "rng": generator_state(self.rng),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.states[...] = state["states"].numpy()
+        self.size, self.next = int(state["size"]), int(state["next"])
+        self.credit, self.updates = float(state["credit"]), int(state["updates"])
+        set_generator_state(self.rng, state["rng"])
 
     def q(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Q_head(s, a) of the pulled critic, [B]."""

@@ -11,6 +11,10 @@ Kinds, by how the noise at one step relates to the next:
 
 Every kind keeps one independent process per env copy and restarts a copy's process when that
 copy's episode ends (``reset(done)``), so a new episode never continues the last one's drift.
+
+``state_dict`` / ``load_state_dict`` carry a process's whole state (its generators, an OU
+process's position, a colored sequence and where it is in it) in checkpoint-safe values, so a
+resumed agent draws the noise the uninterrupted one would have drawn.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 import pink
+
+from wheeler2.checkpoint import from_safe, generator_state, set_generator_state, to_safe
 
 KINDS = ("gaussian", "pink", "colored", "ou", "none")
 
@@ -31,6 +37,12 @@ class Noise(Protocol):
     def reset(self, done: np.ndarray) -> None:
         """Restart the processes of the copies where the bool mask ``done`` [n] is true."""
         ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the next draws depend on, checkpoint-safe."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 def make_noise(
@@ -71,6 +83,12 @@ class WhiteNoise:
     def reset(self, done: np.ndarray) -> None:
         pass
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": generator_state(self.rng)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_generator_state(self.rng, state["rng"])
+
 
 class NoNoise:
     def __init__(self, act_dim: int):
@@ -80,6 +98,12 @@ class NoNoise:
         return np.zeros((n, self.act_dim), np.float32)
 
     def reset(self, done: np.ndarray) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
 
@@ -113,6 +137,27 @@ class ColoredNoise:
             return
         for i in np.flatnonzero(done):
             self.procs[i].reset()  # a new sequence from this copy's own generator
+
+    def state_dict(self) -> dict[str, Any]:
+        # Each copy's generator, its current sequence and the index of its next sample.
+        procs = [
+            {"rng": generator_state(p.rng), "buffer": to_safe(p.buffer), "idx": int(p.idx)}
+            for p in self.procs
+        ]
+        return {"spawned": int(self.seeds.n_children_spawned), "procs": procs}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved = state["procs"]
+        # The processes as __call__ makes them (the same spawn count), then their saved state.
+        before = max(0, int(state["spawned"]) - len(saved))
+        self.seeds = np.random.SeedSequence(
+            self.seeds.entropy, spawn_key=self.seeds.spawn_key, n_children_spawned=before
+        )
+        self.procs = [self._process(s) for s in self.seeds.spawn(len(saved))] if saved else []
+        for proc, s in zip(self.procs, saved):
+            set_generator_state(proc.rng, s["rng"])
+            proc.buffer = np.array(from_safe(s["buffer"]), np.float64)
+            proc.idx = int(s["idx"])
 
     def _process(self, seed: np.random.SeedSequence) -> pink.ColoredNoiseProcess:
         return pink.ColoredNoiseProcess(
@@ -163,6 +208,15 @@ class OUNoise:
     def reset(self, done: np.ndarray) -> None:
         if self.state is not None and len(self.state) == len(done):
             self.state[done] = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        x = None if self.state is None else to_safe(self.state.copy())
+        return {"rng": generator_state(self.rng), "x": x}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_generator_state(self.rng, state["rng"])
+        x = state["x"]
+        self.state = None if x is None else np.array(from_safe(x), np.float32)
 
 
 def noise_from(params: Any, act_dim: int, seed: int) -> Noise:

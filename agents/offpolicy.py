@@ -45,6 +45,7 @@ from wheeler2.agents.parts.targets import frozen_copy, polyak_
 from wheeler2.agents.recurrent import RecurrentNet, core_problem, state_rows
 
 from wheeler2.agent import ActOut, Batch, LearnOut, SpaceInfo, Transitions
+from wheeler2.checkpoint import generator_state, set_generator_state
 from wheeler2.needs import AgentNeeds
 
 View = StepView | SequenceView
@@ -358,7 +359,25 @@ class OffPolicy:
             else:
                 state[key] = obj.state_dict()
         state |= {"env_steps": self.env_steps, "updates": self.updates}
-        return state | {"obs_norm": self.obs_norm.state_dict()}
+        return state | {"obs_norm": self.obs_norm.state_dict(), "streams": self.stream_state()}
+
+    def stream_state(self) -> dict[str, Any]:
+        """The random streams acting and learning draw from, beyond the ``saved`` generators:
+        warm-up actions (DQN: epsilon-greedy), NoisyNet noise and the action noise process, so
+        a resumed agent draws what the uninterrupted one would have drawn."""
+        streams: dict[str, Any] = {
+            "rng": generator_state(self.rng),
+            "noise_gen": self.noise_gen.get_state(),
+        }
+        if self.noise is not None:
+            streams["noise"] = self.noise.state_dict()
+        return streams
+
+    def load_stream_state(self, streams: dict[str, Any]) -> None:
+        set_generator_state(self.rng, streams["rng"])
+        self.noise_gen.set_state(streams["noise_gen"])
+        if self.noise is not None and "noise" in streams:
+            self.noise.load_state_dict(streams["noise"])
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         state = {self.renamed.get(k, k): v for k, v in state.items()}
@@ -375,6 +394,8 @@ class OffPolicy:
         self.env_steps = int(state["env_steps"])
         self.updates = int(state["updates"])
         self.obs_norm.load_state_dict(state.get("obs_norm", {}))
+        if "streams" in state:  # (checkpoints from before they were saved have none)
+            self.load_stream_state(state["streams"])
 
 
 def adam_step(opt: torch.optim.Optimizer) -> None:

@@ -533,7 +533,10 @@ class OnPolicy:
         # The rollout in progress is not saved: a resumed agent starts a fresh one.
         state: dict[str, Any] = {"algo": self.algo}
         state.update({name: getattr(self, name).state_dict() for name in self.checkpoint})
-        return state | {"env_steps": self.env_steps, "updates": self.updates}
+        # The sampling stream (actions, minibatch order): a resumed agent draws what the
+        # uninterrupted one would have drawn.
+        streams = {"gen": self.gen.get_state()}
+        return state | {"env_steps": self.env_steps, "updates": self.updates, "streams": streams}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name in self.checkpoint:
@@ -541,5 +544,7 @@ class OnPolicy:
             getattr(self, name).load_state_dict(saved)
         self.env_steps = int(state["env_steps"])
         self.updates = int(state["updates"])
+        if "streams" in state:  # (checkpoints from before they were saved have none)
+            self.gen.set_state(state["streams"]["gen"])
         if self.rollout is not None:
             self.rollout.t = 0

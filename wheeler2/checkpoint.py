@@ -301,6 +301,12 @@ def _names(names: list[str]) -> str:
     return "[" + ", ".join(repr(n) for n in names) + "]"
 
 
+# Agent state keys that checkpoints written before them lack, and that load without them: the
+# random streams (``streams``: generator states, action-noise processes), which a resumed
+# agent of such a checkpoint restarts from its seed.
+_ADDED_LATER = frozenset({"streams"})
+
+
 def _mismatch(saved: Any, fresh: Any, where: str) -> str | None:
     """The first place where ``saved`` lacks or reshapes a tensor of ``fresh``, or None."""
     if isinstance(fresh, torch.Tensor):
@@ -321,7 +327,7 @@ def _mismatch(saved: Any, fresh: Any, where: str) -> str | None:
             return f"{where} is a {_type_name(saved)}, expected a dict"
         for key, value in fresh.items():
             if key not in saved:
-                if _holds_tensor(value):
+                if _holds_tensor(value) and key not in _ADDED_LATER:
                     return f"{where}.{key} is missing"
                 continue
             problem = _mismatch(saved[key], value, f"{where}.{key}")

@@ -24,6 +24,9 @@ EXIT_ERROR = 1
 EXIT_INVALID = 2
 EXIT_INTERRUPTED = 130
 
+# What `wheeler2 resume --set` may change: how long the run goes on and how often it reports.
+RESUME_KEYS = ("experiment.total_steps", "experiment.eval_every", "experiment.checkpoint_every")
+
 
 def _add_overrides(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -88,8 +91,19 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", type=Path, help="default: RUN_DIR/policy.pt|.onnx")
     export.add_argument("--checkpoint", choices=("best", "latest"), default="best")
 
-    resume = sub.add_parser("resume", help="continue an interrupted run from its latest checkpoint")
+    resume = sub.add_parser(
+        "resume", help="continue an interrupted run from its latest checkpoint, or extend it"
+    )
     resume.add_argument("run_dir", type=Path)
+    resume.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="experiment.KEY=VALUE",
+        help="extend the run: only " + ", ".join(RESUME_KEYS) + " (e.g. --set "
+        "experiment.total_steps=50000); every other key would change the experiment",
+    )
 
     plot = sub.add_parser("plot", help="draw eval return curves of one or more runs")
     plot.add_argument("run_dirs", type=Path, nargs="+")
@@ -163,11 +177,26 @@ def _run_config_path(run_dir: Path) -> Path:
     return config_path
 
 
+def _resume_overrides(overrides: Sequence[str]) -> list[str]:
+    """The ``--set`` overrides of ``resume``: only :data:`RESUME_KEYS` (one error line naming
+    the first other key: it would change the experiment the checkpoint belongs to)."""
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key not in RESUME_KEYS:
+            raise UsageError(
+                f"--set {key}: resume changes only {', '.join(RESUME_KEYS)}; any other key "
+                "changes the experiment (start a new run with wheeler2 run --set ...)"
+            )
+    return list(overrides)
+
+
 def _cmd_resume(args: argparse.Namespace) -> int:
-    config = _load(_run_config_path(args.run_dir))
+    overrides = _resume_overrides(args.overrides)
+    config = _load(_run_config_path(args.run_dir), overrides)
     from wheeler2.runtime import run_experiment
 
-    print(f"resuming {args.run_dir}", flush=True)
+    extended = f" ({', '.join(overrides)})" if overrides else ""
+    print(f"resuming {args.run_dir}{extended}", flush=True)
     run_dir = run_experiment(config, args.run_dir, resume=True)
     _report_results(Path(run_dir))
     return EXIT_OK

@@ -310,7 +310,33 @@ def prepare(config: Config, run_dir: Path, resume: bool) -> Prepared:
     # What `check` refuses, refused here too, with the env the team just probed: a buffer that
     # would not fit in memory must fail before a byte of shared memory is taken.
     check_against_env(config, [t.info for t in setup.tables if t.uses_replay])
+    if resume:
+        for line in refill_lines(config, payload, setup):
+            print(line, flush=True)
     return Prepared(state, payload, setup)
+
+
+def refill_lines(config: Config, payload: dict[str, Any], setup: TeamSetup) -> list[str]:
+    """One line per resumed off-policy learner whose checkpoint has no replay (``[buffer]
+    checkpoint = false``, the default): its table starts empty, and the learner takes no
+    update until it holds ``max(learning_starts, batch_size)`` new transitions again (the
+    replay's ``min_size``, counted from the resume). Its policy acts meanwhile (the warm-up's
+    uniform actions are not repeated), and an eval in that stretch repeats the last one."""
+    from wheeler2.runtime.plan import needs_of
+    from wheeler2.runtime.replays import replay_config
+    from wheeler2.runtime.restore import member_payload, saved_replay
+
+    lines = []
+    for table in setup.tables:
+        resumed = member_payload(payload, table.lead.name)[0] is not None
+        if not table.uses_replay or not resumed or saved_replay(payload, table) is not None:
+            continue
+        rows = replay_config(config, needs_of(table.lead)).min_size
+        lines.append(
+            f"{table.lead.name}: resumed without its replay: refilling {rows:,} transitions "
+            "before learning (buffer.checkpoint = true keeps the replay in checkpoints)"
+        )
+    return lines
 
 
 def run_team(

@@ -307,6 +307,8 @@ class Recorder:
         summary = {
             "name": self.config.experiment.name,
             "env_steps": self.state.env_steps,
+            # The budget the run ran to: a resume with --set experiment.total_steps raises it.
+            "total_steps": int(self.config.experiment.total_steps),
             "wall_s": round(self.wall_s, 3),
             "best_eval_return": None if not evals else max(e["return"] for e in evals),
             "final_eval_return": None if not evals else evals[-1]["return"],

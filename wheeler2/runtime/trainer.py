@@ -72,7 +72,9 @@ class Trainer:
         self.agent = agent
         self.replay = replay
         self.own = own
-        self.updates = 0
+        # A resumed agent's count (one learn call is one update): the figures' ``updates`` and
+        # the publish schedule go on from where the run was, not from 0.
+        self.updates = int(getattr(agent, "updates", 0))
         self._sums: dict[str, float] = {}
         self._count = 0
         self._pool = ThreadPoolExecutor(1, "w2-prefetch") if prefetch else None
