@@ -13,6 +13,23 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
+
+
+class NormStats(nn.Module):
+    """The float32 tensors a :class:`RunningNorm` normalizes with, as buffers (not in the
+    agent's checkpoint, which keeps the exact float64 statistics): what a learner publishes with
+    its actor (``wheeler2.sync.publish_view``, name ``obs_norm``), and what a syncing member that
+    takes the learner's input layer receives in place. ``follow`` is set on that member's copy:
+    its normalizer then acts with the pulled values and folds in none of its own."""
+
+    def __init__(self, dim: int, clip: float, device: Any) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(dim, device=device))
+        self.register_buffer("inv_std", torch.ones(dim, device=device))
+        self.register_buffer("clip", torch.full((1,), float(clip), device=device))
+        self.register_buffer("count", torch.zeros(1, device=device))
+        self.follow = False
 
 
 class RunningNorm:
@@ -40,6 +57,7 @@ class RunningNorm:
         self.count = 0
         self.mean = np.zeros(self.dim, np.float64)
         self.m2 = np.zeros(self.dim, np.float64)  # sum of squared deviations from the mean
+        self.stats = NormStats(self.dim, self.clip, self.device)
         self._refresh()
 
     @property
@@ -50,8 +68,16 @@ class RunningNorm:
     def std(self) -> np.ndarray:
         return np.sqrt(self.var)
 
+    @property
+    def follows(self) -> bool:
+        """Whether it acts with a learner's pulled statistics (see :class:`NormStats`)."""
+        return self.stats.follow
+
     def update(self, x: np.ndarray) -> None:
-        """Fold a batch ``[N, dim]`` of observed rows into the statistics."""
+        """Fold a batch ``[N, dim]`` of observed rows into the statistics (none while it
+        follows a learner's)."""
+        if self.stats.follow:
+            return
         x = np.asarray(x, np.float64).reshape(-1, self.dim)
         n = len(x)
         if n == 0:
@@ -72,13 +98,20 @@ class RunningNorm:
 
     def _refresh(self) -> None:
         # Cached tensors: normalize runs on every act and every update, update far less often.
-        self._mean_t = torch.as_tensor(self.mean, dtype=torch.float32, device=self.device)
-        self._inv_std_t = torch.as_tensor(
-            1.0 / np.maximum(self.std, self.eps), dtype=torch.float32, device=self.device
-        )
+        # Written in place: a weight publisher reads them from the NormStats buffers.
+        s = self.stats
+        if s.follow:  # the learner's values, written by the weight pull
+            return
+        s.mean.copy_(torch.as_tensor(self.mean, dtype=torch.float32))
+        s.inv_std.copy_(torch.as_tensor(1.0 / np.maximum(self.std, self.eps), dtype=torch.float32))
+        s.count.fill_(float(self.count))
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        out = ((x - self._mean_t) * self._inv_std_t).clamp_(-self.clip, self.clip)
+        s = self.stats
+        if s.follow:  # the learner's clip too: its weights saw inputs clipped there
+            out = torch.clamp((x - s.mean) * s.inv_std, -s.clip, s.clip)
+        else:
+            out = ((x - s.mean) * s.inv_std).clamp_(-self.clip, self.clip)
         if self.keep_last:
             k = self.dim - self.keep_last
             out[..., k:] = x[..., k:]

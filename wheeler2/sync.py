@@ -24,6 +24,14 @@ lets :func:`check_sync` refuse a learner and an explorer built for different act
 Weights are copied by shape only: what the layers compute around them (relu or tanh, a Q value
 or a logit in the head) is not compared, so a DQN trunk seeds a tanh PPO trunk of the same sizes.
 
+Observation statistics (issue 39): a learner that normalizes its observations publishes, with its
+actor, the float32 buffers its normalizer acts with (``obs_norm/mean``, ``inv_std``, ``clip``,
+``count``: :class:`agents.normalize.NormStats`), in the same block on every backend. A member
+whose plan takes the input layer (the first weight matrix) takes them too, and from then on acts
+with them (:func:`sync_target`); one that keeps its input layer keeps its own statistics. Where
+only one of the two normalizes and the input layer is taken, the check refuses, naming
+``normalize_obs``.
+
 Other modules than the actor (issue 14, detached per-head explorers): a learner's agent may offer
 named modules through ``published_modules() -> {name: module}`` (DDPG offers ``"critic"``), and
 an explorer's agent may ask, through ``pulled_modules() -> {name: its own module}``, to take those
@@ -53,7 +61,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -78,7 +86,10 @@ __all__ = [
     "pull_target",
     "pulled_modules",
     "source_shapes",
+    "sync_target",
 ]
+
+STATS = "obs_norm"  # the module name a learner's input statistics travel under (obs_norm/mean)
 
 _HEADER_BYTES = 64  # keeps the data cache-line aligned; slot 0 holds the version
 
@@ -201,16 +212,30 @@ def pulled_modules(agent: Any) -> dict[str, nn.Module] | None:
     return None if not wanted else dict(wanted)
 
 
+def obs_stats(agent: Any) -> nn.Module | None:
+    """The buffers ``agent``'s observation normalizer acts with (``agents.normalize.NormStats``),
+    or None where it does not normalize (``normalize_obs = false``)."""
+    stats = getattr(getattr(agent, "obs_norm", None), "stats", None)
+    return stats if isinstance(stats, nn.Module) else None
+
+
 def publish_view(agent: Any, pulls: Sequence[str]) -> nn.Module:
     """What ``agent``, a table's learner, publishes when its explorers pull ``pulls``: its actor
-    alone where they pull nothing else (the usual block), else a :class:`ModuleSet`."""
-    if not pulls:
+    alone where they pull nothing else and it does not normalize its observations (the usual
+    block), else a :class:`ModuleSet` that holds its observation statistics too (``obs_norm/``),
+    since its weights expect inputs normalized by them."""
+    names = [name for name in pulls if name != STATS]
+    stats = obs_stats(agent)
+    if not names and stats is None:
         return agent.actor
     offered = published_modules(agent)
-    missing = [name for name in pulls if name not in offered]
+    missing = [name for name in names if name not in offered]
     if missing:
         raise SyncError(f"{type(agent).__name__} publishes no {missing}")
-    return ModuleSet(agent.actor, {name: offered[name] for name in pulls})
+    modules = {name: offered[name] for name in names}
+    if stats is not None:
+        modules[STATS] = stats
+    return ModuleSet(agent.actor, modules)
 
 
 def sink_pulls(sink: Any) -> tuple[str, ...]:
@@ -226,16 +251,33 @@ def pull_target(agent: Any) -> nn.Module:
     return agent.actor if wanted is None else ModuleSet(None, wanted)
 
 
-def check_pulls(learner: Any, explorer: Any, keep: list[str], member: str) -> tuple[str, ...]:
+def sync_target(agent: Any) -> nn.Module:
+    """What a syncing member's weight source writes into: :func:`pull_target`, with the buffers
+    its observation normalizer acts with where it normalizes. The plan (:class:`SyncPlan`) takes
+    the learner's statistics into them exactly when it takes the input layer they feed."""
+    stats = obs_stats(agent)
+    if stats is None:
+        return pull_target(agent)
+    wanted = pulled_modules(agent)
+    return ModuleSet(agent.actor if wanted is None else None, {**(wanted or {}), STATS: stats})
+
+
+def check_pulls(
+    learner: Any, explorer: Any, keep: list[str], member: str, learner_name: str = "learner"
+) -> tuple[str, ...]:
     """Fail early, naming ``member``, if the explorer agent cannot sync from the learner agent.
 
     Returns the module names the explorer pulls by name (empty: it takes the actor, checked by
     :func:`check_sync`). Raises :class:`SyncError` when the learner's algorithm does not publish
-    a module the explorer pulls, or the two modules' tensors differ in name or shape.
+    a module the explorer pulls, the two modules' tensors differ in name or shape, or the two
+    normalize observations differently where the explorer takes the input layer
+    (``normalize_obs``: a normalizing explorer then acts with the learner's statistics).
+    ``learner_name``: the learner's member name, for messages.
     """
     wanted = pulled_modules(explorer)
     if wanted is None:
-        check_sync(learner.actor, explorer.actor, keep, member)
+        check_sync(learner.actor, explorer.actor, keep, member, f"learner {learner_name!r}")
+        _plan(_float_shapes(publish_view(learner, ())), sync_target(explorer), keep, member)
         return ()
     offered = published_modules(learner)
     for name, module in wanted.items():
@@ -255,12 +297,11 @@ def check_pulls(learner: Any, explorer: Any, keep: list[str], member: str) -> tu
                 f"({first}: learner {a} vs {member} {b}); set the same "
                 f"hidden sizes and {name} options in both members' [team.params]"
             )
-    _plan(
-        _float_shapes(ModuleSet(None, {n: offered[n] for n in wanted})),
-        ModuleSet(None, wanted),
-        keep,
-        member,
-    )
+    published = {n: offered[n] for n in wanted}
+    stats = obs_stats(learner)
+    if stats is not None:
+        published[STATS] = stats
+    _plan(_float_shapes(ModuleSet(None, published)), sync_target(explorer), keep, member)
     return tuple(wanted)
 
 
@@ -339,7 +380,15 @@ def _plan(
     keep: Sequence[str],
     member: str,
 ) -> list[str]:
-    """The role names to sync from ``source`` into ``module``; SyncError on a bad setup."""
+    """The role names to sync from ``source`` into ``module``; SyncError on a bad setup.
+
+    Observation statistics (``obs_norm/``, see :func:`sync_target`) go with the input layer:
+    taken where it is, never alone; SyncError where only one side normalizes and the input
+    layer is taken."""
+    inner, stats = _split_stats(module)
+    if inner is not module or any(_is_stat(n) for n in source):
+        names = _plan({n: s for n, s in source.items() if not _is_stat(n)}, inner, keep, member)
+        return names + _plan_stats(source, inner, stats, names, member)
     entries = _float_entries(module)
     target = {name: shape for name, (_, shape) in entries.items()}
     roles = list(_declared_roles(module))
@@ -390,6 +439,68 @@ def _plan(
     return synced
 
 
+def _is_stat(name: str) -> bool:
+    return name.startswith(STATS + "/")
+
+
+def _split_stats(module: nn.Module) -> tuple[nn.Module, nn.Module | None]:
+    """(``module`` without its observation statistics, those statistics or None)."""
+    if not isinstance(module, ModuleSet) or STATS not in module.pulled:
+        return module, None
+    others = {k: m for k, m in module.pulled.items() if k != STATS}
+    if module.actor is not None and not others:
+        return module.actor, module.pulled[STATS]
+    return ModuleSet(module.actor, others), module.pulled[STATS]
+
+
+def _input_layer(module: nn.Module) -> str | None:
+    """The sync name of the first weight matrix of ``module`` (its first layer: the one that
+    reads the observation); None if it has none."""
+    return next((n for n, (_, s) in _float_entries(module).items() if len(s) >= 2), None)
+
+
+def _plan_stats(
+    source: dict[str, tuple[int, ...]],
+    inner: nn.Module,
+    stats: nn.Module | None,
+    synced: Sequence[str],
+    member: str,
+) -> list[str]:
+    """The ``obs_norm/`` names to sync along with ``synced`` (the weights' plan)."""
+    first = _input_layer(inner)
+    if first is None or first not in synced:  # it keeps its input layer: its own statistics
+        return []
+    has = [n for n in source if _is_stat(n)]
+    role = _role_of(first)
+    if has and stats is None:
+        raise SyncError(
+            f"[[team]] {member}: it takes the learner's input layer ({first}), which expects "
+            f"observations normalized by the learner's running statistics (the learner has "
+            f"normalize_obs = true), but this member has normalize_obs = false; set "
+            f"normalize_obs = true in its [team.params] (it then acts with the learner's "
+            f'statistics) or add "{role}" to sync.keep'
+        )
+    if stats is not None and not has:
+        raise SyncError(
+            f"[[team]] {member}: it takes the learner's input layer ({first}), which expects raw "
+            f"observations (the learner has normalize_obs = false), but this member has "
+            f"normalize_obs = true; set the same normalize_obs in both members' [team.params] "
+            f'or add "{role}" to sync.keep'
+        )
+    if stats is None:
+        return []
+    names = [f"{STATS}/{k}" for k, t in stats.state_dict().items() if torch.is_floating_point(t)]
+    differ = [
+        n for n in names if source.get(n) != tuple(stats.state_dict()[n[len(STATS) + 1 :]].shape)
+    ]
+    if differ:
+        raise SyncError(
+            f"[[team]] {member}: the learner's observation statistics ({differ[0]}: "
+            f"{source.get(differ[0])}) do not fit this member's observations"
+        )
+    return names
+
+
 class SyncPlan:
     """Which of a member's actor tensors take the learner's values, and how: the one rule for
     every transport (shared memory here, Ray's object store in ``runtime.ray_member``).
@@ -409,6 +520,10 @@ class SyncPlan:
         self.alpha = float(alpha)
         self.names: tuple[str, ...] = tuple(_plan(source, module, keep, member))
         self._slots = _slots(module, self.names)
+        stats = _split_stats(module)[1]
+        if stats is not None and any(_is_stat(n) for n in self.names):
+            # The member's normalizer acts with what each pull writes, and folds in nothing.
+            cast(Any, stats).follow = True
 
     def targets(self) -> list[torch.Tensor]:
         return [d[k] for d, k in self._slots]
@@ -440,7 +555,11 @@ def source_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
 
 
 def check_sync(
-    learner_actor: nn.Module, explorer_actor: nn.Module, keep: list[str], member: str
+    learner_actor: nn.Module,
+    explorer_actor: nn.Module,
+    keep: list[str],
+    member: str,
+    learner_name: str = "the learner",
 ) -> None:
     """Fail early, with the member's name, if ``member`` cannot sync from ``learner_actor``.
 
@@ -448,6 +567,7 @@ def check_sync(
     vs continuous), a keep pattern matches nothing, the learner lacks a role the explorer takes,
     a role's tensors or shapes differ between the two actors, or nothing at all would be synced.
     Only shapes are compared: activations may differ (weights are copied by shape).
+    ``learner_name`` names the learner in messages.
     """
     kinds = [getattr(m, "sync_actions", None) for m in (learner_actor, explorer_actor)]
     if None not in kinds and kinds[0] != kinds[1]:

@@ -58,7 +58,7 @@ from wheeler2.runtime.protocols import (
 from wheeler2.runtime.replays import ReplaySpec
 from wheeler2.runtime.seeds import eval_env_seed, eval_reset_seed, member_seed
 from wheeler2.runtime.trainer import NonFiniteError, Trainer, check_losses
-from wheeler2.sync import publish_view, pull_target, sink_pulls
+from wheeler2.sync import publish_view, sink_pulls, sync_target
 from wheeler2.task import RewardHeads
 
 if TYPE_CHECKING:
@@ -417,7 +417,7 @@ class MemberLoop:
         self.source = None
         sync = plan.spec.sync
         if not self.learner and sync is not None and wiring.source is not None:
-            self.source = wiring.source(pull_target(agent))
+            self.source = wiring.source(sync_target(agent))
             self._closing.append(self.source)
             self._building("taking the learner's weights")
             self.source.pull()

@@ -179,7 +179,7 @@ class RayTransport:
                     )
             # Version 1 of every table's weights: its explorers, and with [play] joint every
             # other table's members, pull it before its learner publishes.
-            ref = ray.put(float_state(table.learner.actor))
+            ref = ray.put(float_state(table.published))  # with its obs statistics, if any
             ray.get(self.board.set_weights.remote(table.name, 1, [ref]))
 
     def _near(self, member: str) -> Any:
@@ -214,9 +214,7 @@ class RayTransport:
         from wheeler2.sync import source_shapes
 
         tables = {
-            t.name: TableArgs(
-                t.name, self.shards[t.name], t.layout(), source_shapes(t.learner.actor)
-            )
+            t.name: TableArgs(t.name, self.shards[t.name], t.layout(), source_shapes(t.published))
             for t in self.setup.tables
         }
         for p in self.setup.plans:

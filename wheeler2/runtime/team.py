@@ -128,7 +128,7 @@ def _prepare_table(
         uses_logp = uses_logp or not explorer.uses_replay
         if p.spec.sync is not None:
             try:
-                pulled = check_pulls(learner, explorer, list(p.spec.sync.keep), p.team)
+                pulled = check_pulls(learner, explorer, list(p.spec.sync.keep), p.team, lead.team)
             except SyncError as exc:  # its text names the member already: said once here
                 text = str(exc).removeprefix(f"[[team]] {p.team}: ")
                 raise _error(config, p, "sync", text) from None
