@@ -388,7 +388,8 @@ def test_checkpoint_keys_are_those_of_the_cores_layout(algo: str) -> None:
     state = cls(space, p, seed=0).state_dict()
     assert list(state["policy"]) == ["log_std", *TRUNK, *CORE, *HEAD]
     assert list(state["critic"]) == [*TRUNK, *CORE, *HEAD]
-    top = ["algo", "policy", "critic", "opt", "env_steps", "updates"]
+    # "streams": the random generators a resume continues (issue 39), beside the recorded keys.
+    top = ["algo", "policy", "critic", "opt", "env_steps", "updates", "streams"]
     assert sorted(state) == sorted(top + (["obs_norm"] if algo == "ppo" else []))
     p = params(core="lstm", core_size=8, hidden=[16], trunk_reads="core")
     first = cls(SpaceInfo(3, 2, True), p, seed=0)
