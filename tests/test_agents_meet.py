@@ -500,3 +500,25 @@ def test_two_tables_meet_in_a_turn_based_game_and_are_scored_against_each_other(
         wdl = [side[f"vs_tables/{k}"] for k in ("win", "draw", "loss")]
         assert sum(wdl) == pytest.approx(1.0)
     assert summary["members"]["o"]["driven/main/steps"] > 0
+
+
+def test_opponent_epsilon_mixes_random_legal_moves_into_self_play():
+    from wheeler2.runtime.opponents import Drivers
+
+    class Fixed:  # always the first legal action
+        def act(self, obs, explore):
+            class Out:
+                action = legal_mask(obs, 9).argmax(axis=1)
+
+            return Out()
+
+    obs = np.zeros((4000, 27), np.float32)
+    obs[:, 18:] = 1.0
+    obs[:, 18] = 0.0  # action 0 illegal: the fixed policy plays 1
+    plain = Drivers(Fixed(), {}, None, None, copies=4000, act_dim=9)
+    assert set(plain.act("self", obs)) == {1}
+    mixed = Drivers(Fixed(), {}, None, None, copies=4000, act_dim=9, epsilon=0.25)
+    moves = mixed.act("self", obs)
+    assert 0 not in moves  # still legal
+    odd = (moves != 1).mean()  # a random legal move differs from 1 in 7 of 8 draws
+    assert abs(odd - 0.25 * 7 / 8) < 0.03

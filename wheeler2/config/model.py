@@ -124,6 +124,9 @@ class PlayConfig:
     # The share of self-play games against a uniformly random player instead: a policy that
     # only meets itself learns to be safe, not to punish the mistakes a weak player makes.
     random_share: float = bounded(0.0, ge=0, le=1)
+    # Self-play: each move of the table's own opponents is uniformly random with this chance,
+    # so the table meets the openings and lines a strong player may choose, not only its own.
+    opponent_epsilon: float = bounded(0.0, ge=0, le=1)
     # Head-to-head evals at each eval point (turn-based games): win / draw / loss and an
     # Elo-style rating against each.
     eval_vs: tuple[str, ...] = setting((), choices=EVAL_OPPONENTS)  # eval_episodes games each

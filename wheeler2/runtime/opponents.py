@@ -176,9 +176,11 @@ class Drivers:
         opponent: Agent | None,
         copies: int,
         act_dim: int = 0,
+        epsilon: float = 0.0,
     ) -> None:
         self.own = own
         self.act_dim = act_dim
+        self.epsilon = epsilon  # self-play opponents' share of uniformly random moves
         self.rng = np.random.default_rng(0 if pool is None else pool.seed + 1)
         self.tables = tables
         self.pool = pool
@@ -203,6 +205,12 @@ class Drivers:
                 out[rows] = random_legal_rows(obs[rows], self.act_dim, self.rng)
             else:
                 out[rows] = self._policy(int(index)).act(obs[rows], explore=False).action
+        if self.epsilon > 0:
+            # A deterministic opponent shows the table one line of play per opening it likes;
+            # a random move now and then opens the lines a strong player may choose.
+            odd = self.rng.random(len(out)) < self.epsilon
+            if odd.any():
+                out[odd] = random_legal_rows(obs[odd], self.act_dim, self.rng)
         return out
 
     def record(self, group: str, step: GroupStep) -> None:
@@ -355,7 +363,8 @@ def build_drivers(
         if pool_state is not None:
             pool.load_state_dict(pool_state)
         opponent = make_agent(config, plan, space, seed)
-    return Drivers(agent, tables, pool, opponent, int(env.num_copies), space.act_dim)
+    epsilon = play.opponent_epsilon if SELF in groups else 0.0
+    return Drivers(agent, tables, pool, opponent, int(env.num_copies), space.act_dim, epsilon)
 
 
 def match_figures(
