@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import pkgutil
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -315,7 +316,11 @@ def _import_file(module_part: str, spec: str) -> ModuleType:
     # a second resolution of the same file returns the same module.
     sys.modules[name] = module
     try:
-        loader_spec.loader.exec_module(module)
+        with warnings.catch_warnings():
+            # A file that registers a gymnasium id another file (an earlier copy of it, in one
+            # process) registered: the file named now is the one meant, said by no warning line.
+            warnings.filterwarnings("ignore", message=".*Overriding environment")
+            loader_spec.loader.exec_module(module)
     except Exception as exc:  # the user's file: one located line, not a traceback
         del sys.modules[name]
         raise code_error(exc, path) from None
