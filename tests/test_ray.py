@@ -24,6 +24,7 @@ from ray_tmpdir import ray_tmpdir
 
 ray = pytest.importorskip("ray", reason="backend ray needs the optional extra: pip install .[ray]")
 
+from tests.test_agents_meet import JOINT  # noqa: E402
 from wheeler2 import checkpoint as ckpt  # noqa: E402
 from wheeler2.config import load  # noqa: E402
 from wheeler2.runtime import run_experiment  # noqa: E402
@@ -486,50 +487,11 @@ def test_shard_gate_holds_producers_and_serves_learner(tmp_path: Path, cluster: 
         ray.kill(shard)
 
 
-JOINT_TABLES = """
-[experiment]
-name = "joint"
-seed = 0
-total_steps = 600
-eval_every = 600
-eval_episodes = 2
-backend = "ray"
-progress = false
-
-[env]
-id = "pettingzoo:mpe2.simple_tag_v3"
-kwargs = { continuous_actions = true, max_cycles = 25 }
-num_envs = 2
-
-[play]
-joint = true
-pull_every = 50
-
-[buffer]
-capacity = 5_000
-batch_size = 16
-chunk = 8  # the prey's driven steps reach the predators' shard well before the budget is spent
-
-[[team]]
-name = "predators"
-algo = "ddpg"
-role = "learner"
-agents = ["adversary_*"]
-[team.params]
-hidden = [8]
-learning_starts = 100
-
-[[team]]
-name = "prey"
-algo = "ppo"
-role = "learner"
-table = "prey"
-agents = ["agent_*"]
-[team.params]
-hidden = [8]
-n_steps = 25
-batch_size = 25
-"""
+# The serial/local joint-play team of tests/test_agents_meet.py, on ray; chunk = 8: the prey's
+# driven steps reach the predators' shard well before the budget is spent.
+JOINT_TABLES = JOINT.format(backend="ray").replace(
+    "batch_size = 16\n", "batch_size = 16\nchunk = 8\n", 1
+)
 
 
 @pytest.mark.timeout(540)  # a ray team's start on a loaded two-core machine took minutes
