@@ -22,7 +22,8 @@ from collections.abc import Callable
 from functools import cache
 
 import numpy as np
-from wheeler2.envs.spaces import legal_mask
+
+from wheeler2.env import legal_actions
 
 Policy = Callable[[np.ndarray], np.ndarray]
 
@@ -68,7 +69,7 @@ def random_player(act_dim: int, seed: int = 0, masked: bool = True) -> Policy:
         rows = np.asarray(rows)
         if not masked:
             return rng.integers(act_dim, size=len(rows)).astype(np.int64)
-        legal = legal_mask(rows, act_dim)
+        legal = legal_actions(rows, act_dim)
         # A uniform draw over each row's legal actions in one pass: the argmax of random keys,
         # with the illegal ones pushed below every legal key.
         keys = rng.random(legal.shape) + legal
@@ -118,7 +119,7 @@ def _ttt_bits(row: np.ndarray) -> tuple[int, int]:
 def tictactoe_best_moves(row: np.ndarray) -> list[int]:
     """Every optimal move of one tictactoe_v3 row (among its legal actions)."""
     mine, theirs = _ttt_bits(row)
-    legal = np.flatnonzero(legal_mask(row[None, :], TTT_ACTIONS)[0])
+    legal = np.flatnonzero(legal_actions(row[None, :], TTT_ACTIONS)[0])
     # The env's mask, not the board, says what is legal; the two agree on every reachable board.
     values = {int(k): -_ttt_value(theirs, mine | 1 << int(k)) for k in legal}
     best = max(values.values())
@@ -181,7 +182,7 @@ def connect_four_lookahead(seed: int = 0) -> Policy:
     def choose(row: np.ndarray) -> int:
         mine, theirs = _c4_planes(row)
         occupied = mine | theirs
-        legal = [int(c) for c in np.flatnonzero(legal_mask(row[None, :], C4_COLS)[0])]
+        legal = [int(c) for c in np.flatnonzero(legal_actions(row[None, :], C4_COLS)[0])]
         landing = {c: c4_drop_row(occupied, c) for c in legal}
         for pieces in (mine, theirs):  # first our wins, then the opponent's to block
             hits = [c for c, r in landing.items() if r is not None and c4_wins(pieces, r, c)]

@@ -81,14 +81,3 @@ def encode_masked(raw: dict[str, Any], out: np.ndarray) -> None:
     mask = np.asarray(raw["action_mask"], np.float32).reshape(-1)
     out[: out.shape[0] - mask.shape[0]] = np.asarray(raw["observation"], np.float32).reshape(-1)
     out[out.shape[0] - mask.shape[0] :] = mask
-
-
-def legal_mask(obs: np.ndarray, act_dim: int) -> np.ndarray:
-    """[N, act_dim] bool: the legal actions of masked rows ``obs`` [N, D]. A row with no legal
-    action (an absent agent's placeholder) counts every action legal, so nothing downstream
-    meets an empty choice."""
-    mask = np.asarray(obs)[:, -act_dim:] > 0.5
-    empty = ~mask.any(axis=1)
-    if empty.any():
-        mask[empty] = True
-    return mask

@@ -17,12 +17,12 @@ import torch
 pytest.importorskip("pettingzoo", reason="needs pettingzoo")
 
 from wheeler2.envs.pettingzoo import PettingZooVecEnv, make  # noqa: E402
-from wheeler2.envs.spaces import legal_mask  # noqa: E402
 
 from tests.test_pettingzoo import Relay  # noqa: E402
 from wheeler2 import checkpoint as ckpt  # noqa: E402
 from wheeler2 import cli  # noqa: E402
 from wheeler2.env import GroupStep  # noqa: E402
+from wheeler2.env import legal_actions as legal_mask  # noqa: E402
 from wheeler2.runtime.evaluation import EvalResult, tally  # noqa: E402
 from wheeler2.runtime.opponents import POOL_KEY, OpponentPool, random_legal_rows  # noqa: E402
 

@@ -93,6 +93,24 @@ class OtherAgents(Protocol):
         ...
 
 
+def legal_actions(obs: np.ndarray, act_dim: int) -> np.ndarray:
+    """``[N, act_dim]`` bool: the legal actions of masked rows ``obs [N, D]`` (the mask in the
+    last ``act_dim`` columns). A row with no legal action (an absent agent's placeholder, a
+    terminal observation) counts every action legal, so nothing downstream meets an empty
+    choice. Agents, drivers and reference players all read masks through this one function."""
+    legal = np.asarray(obs)[:, -act_dim:] > 0.5
+    return legal | ~legal.any(-1, keepdims=True)
+
+
+def random_legal(rng: np.random.Generator, legal: np.ndarray) -> np.ndarray:
+    """int64 ``[N]``: one action per row of ``legal [N, A]``, uniform among its legal ones."""
+    counts = legal.sum(1)
+    # The k-th legal action of each row, k uniform in [0, count): the first column whose
+    # running count of legal actions exceeds k.
+    k = np.floor(rng.random(len(legal)) * counts).astype(np.int64)
+    return np.argmax(np.cumsum(legal, 1) > k[:, None], axis=1).astype(np.int64)
+
+
 class VecEnv(Protocol):
     """What the engine needs from an adapter."""
 

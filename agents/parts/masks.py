@@ -8,14 +8,20 @@ normalization leaves those columns as they came (``agents/normalize.py``, ``keep
 normalized row still holds the raw mask.
 
 A row with no legal action (the placeholder of an agent that is not to move, or a terminal
-next observation) counts every action legal, as ``envs/spaces.legal_mask`` does: nothing then
+next observation) counts every action legal, as ``wheeler2.env.legal_actions`` does: nothing then
 meets an empty choice, and such rows are given no weight or no bootstrap by whoever made them.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
+
+# The numpy side (acting, warm-up and epsilon draws) is the engine's, shared with the drivers
+# and the reference players.
+from wheeler2.env import legal_actions as legal_actions_np
+from wheeler2.env import random_legal
+
+__all__ = ["legal_actions", "legal_actions_np", "mask_logits", "masked_argmax", "random_legal"]
 
 MASK_USERS = "use dqn, ppo, a2c or pg"
 
@@ -31,12 +37,6 @@ def legal_actions(obs: torch.Tensor, act_dim: int) -> torch.Tensor:
     return legal | ~legal.any(-1, keepdim=True)
 
 
-def legal_actions_np(obs: np.ndarray, act_dim: int) -> np.ndarray:
-    """:func:`legal_actions` of a numpy batch ``[N, D]`` -> ``[N, act_dim]`` bool."""
-    legal = np.asarray(obs)[:, -act_dim:] > 0.5
-    return legal | ~legal.any(-1, keepdims=True)
-
-
 def mask_logits(logits: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
     """Categorical logits with the illegal ones at the dtype's lowest finite value.
 
@@ -49,12 +49,3 @@ def mask_logits(logits: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
 def masked_argmax(values: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
     """The index of the largest legal value of each row (``values [..., A]``)."""
     return values.masked_fill(~legal, -torch.inf).argmax(-1)
-
-
-def random_legal(rng: np.random.Generator, legal: np.ndarray) -> np.ndarray:
-    """int64 ``[N]``: one action per row of ``legal [N, A]``, uniform among its legal ones."""
-    counts = legal.sum(1)
-    # The k-th legal action of each row, k uniform in [0, count): the first column whose
-    # running count of legal actions exceeds k.
-    k = np.floor(rng.random(len(legal)) * counts).astype(np.int64)
-    return np.argmax(np.cumsum(legal, 1) > k[:, None], axis=1).astype(np.int64)

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from wheeler2.agent import Agent, SpaceInfo
-from wheeler2.env import GroupStep
+from wheeler2.env import GroupStep, legal_actions, random_legal
 from wheeler2.runtime.evaluation import EvalResult, Tally, evaluate, tally
 from wheeler2.runtime.parts import make_agent, space_info
 from wheeler2.runtime.plan import MemberPlan, learner_plan, plan_team
@@ -304,11 +304,7 @@ class EvalDrivers:
 def random_legal_rows(obs: np.ndarray, act_dim: int, rng: np.random.Generator) -> np.ndarray:
     """One uniformly drawn legal action per masked row (the mask in the last ``act_dim``
     columns; a row without a legal action draws among all)."""
-    mask = np.asarray(obs)[:, -act_dim:] > 0.5
-    mask[~mask.any(axis=1)] = True
-    # The k-th legal action, k uniform below the row's count: one vectorised draw per row.
-    k = (rng.random(len(mask)) * mask.sum(axis=1)).astype(np.int64)
-    return (np.cumsum(mask, axis=1) > k[:, None]).argmax(axis=1).astype(np.int64)
+    return random_legal(rng, legal_actions(obs, act_dim))
 
 
 def driven_groups(config: Config, plan: MemberPlan) -> dict[str, tuple[str, ...]]:
