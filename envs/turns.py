@@ -169,14 +169,16 @@ class TurnBasedVecEnv:
         return EnvReset(obs=self._obs.copy())
 
     # -- step --
-    def _check_legal(self, who: str, copy: int, action: int) -> None:
+    def _check_legal(self, who: str, copy: int, action: int, row: np.ndarray) -> None:
+        """``row``: the mover's encoded observation of this turn, whose last columns are the
+        mask the env gave it (read once, when the row was encoded)."""
         if not 0 <= action < self.info.act_dim:
             raise ValueError(
                 f"{self.env_id}: action {action} for {who} (copy {copy}) is outside "
                 f"0..{self.info.act_dim - 1}"
             )
         if self.masked:
-            mask = self.copies[copy].observe(who)["action_mask"]
+            mask = row[-self.info.act_dim :] > 0.5
             if not mask[action]:
                 legal = np.flatnonzero(mask).tolist()
                 raise ValueError(
@@ -189,7 +191,7 @@ class TurnBasedVecEnv:
         action = np.asarray(action).reshape(n)
         for c in range(n):
             a = int(action[c])
-            self._check_legal(self._seat[c], c, a)
+            self._check_legal(self._seat[c], c, a, self._obs[c])
             self.copies[c].step(a + int(self.action_space.start))
         self._play_others(list(range(n)))
 
@@ -271,11 +273,14 @@ class TurnBasedVecEnv:
                     a = int(chosen[i])
                     g.pending[i], g.action[i] = True, a
                     g.acted_obs[i] = g.obs[i]
-                    self._move(c, agent, a)
+                    self._move(c, agent, a, g.obs[i])
             waiting = still
 
-    def _move(self, c: int, agent: str, a: int) -> None:
-        self._check_legal(agent, c, a)
+    def _move(self, c: int, agent: str, a: int, row: np.ndarray | None = None) -> None:
+        """Every move of a seat other than the member's; ``row``: the mover's encoded
+        observation, to check the move against (None: drawn among the legal moves)."""
+        if row is not None:
+            self._check_legal(agent, c, a, row)
         self.copies[c].step(a + int(self.action_space.start))
 
     def _random_action(self, env: Any, agent: str) -> int:

@@ -81,12 +81,12 @@ def counting_opponent_moves() -> Iterator[dict[str, int]]:
     counts = {"random": 0, "policy": 0}
     original = turns.TurnBasedVecEnv._move
 
-    def move(self: Any, c: int, agent: str, a: int) -> None:
+    def move(self: Any, c: int, agent: str, a: int, row: Any = None) -> None:
         others = self._others
         if isinstance(others, opponents.Drivers) and others.pool is not None:
             kind = "random" if others.facing[c] == opponents.RANDOM else "policy"
             counts[kind] += 1
-        original(self, c, agent, a)
+        original(self, c, agent, a, row)
 
     turns.TurnBasedVecEnv._move = move  # type: ignore[method-assign]
     try:
