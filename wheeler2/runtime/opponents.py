@@ -177,11 +177,12 @@ class Drivers:
         copies: int,
         act_dim: int = 0,
         epsilon: float = 0.0,
+        seed: int = 0,
     ) -> None:
         self.own = own
         self.act_dim = act_dim
         self.epsilon = epsilon  # self-play opponents' share of uniformly random moves
-        self.rng = np.random.default_rng(0 if pool is None else pool.seed + 1)
+        self.rng = np.random.default_rng(seed)  # random opponents' and epsilon moves
         self.tables = tables
         self.pool = pool
         self.opponent = opponent  # the agent a snapshot is loaded into to play
@@ -360,7 +361,8 @@ def build_drivers(
             pool.load_state_dict(pool_state)
         opponent = make_agent(config, plan, space, seed)
     epsilon = play.opponent_epsilon if SELF in groups else 0.0
-    return Drivers(agent, tables, pool, opponent, int(env.num_copies), space.act_dim, epsilon)
+    copies, act_dim = int(env.num_copies), space.act_dim
+    return Drivers(agent, tables, pool, opponent, copies, act_dim, epsilon, seed + 2)
 
 
 def match_figures(
