@@ -7,6 +7,7 @@ small control envs we run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -16,19 +17,33 @@ from wheeler2.envs.spaces import ObsFlattener, box_bounds, flat_dim, is_goal_spa
 
 from wheeler2.env import EnvInfo, EnvReset, EnvStep
 
+# ``[env] wrappers`` as the registry hands them over: (``"module:Name"``, kwargs) pairs.
+Wrappers = Sequence[tuple[str, dict[str, Any]]]
+
 
 class GymVecEnv:
     """``num_envs`` copies of ``gymnasium.make(env_id, **kwargs)`` with autoreset.
 
     Continuous actions arrive in ``[-1, 1]`` and are mapped linearly onto the Box bounds (clipped
     first, so an exploring policy can never send an out-of-range action to the env).
+    ``wrappers`` wrap each copy in order (the first innermost) before anything here reads its
+    spaces, so flattening and action scaling see the wrapped env.
     """
 
-    def __init__(self, env_id: str, kwargs: dict[str, Any], num_envs: int, seed: int) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        kwargs: dict[str, Any],
+        num_envs: int,
+        seed: int,
+        wrappers: Wrappers = (),
+    ) -> None:
         self.env_id = env_id
         self.num_envs = num_envs
         self._seed = seed
-        self.envs = [self._make_one(env_id, kwargs) for _ in range(num_envs)]
+        self.envs = [
+            wrapped(self._make_one(env_id, kwargs), wrappers, env_id) for _ in range(num_envs)
+        ]
         obs_space = self.envs[0].observation_space
         act_space = self.envs[0].action_space
         self.goal = is_goal_space(obs_space)
@@ -160,12 +175,36 @@ class GymVecEnv:
             env.close()
 
 
-def _worker(conn: Any, env_id: str, kwargs: dict[str, Any], seed: int) -> None:
+def wrapped(env: gym.Env, wrappers: Wrappers, env_id: str) -> gym.Env:
+    """``env`` inside each of ``wrappers`` in turn: ``Name(env, **kwargs)``.
+
+    The config reader resolved each spec already; what fails only now (a wrapper that refuses
+    this env's spaces, a file changed since) is a ConfigError naming the entry."""
+    from wheeler2 import registry
+
+    for i, (spec, kwargs) in enumerate(wrappers):
+        try:
+            factory = registry.resolve_object(spec)
+            env = factory(env, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the user's wrapper (or its file) failed
+            from wheeler2.config import ConfigError
+
+            env.close()
+            # A CodeError's text is its located line; any other exception gets located here.
+            text = str(exc if isinstance(exc, registry.RegistryError) else registry.code_error(exc))
+            name = spec.rpartition(":")[2]
+            raise ConfigError(
+                None, "[env]", f"wrappers[{i}]", f"{name} cannot wrap {env_id}: {text}"
+            ) from None
+    return env
+
+
+def _worker(conn: Any, env_id: str, kwargs: dict[str, Any], seed: int, wrappers: Wrappers) -> None:
     """One copy in a subprocess: a one-copy GymVecEnv, so flattening, action scaling and
     autoreset are the very code the in-process path runs."""
     try:
         _import_builtin_envs()
-        env = GymVecEnv(env_id, kwargs, 1, seed)
+        env = GymVecEnv(env_id, kwargs, 1, seed, wrappers)
         conn.send(("ok", None))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", repr(exc)))
@@ -200,16 +239,22 @@ def _import_builtin_envs() -> None:
 
 
 def make(
-    env_id: str, kwargs: dict[str, Any], num_envs: int, seed: int, vector: str = "sync"
+    env_id: str,
+    kwargs: dict[str, Any],
+    num_envs: int,
+    seed: int,
+    vector: str = "sync",
+    wrappers: Wrappers = (),
 ) -> Any:
     """Registry entry point for gymnasium ids: copies stepped in this process (``"sync"``),
-    one subprocess each (``"async"``) or by envpool's thread pool (``"envpool"``)."""
+    one subprocess each (``"async"``) or by envpool's thread pool (``"envpool"``, which takes
+    no gymnasium wrappers: the registry refuses them first)."""
     if vector == "envpool":
         from wheeler2.envs.envpool_vec import EnvpoolVecEnv
 
         return EnvpoolVecEnv(env_id, kwargs, num_envs, seed)
     cls = AsyncGymVecEnv if vector == "async" else GymVecEnv
-    return cls(env_id, kwargs, num_envs, seed)
+    return cls(env_id, kwargs, num_envs, seed, wrappers)
 
 
 def _stack(parts: list[np.ndarray | None]) -> np.ndarray | None:
@@ -224,14 +269,21 @@ class AsyncGymVecEnv:
     (~50-100 us), e.g. physics sims, not for Pendulum. Same EnvStep contract as GymVecEnv.
     """
 
-    def __init__(self, env_id: str, kwargs: dict[str, Any], num_envs: int, seed: int) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        kwargs: dict[str, Any],
+        num_envs: int,
+        seed: int,
+        wrappers: Wrappers = (),
+    ) -> None:
         import multiprocessing as mp
 
         self.env_id = env_id
         self.num_envs = num_envs
         self._seed = seed
         # One copy here for the static facts (spaces, info) and the goal reward HER calls.
-        self._probe = GymVecEnv(env_id, kwargs, 1, seed)
+        self._probe = GymVecEnv(env_id, kwargs, 1, seed, wrappers)
         self.info = self._probe.info
         self.observation_space = self._probe.observation_space
         self.action_space = self._probe.action_space
@@ -243,7 +295,9 @@ class AsyncGymVecEnv:
             for i in range(num_envs):
                 parent, child = ctx.Pipe()
                 proc = ctx.Process(
-                    target=_worker, args=(child, env_id, kwargs, seed + i), daemon=True
+                    target=_worker,
+                    args=(child, env_id, kwargs, seed + i, wrappers),
+                    daemon=True,
                 )
                 proc.start()
                 child.close()

@@ -18,6 +18,7 @@ import inspect
 import pkgutil
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
@@ -39,6 +40,16 @@ ENV_ADAPTERS = {
 }
 
 
+class WrapperSpec(Protocol):
+    """One ``[env] wrappers`` entry (``config.WrapperConfig`` is one)."""
+
+    @property
+    def wrapper(self) -> str: ...
+
+    @property
+    def kwargs(self) -> dict[str, Any]: ...
+
+
 class EnvSpec(Protocol):
     """What :func:`make_env` reads of an ``[env]`` table (``config.EnvConfig`` is one); the
     registry resolves names and imports no config."""
@@ -57,6 +68,9 @@ class EnvSpec(Protocol):
 
     @property
     def stack(self) -> int: ...
+
+    @property
+    def wrappers(self) -> Sequence[WrapperSpec]: ...
 
 
 class RegistryError(LookupError):
@@ -330,11 +344,12 @@ def _import_file(module_part: str, spec: str) -> ModuleType:
     return module
 
 
-def import_spec_module(module_name: str, spec: str) -> ModuleType:
+def import_spec_module(module_name: str, spec: str, hint: str | None = None) -> ModuleType:
     """The module of a ``module:attr`` spec: a ``.py`` path or an importable name. A module that
-    is missing is a RegistryError; a user's module that fails to import (SyntaxError, a missing
-    import inside it, an exception at its top level) a CodeError naming its file and line;
-    wheeler2's own modules keep their traceback (a bug to report)."""
+    is missing is a RegistryError (ending in ``hint``, by default the tasks available); a user's
+    module that fails to import (SyntaxError, a missing import inside it, an exception at its
+    top level) a CodeError naming its file and line; wheeler2's own modules keep their traceback
+    (a bug to report)."""
     if is_path_spec(module_name):
         return _import_file(module_name, spec)
     name = installed_module(module_name)
@@ -344,9 +359,8 @@ def import_spec_module(module_name: str, spec: str) -> ModuleType:
         # "This very module is missing" is a lookup error; a missing import inside it is the
         # module's own error.
         if exc.name is not None and name.startswith(exc.name):
-            raise RegistryError(
-                f"no module named '{name}' (from '{spec}'); {available_tasks_text()}"
-            ) from None
+            hint = available_tasks_text() if hint is None else hint
+            raise RegistryError(f"no module named '{name}' (from '{spec}'); {hint}") from None
         if not is_user_module(name):
             raise
         raise code_error(exc) from None
@@ -356,10 +370,11 @@ def import_spec_module(module_name: str, spec: str) -> ModuleType:
         raise code_error(exc) from None
 
 
-def resolve_object(spec: str) -> Any:
-    """``"module:attr"`` -> the attribute (a task class, a reward function, an agent class).
-    The module part may be a ``.py`` file's path (absolute, or relative to the working
-    directory; the config reader makes a file's paths absolute against the file's folder)."""
+def resolve_object(spec: str, hint: str | None = None) -> Any:
+    """``"module:attr"`` -> the attribute (a task class, a reward function, an agent class, an
+    env wrapper). The module part may be a ``.py`` file's path (absolute, or relative to the
+    working directory; the config reader makes a file's paths absolute against the file's
+    folder). ``hint`` ends the error for a missing module (default: the tasks available)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise RegistryError(f"expected 'module:name', got '{spec}'; {available_tasks_text()}")
@@ -368,7 +383,7 @@ def resolve_object(spec: str) -> Any:
             f"'{spec}' names a relative module; write it from the top ('mypkg.tasks:Name') "
             f"or as a file ('./tasks.py:Name')"
         )
-    module = import_spec_module(module_name, spec)
+    module = import_spec_module(module_name, spec, hint)
     if is_path_spec(module_name):
         module_name = shown_path(module_name)
     else:
@@ -522,6 +537,26 @@ def make_env(
     return env
 
 
+def wrappers_problem(env_id: str, vector: str) -> str | None:
+    """Why ``[env] wrappers`` cannot apply to ``env_id`` stepped as ``vector``, or None.
+
+    A gymnasium wrapper wraps one gymnasium env; only the gymnasium adapter (``"sync"`` and
+    ``"async"``) builds one per copy. envpool steps its copies in C++, and the other adapters
+    build their copies (or a vector reward around them) themselves."""
+    prefix, sep, _ = env_id.partition(":")
+    if sep and prefix in ENV_ADAPTERS:
+        return (
+            f"gymnasium wrappers apply to gymnasium ids; '{prefix}:' ids are built by their own "
+            f"adapter ({ENV_ADAPTERS[prefix]}), which applies none (leave wrappers out)"
+        )
+    if vector == "envpool":
+        return (
+            "gymnasium wrappers cannot wrap envpool's copies, which step in its C++ thread "
+            'pool: use vector = "sync" or "async", or leave wrappers out'
+        )
+    return None
+
+
 def _make_adapter(
     env_cfg: EnvSpec,
     num_envs: int,
@@ -531,6 +566,11 @@ def _make_adapter(
 ) -> VecEnv:
     prefix, sep, rest = env_cfg.id.partition(":")
     kwargs = dict(env_cfg.kwargs)
+    # Plain (spec, kwargs) pairs: they travel to "async" copies' subprocesses by pickle.
+    wrappers = tuple((w.wrapper, dict(w.kwargs)) for w in env_cfg.wrappers)
+    problem = wrappers_problem(env_cfg.id, env_cfg.vector) if wrappers else None
+    if problem is not None:
+        raise RegistryError(f"[env] wrappers: {problem}")
     if sep and prefix in ENV_ADAPTERS:
         if agents is not None:
             kwargs["agents"] = list(agents)
@@ -545,4 +585,6 @@ def _make_adapter(
         )
     import_builtin_envs()
     adapter = importlib.import_module(DEFAULT_ENV_ADAPTER)
-    return adapter.make(env_cfg.id, kwargs, num_envs, seed, vector=env_cfg.vector)
+    return adapter.make(
+        env_cfg.id, kwargs, num_envs, seed, vector=env_cfg.vector, wrappers=wrappers
+    )

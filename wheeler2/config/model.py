@@ -44,6 +44,7 @@ __all__ = [
     "MemberConfig",
     "SyncConfig",
     "TaskConfig",
+    "WrapperConfig",
 ]
 
 
@@ -89,6 +90,19 @@ class ExperimentConfig:
 
 
 @dataclass(frozen=True)
+class WrapperConfig:
+    """One entry of ``[env] wrappers``: each env copy becomes ``wrapper(env, **kwargs)``."""
+
+    wrapper: str  # "module:Name" or "./file.py:Name" (made absolute against the config file)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+WRAPPERS_EXPECTED = (
+    'a list of "module:Name" strings or { wrapper = "module:Name", kwargs = {...} } tables'
+)
+
+
+@dataclass(frozen=True)
 class EnvConfig:
     id: str
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -99,6 +113,9 @@ class EnvConfig:
     achieved_goal_in_obs: bool = False
     # The policy sees the last `stack` observations side by side (wheeler2.env.FrameStack).
     stack: int = bounded(1, ge=1)
+    # Gymnasium wrappers around each copy, first entry innermost, before wheeler2's own
+    # adapters (flattening, action scaling, stacking) see the env.
+    wrappers: tuple[WrapperConfig, ...] = setting((), expected=WRAPPERS_EXPECTED)
 
 
 OPPONENT_SAMPLING = ("latest", "uniform", "win_rate")

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
+import os
 import re
 import tomllib
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from wheeler2 import registry
 from wheeler2.schema import (
@@ -31,6 +33,7 @@ from wheeler2.schema import (
 from .errors import ConfigDeprecationWarning, ConfigError
 from .model import (
     DEFAULT_TABLE,
+    WRAPPERS_EXPECTED,
     BufferConfig,
     Config,
     CurriculumConfig,
@@ -40,10 +43,12 @@ from .model import (
     MemberConfig,
     PlayConfig,
     TaskConfig,
+    WrapperConfig,
     copy_value,
 )
 from .overrides import apply_override
 from .relations import check_relations
+from .toml_out import _is_table_array
 
 if TYPE_CHECKING:
     from wheeler2.agent import Agent
@@ -55,6 +60,8 @@ RENAMED: dict[str, dict[str, str]] = {
 }
 
 TOP_LEVEL = ("experiment", "env", "task", "buffer", "team", "play", "curriculum")
+# The top-level key naming the file this one extends (see parse_toml).
+EXTENDS = "extends"
 
 
 class Reader:
@@ -66,14 +73,19 @@ class Reader:
     def error(self, table: str | None, key: str | None, message: str) -> ConfigError:
         return ConfigError(self.file, table, key, message)
 
-    def unknown_key(self, table: str | None, key: str, valid: Iterable[str]) -> ConfigError:
+    def unknown_key(
+        self, table: str | None, key: str, valid: Iterable[str], data: Any = None
+    ) -> ConfigError:
+        """``key`` is none of ``valid``; ``data``, the table that has it, may say which file
+        wrote it (a base file's key, merged by ``extends``, is that file's mistake)."""
         valid = sorted(valid)
         close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
         if close:
             hint = f"did you mean '{close[0]}'?"
         else:
             hint = "valid keys: " + ", ".join(valid)
-        return self.error(table, key, f"unknown key; {hint}")
+        file = getattr(data, "sources", {}).get(key, self.file)
+        return ConfigError(file, table, key, f"unknown key; {hint}")
 
     def renamed(self, scope: str, table: str, data: dict[str, Any]) -> dict[str, Any]:
         renames = RENAMED.get(scope, {})
@@ -114,12 +126,13 @@ class Reader:
         """
         if not isinstance(data, dict):
             raise self.error(table, None, f"expected a table, got {show(data)}")
+        written = data
         if scope is not None:
             data = self.renamed(scope, table, data)
         fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
         for key in data:
             if key not in fields:
-                raise self.unknown_key(table, key, fields)
+                raise self.unknown_key(table, key, fields, written)
         raw, fallback = set(raw), fallback or {}
         values: dict[str, Any] = {}
         for name, f in fields.items():
@@ -175,6 +188,12 @@ def _sub_table(table: str, key: str) -> str:
 
 
 def parse_toml(path: Path) -> dict[str, Any]:
+    """An experiment file's data; with ``extends = "base.toml"`` at its top, the base's data
+    (read the same way, so chains work) with this file's merged over it (:func:`with_bases`)."""
+    return with_bases(_parse_one(path), path)
+
+
+def _parse_one(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -207,6 +226,144 @@ def parse_toml(path: Path) -> dict[str, Any]:
         ) from None
 
 
+# ---------------------------------------------------------------------------------------------
+# Files that extend others
+
+
+class SourcedTable(dict[str, Any]):
+    """A table merged from several files by ``extends``; ``sources`` maps each key to the file
+    that wrote it, so an unknown key is reported in its own file, not the one that was run."""
+
+    sources: dict[str, str]
+
+
+def with_bases(
+    raw: dict[str, Any], path: str | Path, chain: tuple[Path, ...] = ()
+) -> dict[str, Any]:
+    """``raw``, the data of file ``path``, with its ``extends`` resolved: the base file (a path
+    relative to ``path``'s folder) read with its own bases, and ``raw`` merged over it.
+
+    Tables merge key by key, at every depth. Any other value replaces the base's, arrays of
+    tables included: a file's ``[[team]]`` entries are the whole team, since merging list items
+    by position would pair members by accident. A table written where the base has an array of
+    tables changes the entries it names, as ``--set`` addresses them (``[team.explorer]
+    count = 4`` over the base's member named "explorer"). ``chain``: the files that led here.
+    """
+    path = Path(path)
+    if EXTENDS not in raw:
+        return _sourced(raw, str(path)) if chain else raw
+    raw = dict(raw)
+    name = raw.pop(EXTENDS)
+    file = str(path)
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(
+            file,
+            None,
+            EXTENDS,
+            f"expected the base file's path (relative to this file), got {show(name)}",
+        )
+    # normpath: the chain reads "cfg/base.toml", not "cfg/sub/../base.toml".
+    base = Path(os.path.normpath(path.parent / name))
+    here = (*chain, path)
+    seen = [p.resolve() for p in here]
+    if base.resolve() in seen:
+        start = seen.index(base.resolve())
+        loop = " -> ".join(str(p) for p in (*here[start:], here[start]))
+        raise ConfigError(here[start], None, EXTENDS, f"cycle {loop}")
+    if not base.exists():
+        looked = "" if str(base) == name else f" (looked for {base})"
+        raise ConfigError(file, None, EXTENDS, f"no such file {show(name)}{looked}")
+    merged = with_bases(_code_paths_absolute(_parse_one(base), base), base, here)
+    return _merge(_sourced(merged, str(base)), raw, file)
+
+
+def _sourced(value: Any, file: str) -> Any:
+    """``value`` with each table a :class:`SourcedTable` whose keys come from ``file`` (tables
+    already merged keep their sources)."""
+    if isinstance(value, SourcedTable):
+        return value
+    if isinstance(value, dict):
+        table = SourcedTable((k, _sourced(v, file)) for k, v in value.items())
+        table.sources = dict.fromkeys(table, file)
+        return table
+    if isinstance(value, list):
+        return [_sourced(v, file) for v in value]
+    return value
+
+
+def _merge(base: SourcedTable, over: dict[str, Any], file: str, where: str = "") -> SourcedTable:
+    out = SourcedTable(base)
+    out.sources = dict(base.sources)
+    for key, value in over.items():
+        old = out.get(key)
+        name = f"{where}.{key}" if where else key
+        if isinstance(old, SourcedTable) and isinstance(value, dict):
+            out[key] = _merge(old, value, file, name)
+        elif isinstance(value, dict) and _is_table_array(old):
+            out[key] = _merge_entries(out[key], value, file, name)
+        else:
+            out[key] = _sourced(value, file)
+            out.sources[key] = file
+    return out
+
+
+def _merge_entries(
+    entries: list[SourcedTable], changes: dict[str, Any], file: str, where: str
+) -> list[SourcedTable]:
+    """A table over an array of tables: each key names an entry (by ``name``, else ``algo``,
+    or by index, as ``--set`` does) and its table merges over that entry."""
+    entries = list(entries)
+    names = [str(e.get("name", e.get("algo"))) for e in entries]
+    for part, change in changes.items():
+        at = int(part) if part.isdigit() else names.index(part) if part in names else None
+        if at is None or at >= len(entries):
+            raise ConfigError(
+                file,
+                None,
+                f"{where}.{part}",
+                f"the base file has no [[{where}]] entry '{part}' (its entries: "
+                f"{', '.join(names)}); write [[{where}]] entries to replace them all",
+            )
+        if not isinstance(change, dict):
+            raise ConfigError(
+                file,
+                None,
+                f"{where}.{part}",
+                f"expected a table of keys to change in the base's entry, got {show(change)}",
+            )
+        entries[at] = _merge(entries[at], change, file, f"{where}.{part}")
+    return entries
+
+
+def _code_paths_absolute(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A base file's code specs (``"./x.py:Name"``) made absolute against its own folder, so
+    that merged into a file elsewhere they still name the files beside the base. The keys are
+    those the table readers below pass through :func:`_absolute`."""
+    file = str(path)
+
+    def fix(table: Any, key: str) -> None:
+        if isinstance(table, dict) and isinstance(table.get(key), str):
+            table[key] = _absolute(table[key], file)
+
+    env, task, team = raw.get("env"), raw.get("task"), raw.get("team")
+    fix(env, "id")
+    if isinstance(env, dict) and isinstance(env.get("kwargs"), dict):
+        env["kwargs"] = {k: _absolute_value(v, file) for k, v in env["kwargs"].items()}
+    if isinstance(env, dict) and isinstance(env.get("wrappers"), list):
+        env["wrappers"] = [_absolute_value(w, file) for w in env["wrappers"]]
+        for entry in env["wrappers"]:
+            fix(entry, "wrapper")
+    fix(task, "spec")
+    heads = task.get("heads") if isinstance(task, dict) else None
+    for entry in [
+        *(heads if isinstance(heads, list) else []),
+        *(team if isinstance(team, list) else []),
+    ]:
+        fix(entry, "reward")
+        fix(entry, "algo")
+    return raw
+
+
 def load(
     path: str | Path,
     overrides: Iterable[str] = (),
@@ -230,9 +387,10 @@ def validate(raw: dict[str, Any], path: str | Path = "<config>") -> Config:
     """Validate already-parsed TOML data (what ``load`` does after parsing and overrides)."""
     path = Path(path)
     reader = Reader(str(path))
+    raw = with_bases(raw, path)  # data that was not read by parse_toml may still extend a file
     for key in raw:
         if key not in TOP_LEVEL:
-            raise reader.unknown_key(None, key, TOP_LEVEL)
+            raise reader.unknown_key(None, key, (*TOP_LEVEL, EXTENDS), raw)
     for key in ("experiment", "env", "team"):
         if key not in raw:
             what = "[[team]] members" if key == "team" else f"a [{key}] table"
@@ -293,7 +451,7 @@ def _curriculum(reader: Reader, data: Any) -> CurriculumConfig | None:
 
 
 def _env(reader: Reader, data: Any) -> EnvConfig:
-    values = reader.read(EnvConfig, "[env]", data, "env")
+    values = reader.read(EnvConfig, "[env]", data, "env", raw=("wrappers",))
     # "./myenv.py:MyEnv-v0" and "./p.py:fn" in kwargs (other_policy) are files next to this one.
     values["id"] = _absolute(values["id"], reader.file)
     values["kwargs"] = {k: _absolute_value(v, reader.file) for k, v in values["kwargs"].items()}
@@ -315,7 +473,80 @@ def _env(reader: Reader, data: Any) -> EnvConfig:
             )
     if values["vector"] == "envpool":
         _check_envpool_id(reader, values["id"])
+    values["wrappers"] = _wrappers(
+        reader, values.get("wrappers", []), values["id"], values["vector"]
+    )
     return EnvConfig(**values)
+
+
+WRAPPER_FORM = "'module:Name' (e.g. 'gymnasium.wrappers:ClipAction') or './file.py:Name'"
+
+
+def _wrappers(reader: Reader, entries: Any, env_id: str, vector: str) -> tuple[WrapperConfig, ...]:
+    """``[env] wrappers``, each entry resolved now: a missing module or name, something not
+    callable, arguments it does not take, or a file that fails to import is one line naming
+    ``wrappers[i]`` (``check`` and ``run`` refuse it before any env is built)."""
+    if not isinstance(entries, list):
+        raise reader.error(
+            "[env]", "wrappers", f"expected {WRAPPERS_EXPECTED}, got {show(entries)}"
+        )
+    problem = registry.wrappers_problem(env_id, vector) if entries else None
+    if problem is not None:
+        raise reader.error("[env]", "wrappers", problem)
+    out = []
+    for i, entry in enumerate(entries):
+        key = f"wrappers[{i}]"
+        if isinstance(entry, str):
+            entry = {"wrapper": entry}
+        if not isinstance(entry, dict):
+            raise reader.error(
+                "[env]",
+                key,
+                f'expected a "module:Name" string or a {{ wrapper = "module:Name", kwargs = '
+                f"{{...}} }} table, got {show(entry)}",
+            )
+        values = reader.read(WrapperConfig, f"[env] {key}", entry)
+        written = values["wrapper"]
+        spec = _absolute(written, reader.file)
+        if ":" not in written:
+            raise reader.error("[env]", key, f"expected {WRAPPER_FORM}, got {show(written)}")
+        found = _resolve_spec(reader, "[env]", key, spec, f"a wrapper is {WRAPPER_FORM}")
+        if not callable(found):
+            raise reader.error(
+                "[env]",
+                key,
+                f"'{written}' is not callable: expected a gymnasium.Wrapper class or a function "
+                f"that takes the env and returns it wrapped",
+            )
+        _check_wrapper_arguments(reader, key, written, found, values["kwargs"])
+        out.append(WrapperConfig(spec, values["kwargs"]))
+    return tuple(out)
+
+
+def _check_wrapper_arguments(
+    reader: Reader, key: str, written: str, wrapper: Callable[..., Any], kwargs: dict[str, Any]
+) -> None:
+    """A wrapper is called as ``wrapper(env, **kwargs)``: a misspelt or missing argument is
+    refused with the file, not when a member builds its env."""
+    try:
+        signature = inspect.signature(wrapper)
+    except (TypeError, ValueError):  # no signature to read (some builtins): the build will tell
+        return
+    name = written.rpartition(":")[2]
+    params = signature.parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        for arg in kwargs:
+            if arg not in params:
+                close = difflib.get_close_matches(arg, list(params), n=1, cutoff=0.5)
+                hint = f"did you mean '{close[0]}'? " if close else ""
+                takes = ", ".join(list(params)[1:]) or "only the env"
+                raise reader.error(
+                    "[env]", key, f"{name} takes no argument '{arg}'; {hint}it takes: {takes}"
+                )
+    try:
+        signature.bind(None, **kwargs)
+    except TypeError as exc:
+        raise reader.error("[env]", key, f"{name}(env, **kwargs): {exc}") from None
 
 
 def _check_envpool_id(reader: Reader, env_id: str) -> None:
@@ -377,9 +608,9 @@ def _check_code_kwarg(reader: Reader, key: str, spec: str) -> None:
         raise reader.error("[env]", f"kwargs.{key}", f"'{spec}' is not a function")
 
 
-def _resolve_spec(reader: Reader, table: str, key: str, spec: str) -> Any:
+def _resolve_spec(reader: Reader, table: str, key: str, spec: str, hint: str | None = None) -> Any:
     try:
-        return registry.resolve_object(spec)
+        return registry.resolve_object(spec, hint)
     except registry.RegistryError as exc:
         raise reader.error(table, key, _registry_text(reader, exc)) from None
 
@@ -390,6 +621,10 @@ def _list_of_tables(v: Any) -> list[Any]:
     return v
 
 
+@overload
+def _absolute(spec: str, config_path: str) -> str: ...
+@overload
+def _absolute(spec: None, config_path: str) -> None: ...
 def _absolute(spec: str | None, config_path: str) -> str | None:
     """A spec whose module part is a ``.py`` path, made absolute against the config file's
     folder, so the run directory's config.toml works from anywhere (eval, resume)."""
@@ -626,6 +861,7 @@ def _per_copy(
     if spec is None:
         return None
     table = f"{label}.per_copy"
+    written = spec
     spec = _renamed_per_copy(
         reader, table, params_cls, reader.value(label, "per_copy", spec, _table)
     )
@@ -634,7 +870,7 @@ def _per_copy(
     out: dict[str, Any] = {}
     for key, entry in spec.items():
         if key not in fields:
-            raise reader.unknown_key(table, key, fields)
+            raise reader.unknown_key(table, key, fields, written)
         if isinstance(entry, list):
             if len(entry) != count:
                 raise reader.error(
@@ -708,4 +944,15 @@ def read_params(reader: Reader, table: str, algo: str, params_cls: type, data: A
         raise reader.error(table, None, f"{algo} rejects these parameters: {exc}") from None
 
 
-__all__ = ["RENAMED", "TOP_LEVEL", "Reader", "load", "read_params", "validate"]
+__all__ = [
+    "EXTENDS",
+    "RENAMED",
+    "TOP_LEVEL",
+    "Reader",
+    "SourcedTable",
+    "load",
+    "parse_toml",
+    "read_params",
+    "validate",
+    "with_bases",
+]
