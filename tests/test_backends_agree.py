@@ -51,6 +51,7 @@ nice = 6
 sync = {{ every = 50, keep = ["actor.head"] }}
 [team.params]
 hidden = [16, 16]
+activation = "relu"
 n_steps = 32
 batch_size = 32
 """

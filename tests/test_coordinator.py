@@ -180,6 +180,7 @@ role = "explorer"
 sync = { every = 50, keep = ["actor.head"] }
 [team.params]
 hidden = [8]
+activation = "relu"
 n_steps = 32
 batch_size = 32
 """

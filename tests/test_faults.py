@@ -60,6 +60,7 @@ count = {explorers}
 sync = {{ every = 100, keep = ["actor.head"] }}
 [team.params]
 hidden = [16, 16]
+activation = "relu"
 n_steps = 64
 batch_size = 32
 """
@@ -73,6 +74,7 @@ role = "explorer"
 sync = {{ every = 100, keep = ["actor.head"] }}
 [team.params]
 hidden = [16, 16]
+activation = "relu"
 n_steps = 64
 batch_size = 32
 fault = "{fault}"

@@ -50,7 +50,10 @@ hidden = [32, 32]
 {explorer_params}
 """
 
-EXPLORER_PARAMS = {"ddpg": "learning_starts = 200", "ppo": "n_steps = 64\nbatch_size = 32"}
+EXPLORER_PARAMS = {
+    "ddpg": "learning_starts = 200",
+    "ppo": 'n_steps = 64\nbatch_size = 32\nactivation = "relu"',
+}
 
 
 def write_team(tmp_path: Path, total: int, explorer: str = "ppo") -> Path:

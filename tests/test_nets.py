@@ -27,7 +27,7 @@ def test_sync_keeps_the_explorer_head_and_copies_the_trunk():
     from wheeler2.sync import check_sync, match_keep
 
     learner = DeterministicActor(5, [64, 64], 2, "relu")
-    explorer = build_actor(5, 2, False, [64, 64], "tanh")
+    explorer = build_actor(5, 2, False, [64, 64], "relu")
     check_sync(learner, explorer, ["actor.head"], "explorer")
     kept = [n for n, _ in explorer.named_parameters() if match_keep(n, ["actor.head"])]
     assert kept == ["head.weight", "head.bias"]

@@ -395,7 +395,7 @@ def test_a_dqn_learner_seeds_a_pg_explorer_by_role():
     space = SpaceInfo(obs_dim=4, act_dim=2, discrete=True)
     dqn_cls = registry.resolve_algo("dqn")
     dqn = dqn_cls(space, dqn_cls.Params(hidden=[32, 32]), seed=1)
-    pg = registry.resolve_algo("pg")(space, Params(hidden=[32, 32]), seed=2)
+    pg = registry.resolve_algo("pg")(space, Params(hidden=[32, 32], activation="relu"), seed=2)
     assert isinstance(pg, PG)
     own_head = {k: v.clone() for k, v in pg.actor.head.state_dict().items()}
     check_sync(dqn.actor, pg.actor, ["actor.head"], "explorer")

@@ -66,6 +66,7 @@ count = 2
 sync = {{ every = 100, keep = ["actor.head"], alpha = 1.0 }}
 [team.params]
 hidden = [32, 32]
+activation = "relu"
 n_steps = 64
 batch_size = 32
 """
@@ -395,6 +396,7 @@ role = "explorer"
 sync = { every = 100, keep = ["head"], alpha = 1.0 }
 [team.params]
 hidden = [16]
+activation = "relu"
 core = "gru"
 core_size = 8
 trunk_reads = "core"

@@ -458,7 +458,9 @@ def test_a_recurrent_ppo_explorer_takes_the_core_and_trunk_of_a_recurrent_learne
         learner = TD3(SpaceInfo(2, 1, False), p, seed=0)
     else:
         learner = _build(algo, trunk_reads="core")
-    explorer = _ppo(algo == "dqn", on_policy, core="gru", core_size=8, trunk_reads="core")
+    explorer = _ppo(
+        algo == "dqn", on_policy, core="gru", core_size=8, trunk_reads="core", activation="relu"
+    )
     check_sync(learner.actor, explorer.actor, ["head"], "explorer")
     head_before = explorer.actor.head.weight.detach().clone()
     with WeightPublisher.create(learner.actor) as pub:

@@ -194,7 +194,7 @@ def test_a_recurrent_explorer_keeps_its_core_when_syncing_from_ddpg() -> None:
     space = SpaceInfo(obs_dim=2, act_dim=1, discrete=False)
     ddpg_cls = registry.resolve_algo("ddpg")
     ddpg = ddpg_cls(space, ddpg_cls.Params(hidden=[32, 32]), seed=1)
-    ppo = PPO(space, Params(core="gru", core_size=32, hidden=[32, 32]), seed=2)
+    ppo = PPO(space, Params(core="gru", core_size=32, hidden=[32, 32], activation="relu"), seed=2)
     check_sync(ddpg.actor, ppo.actor, [], "explorer")
     core_before = {k: v.clone() for k, v in ppo.actor.core.state_dict().items()}
     with WeightPublisher.create(ddpg.actor) as pub:
@@ -249,6 +249,7 @@ sync = {{ every = 100, keep = ["head"], alpha = 1.0 }}
 core = "gru"
 core_size = 16
 hidden = [32, 32]
+activation = "relu"
 n_steps = 16
 batch_size = 64
 """

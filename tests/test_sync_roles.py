@@ -102,7 +102,7 @@ def test_dqn_explorer_keeps_its_head_by_module_path_or_role():
 @pytest.mark.parametrize("explorer_algo", ["ppo", "a2c"])
 def test_dqn_to_on_policy_explorers_passes_check_and_the_object_store_plan(explorer_algo):
     dqn = make("dqn", CARTPOLE, seed=1, hidden=[32, 32])
-    explorer = make(explorer_algo, CARTPOLE, seed=2, hidden=[32, 32])
+    explorer = make(explorer_algo, CARTPOLE, seed=2, hidden=[32, 32], activation="relu")
     check_sync(dqn.actor, explorer.actor, ["actor.head"], "explorer")
     # Ray's transport: the learner's shapes and float_state, blended by the same SyncPlan.
     plan = SyncPlan(source_shapes(dqn.actor), explorer.actor, [], 1.0, "explorer")
@@ -113,7 +113,7 @@ def test_dqn_to_on_policy_explorers_passes_check_and_the_object_store_plan(explo
 
 def test_ddpg_to_ppo_continuous_still_syncs():
     ddpg = make("ddpg", PENDULUM, seed=1, hidden=[32, 32])
-    ppo = make("ppo", PENDULUM, seed=2, hidden=[32, 32])
+    ppo = make("ppo", PENDULUM, seed=2, hidden=[32, 32], activation="relu")
     log_std = ppo.actor.log_std.detach().clone()
     check_sync(ddpg.actor, ppo.actor, ["actor.head"], "explorer")
     with WeightPublisher.create(ddpg.actor) as pub:

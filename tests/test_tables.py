@@ -70,6 +70,7 @@ sync = {{ every = 50, keep = ["actor.head"] }}
 n_steps = 25
 batch_size = 25
 hidden = [16, 16]
+activation = "relu"
 """
 
 

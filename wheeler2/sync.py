@@ -21,8 +21,12 @@ unless it is kept. Tensors outside every role (PPO's ``log_std``) are matched by
 skipped where only one side has them. An optional ``sync_actions = "discrete" | "continuous"``
 lets :func:`check_sync` refuse a learner and an explorer built for different action spaces.
 
-Weights are copied by shape only: what the layers compute around them (relu or tanh, a Q value
-or a logit in the head) is not compared, so a DQN trunk seeds a tanh PPO trunk of the same sizes.
+Layer kinds are part of the role match: a role the explorer takes must be built from the same
+leaf modules in the same order on both sides (Linear, ReLU, Linear, ReLU), since a relu trunk's
+weights in a tanh trunk compute something else; so a DQN trunk seeds a PPO trunk of the same
+sizes with ``activation = "relu"``, and :func:`check_sync` refuses a tanh one, naming the key.
+What a ``forward`` does outside modules (DDPG's tanh on its head; a Q value or a logit there) is
+not compared.
 
 Observation statistics (issue 39): a learner that normalizes its observations publishes, with its
 actor, the float32 buffers its normalizer acts with (``obs_norm/mean``, ``inv_std``, ``clip``,
@@ -276,7 +280,10 @@ def check_pulls(
     """
     wanted = pulled_modules(explorer)
     if wanted is None:
-        check_sync(learner.actor, explorer.actor, keep, member, f"learner {learner_name!r}")
+        settable = (_has_activation_key(learner), _has_activation_key(explorer))
+        check_sync(
+            learner.actor, explorer.actor, keep, member, f"learner {learner_name!r}", settable
+        )
         _plan(_float_shapes(publish_view(learner, ())), sync_target(explorer), keep, member)
         return ()
     offered = published_modules(learner)
@@ -560,14 +567,17 @@ def check_sync(
     keep: list[str],
     member: str,
     learner_name: str = "the learner",
+    settable: tuple[bool, bool] = (False, True),
 ) -> None:
     """Fail early, with the member's name, if ``member`` cannot sync from ``learner_actor``.
 
     Raises :class:`SyncError` when the two actors declare different ``sync_actions`` (discrete
     vs continuous), a keep pattern matches nothing, the learner lacks a role the explorer takes,
-    a role's tensors or shapes differ between the two actors, or nothing at all would be synced.
-    Only shapes are compared: activations may differ (weights are copied by shape).
-    ``learner_name`` names the learner in messages.
+    a role's tensors or shapes differ between the two actors, a role it takes is built from other
+    layer kinds (its leaf modules' classes: relu vs tanh, a LayerNorm on one side only), or
+    nothing at all would be synced. ``learner_name`` names the learner in messages; ``settable``
+    says whether the learner's and this member's params have an ``activation`` key, so that a
+    differing activation is refused naming the key that fixes it.
     """
     kinds = [getattr(m, "sync_actions", None) for m in (learner_actor, explorer_actor)]
     if None not in kinds and kinds[0] != kinds[1]:
@@ -589,6 +599,85 @@ def check_sync(
             f'trunk_reads (and core) or add "trunk" to sync.keep'
         )
     _plan(_float_shapes(learner_actor), explorer_actor, keep, member)
+    _check_kinds(learner_actor, explorer_actor, keep, member, learner_name, settable)
+
+
+def _layer_kinds(module: nn.Module) -> list[tuple[str, str]]:
+    """(path, class name) of each leaf module of ``module``, in order: what a role is built from.
+    Functions a ``forward`` applies (DDPG's final ``torch.tanh``) are not modules, so not here."""
+    return [(p, type(m).__name__) for p, m in module.named_modules() if not any(m.children())]
+
+
+def _role_module(module: nn.Module, role: str) -> nn.Module | None:
+    """The sub-module that plays ``role`` in ``module``: the declared one, else the sub-module of
+    that name (a module without ``sync_roles`` is matched by its own paths), else None."""
+    path = _declared_roles(module).get(role, role)
+    try:
+        return module.get_submodule(path)
+    except AttributeError:
+        return None
+
+
+def _is_activation(kind: str) -> bool:
+    cls = getattr(nn, kind, None)
+    return isinstance(cls, type) and cls.__module__ == nn.modules.activation.__name__
+
+
+def _has_activation_key(agent: Any) -> bool:
+    return hasattr(getattr(agent, "params", None), "activation")
+
+
+def _check_kinds(
+    learner_actor: nn.Module,
+    explorer_actor: nn.Module,
+    keep: Sequence[str],
+    member: str,
+    learner_name: str,
+    settable: tuple[bool, bool],
+) -> None:
+    """SyncError where a role ``member`` takes is built from other layer kinds than the
+    learner's: equal shapes, but the copied weights would compute something else (a relu trunk's
+    weights in a tanh trunk). A role taken in part is compared whole."""
+    entries = _float_entries(explorer_actor)
+    roles: list[str] = []
+    parts: list[str] = []
+    firsts: list[tuple[str, str]] = []  # per differing role: (learner's, member's) first kind
+    for role in _declared_roles(explorer_actor):
+        names = [(n, p) for n, (p, _) in entries.items() if _role_of(n) == role]
+        if all(match_keep(n, keep) or match_keep(p, keep) for n, p in names):
+            continue
+        source, target = _role_module(learner_actor, role), _role_module(explorer_actor, role)
+        if source is None or target is None:
+            continue
+        a, b = _layer_kinds(source), _layer_kinds(target)
+        ka, kb = [k for _, k in a] + ["nothing"], [k for _, k in b] + ["nothing"]
+        if ka == kb:
+            continue
+        i = next(i for i, (x, y) in enumerate(zip(ka, kb)) if x != y)
+        at = (a[i:] or b[i:])[0][0]
+        roles.append(role)
+        firsts.append((ka[i], kb[i]))
+        parts.append(
+            f"role {role} (layers learner {', '.join(ka[:-1])} vs {member} {', '.join(kb[:-1])}; "
+            f"{role}{'.' + at if at else ''}: learner {ka[i]} vs {member} {kb[i]})"
+        )
+    if not parts:
+        return
+    named = " and ".join(f'"{role}"' for role in roles)
+    (theirs, ours), (learner_can, member_can) = firsts[0], settable
+    if not all(_is_activation(x) and _is_activation(y) for x, y in firsts):
+        fix = "build both members' layers alike (the same layer options in their [team.params])"
+    elif member_can:
+        fix = f'set params.activation = "{theirs.lower()}" on {member}'
+    elif learner_can:
+        fix = f'set params.activation = "{ours.lower()}" on {learner_name}'
+    else:
+        fix = "their algorithms fix their activations: give this member another algorithm"
+    raise SyncError(
+        f"[[team]] {member}: sync copies weights only into the same kinds of layers and the actor "
+        f"of {learner_name} differs from this member's in {', '.join(parts)}; {fix}, or add "
+        f"{named} to sync.keep"
+    )
 
 
 # --------------------------------------------------------------------------------------------
