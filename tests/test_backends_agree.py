@@ -60,7 +60,6 @@ batch_size = 32
 def run_team(tmp_path: Path, backend: str) -> dict:
     cfg = tmp_path / f"{backend}.toml"
     cfg.write_text(TEAM.format(backend=backend))
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     run = run_experiment(load(cfg), tmp_path / backend)
     team = json.loads((run / "team.json").read_text())
     # Each backend counts the budget its own way (ray: the Board actor's grants): spent exactly.

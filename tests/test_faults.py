@@ -114,7 +114,6 @@ class Run:
             os.environ,
             PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
             RAY_TMPDIR=ray_tmp,
-            RAY_AUTH_MODE="disabled",
         )
         self.shm_before = _shm()
         self.proc = subprocess.Popen(

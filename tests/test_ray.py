@@ -1,15 +1,19 @@
-"""Backend ``ray``: a cluster on this machine (a second node for the placement test), a killed
-actor, Ctrl-C, and checkpoints that move between the ray and local backends.
+"""Backend ``ray``: a cluster on this machine with token auth (a second node for the placement
+test), a killed actor, Ctrl-C, and checkpoints that move between the ray and local backends.
+tests/test_ray_auth.py has runs with and without the token.
 
 The cluster each test starts lives in its own temp dir and every process of it carries that dir in
-``RAY_TMPDIR``; teardown stops exactly those processes, never another Ray on the machine.
+``RAY_TMPDIR``; teardown stops exactly those processes (the worker node too, when a test added
+it), never another Ray on the machine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -129,40 +133,83 @@ class Cluster:
 RAY_COMMON = ["--disable-usage-stats", "--include-log-monitor=false"]
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    """A head node (3 CPUs) on this machine; this test process is connected to it as a driver.
-    The default tests need one node; ``worker_node`` adds the second for the placement test."""
+def ray_start(env: dict[str, str], *args: str) -> None:
+    """`ray start` of a node on this machine (a head with ``--head``) with ``env``."""
+    if "--head" in args:
+        args = (*args, "--include-dashboard=false")
+    subprocess.run(
+        [RAY_BIN, "start", *args, "--node-ip-address=127.0.0.1", *RAY_COMMON],
+        env=env, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+
+
+def token_env(token: str) -> dict[str, str]:
+    """This environment for a node or driver of a cluster with Ray's token authentication
+    (docs/cluster.md); RAY_AUTH_TOKEN comes before any token file of this machine's user."""
+    return dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+
+
+@contextlib.contextmanager
+def driver_token(token: str) -> Iterator[None]:
+    """This process as a driver with ``token``, and as it was afterwards.
+
+    Ray reads RAY_AUTH_MODE when it is imported and caches the token it loads, so changing the
+    environment is not enough: Ray's own tests refresh both, with this helper."""
+    from ray._private.authentication_test_utils import reset_auth_token_state
+
+    before = {name: os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    reset_auth_token_state()
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        reset_auth_token_state()
+
+
+@contextlib.contextmanager
+def head_node(token: str, num_cpus: int) -> Iterator[Cluster]:
+    """A head node on this machine with token auth, in its own RAY_TMPDIR; every process of the
+    cluster (other nodes started with its ``env`` too) is stopped at the end."""
     with ray_tmpdir() as tmpdir:  # short: Ray's socket paths under it stay below 108 bytes
         marker = f"RAY_TMPDIR={tmpdir}"
-        env = dict(os.environ, RAY_TMPDIR=tmpdir, RAY_AUTH_MODE="disabled")
+        env = dict(token_env(token), RAY_TMPDIR=tmpdir)
         port = free_port()
-        address = f"127.0.0.1:{port}"
         try:
-            subprocess.run(
-                [RAY_BIN, "start", "--head", f"--port={port}", "--num-cpus=3",
-                 "--include-dashboard=false", "--node-ip-address=127.0.0.1", *RAY_COMMON],
-                env=env, check=True, capture_output=True, timeout=120,
-            )  # fmt: skip
-            os.environ["RAY_AUTH_MODE"] = "disabled"
-            ray.init(address=address, namespace="wheeler2", log_to_driver=False,
-                     logging_level="error")  # fmt: skip
-            yield Cluster(address, tmpdir, env)
+            ray_start(env, "--head", f"--port={port}", f"--num-cpus={num_cpus}")
+            yield Cluster(f"127.0.0.1:{port}", tmpdir, env)
         finally:
-            if ray.is_initialized():
-                ray.shutdown()
-            stop_processes(marker)  # the worker node too, when a test added it
+            stop_processes(marker)
             leftover = processes_with_env(marker)
             assert not leftover, f"cluster processes left behind: {leftover}"
 
 
 @pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """A head node (3 CPUs) on this machine, with token auth; this test process is connected to
+    it as a driver. The default tests need one node; ``worker_node`` adds the second for the
+    placement test."""
+    token = secrets.token_hex(32)
+    with driver_token(token), head_node(token, num_cpus=3) as head:
+        try:
+            ray.init(address=head.address, namespace="wheeler2", log_to_driver=False,
+                     logging_level="error")  # fmt: skip
+            yield head
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
+
+
+@pytest.fixture(scope="module")
 def worker_node(cluster: Cluster) -> str:
     """A second node in the cluster (2 CPUs, resource explorer_node = 2); its node id."""
-    subprocess.run(
-        [RAY_BIN, "start", f"--address={cluster.address}", "--num-cpus=2",
-         '--resources={"explorer_node": 2}', "--node-ip-address=127.0.0.1", *RAY_COMMON],
-        env=cluster.env, check=True, capture_output=True, timeout=120,
+    ray_start(
+        cluster.env, f"--address={cluster.address}", "--num-cpus=2",
+        '--resources={"explorer_node": 2}',
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.monotonic() < deadline:

@@ -14,7 +14,10 @@ run started it. See ``docs/cluster.md``.
 from __future__ import annotations
 
 import os
+import secrets
+import sys
 import uuid
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -47,11 +50,9 @@ def connect(address: str | None, num_cpus: float = 0) -> bool:
 
     Returns True when this call started Ray here, so the caller knows to shut it down.
     """
-    # A local Ray has no one to authenticate against, and Ray's own messages would interleave
-    # with the progress line.
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if ray.is_initialized():  # e.g. a notebook or script that set up Ray itself
         return False
+    # Ray's own messages would interleave with the progress line.
     quiet = {
         "namespace": NAMESPACE,
         "log_to_driver": False,
@@ -60,8 +61,14 @@ def connect(address: str | None, num_cpus: float = 0) -> bool:
     }
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
+        # The user's RAY_AUTH_MODE and token pass through as they are: Ray reads the mode when
+        # it is imported, and a cluster with token auth refuses a driver without the token.
         ray.init(address=address, **quiet)
+        warning = auth_warning(address)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
         return False
+    local_ray_token()
     # Ray starts its workers at niceness 15; on a machine shared with other work that starves
     # the team (the local backend's members run at 0), so a Ray started here keeps them at 0.
     os.environ.setdefault("RAY_worker_niceness", "0")
@@ -70,6 +77,46 @@ def connect(address: str | None, num_cpus: float = 0) -> bool:
     cpus = max(os.cpu_count() or 1, int(-(-num_cpus // 1)))
     ray.init(num_cpus=cpus, include_dashboard=False, **quiet)
     return True
+
+
+def token_auth_on(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether this process presents Ray's authentication token: ``RAY_AUTH_MODE=token``, which
+    Ray reads when it is imported (set later, it reaches Ray's child processes only)."""
+    return env.get("RAY_AUTH_MODE", "").strip().lower() == "token"
+
+
+def auth_warning(address: str, env: Mapping[str, str] = os.environ) -> str | None:
+    """The line `wheeler2 run` prints once it has joined the cluster at ``address``, or None.
+
+    A cluster with token auth refuses a driver without the token, so a driver let in without
+    one has joined a cluster that checks no one. A loopback address warns too: Ray's GCS and
+    raylets listen on every interface even when the head was started on 127.0.0.1.
+    """
+    if token_auth_on(env):
+        return None
+    return (
+        f"warning: joined the Ray cluster at {address} without token authentication: anyone "
+        f"who can reach its ports can run code on its nodes; start it with RAY_AUTH_MODE=token "
+        f"(docs/cluster.md)"
+    )
+
+
+def local_ray_token(env: MutableMapping[str, str] = os.environ) -> None:
+    """Give the Ray that a run starts here a token of its own when the user has none.
+
+    With ``RAY_AUTH_MODE`` unset, ``ray.init`` turns token auth on and would otherwise write a
+    new token to ``~/.ray/auth_token``; a token in this process's environment reaches Ray's
+    processes and leaves nothing behind. It stays for the life of the process because Ray
+    caches the token it loaded, so a second Ray started by the same process must get the same.
+    ``RAY_AUTH_MODE=disabled`` is the user's to choose (docs/cluster.md says when).
+    """
+    if env.get("RAY_AUTH_MODE", "").strip().lower() == "disabled":
+        return
+    if env.get("RAY_AUTH_TOKEN") or env.get("RAY_AUTH_TOKEN_PATH"):
+        return
+    if (Path.home() / ".ray" / "auth_token").is_file():
+        return
+    env["RAY_AUTH_TOKEN"] = secrets.token_hex(32)  # 256 bits, as Ray's own tokens
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,7 +282,8 @@ class RayTransport:
                 "next_eval": next_eval,
                 "stage": self.stage,
             }
-            self.runs[self.actors[p.name].run.remote(args)] = p.name
+            boxed = [ray.put(args)]  # see MemberActor.run
+            self.runs[self.actors[p.name].run.remote(self.board, boxed)] = p.name
 
     # -- Transport --
     def receive(self, timeout: float) -> list[Message]:
