@@ -13,7 +13,7 @@ import pytest
 from wheeler2.config import load
 from wheeler2.runtime import coordinator as coord
 from wheeler2.runtime.coordinator import POLL_S, STALL_S, START_GRACE_S, Coordinator, prepare
-from wheeler2.runtime.messages import Building, Figures, Message, Started
+from wheeler2.runtime.messages import Alive, Building, Figures, Message, Started
 from wheeler2.runtime.serial import SerialTransport
 
 HEARTBEAT_S = 30.0
@@ -66,7 +66,9 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 def coordinator(tmp_path: Path, clock: Clock) -> tuple[Coordinator, FakeTransport]:
     transport = FakeTransport(clock)
     config = SimpleNamespace(experiment=SimpleNamespace(heartbeat_s=HEARTBEAT_S))
-    recorder = SimpleNamespace(run_dir=tmp_path, scalars=lambda *args: None)
+    recorder = SimpleNamespace(
+        run_dir=tmp_path, scalars=lambda *args: None, team_started=lambda: None
+    )
     names = ["target", "explorer"]
     c = Coordinator(config, recorder, transport, names, {"target": "main"}, {})  # type: ignore[arg-type]
     return c, transport
@@ -147,6 +149,55 @@ def test_a_member_heard_during_a_stall_is_not_given_extra_time(
     assert look(c, transport, Figures("explorer", {}), Figures("target", {})) is None
     pass_time(c, transport, HEARTBEAT_S + 1, "target")
     assert transport.killed == ["explorer"]
+
+
+def beat_for(c: Coordinator, transport: FakeTransport, seconds: float, cpu_per_s: float) -> None:
+    """The target starting: a beat a second with its CPU time growing by ``cpu_per_s`` a
+    second; the explorer, started, reports every loop."""
+    end = transport.clock.now + seconds
+    cpu = 0.0
+    while transport.clock.now < end:
+        cpu += cpu_per_s
+        if look(c, transport, Alive("target", cpu)) is not None:
+            return
+        pass_time(c, transport, 1.0 - POLL_S, "explorer")
+
+
+def test_a_start_that_computes_is_never_taken_for_a_hang(tmp_path: Path, clock: Clock) -> None:
+    """Imports on a loaded machine: ten start graces without a word but its beats, its CPU
+    time growing (a tenth of a core), and it is still waited for."""
+    c, transport = coordinator(tmp_path, clock)
+    assert look(c, transport, started("explorer")) is None
+    beat_for(c, transport, 10 * START_GRACE_S, cpu_per_s=0.1)
+    assert not transport.killed
+
+
+def test_a_start_that_beats_but_stands_still_is_caught_after_the_grace(
+    tmp_path: Path, clock: Clock
+) -> None:
+    c, transport = coordinator(tmp_path, clock)
+    assert look(c, transport, started("explorer"), Building("target", "building its envs")) is None
+    beat_for(c, transport, START_GRACE_S - 5, cpu_per_s=0.0)
+    assert not transport.killed
+    beat_for(c, transport, 10, cpu_per_s=0.0)
+    assert transport.killed == ["target"]
+    detail = c.errors["target"].detail
+    assert "used no CPU for" in detail and "while building its envs" in detail, detail
+
+
+def test_a_start_that_beat_and_fell_silent_is_caught_after_a_heartbeat(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """SIGSTOP while importing: its beats stop, and a heartbeat later (not a start grace) it is
+    named."""
+    c, transport = coordinator(tmp_path, clock)
+    assert look(c, transport, started("explorer")) is None
+    beat_for(c, transport, 5, cpu_per_s=0.5)
+    pass_time(c, transport, HEARTBEAT_S - 2, "explorer")
+    assert not transport.killed
+    pass_time(c, transport, 4, "explorer")
+    assert transport.killed == ["target"]
+    assert f"heartbeat_s = {HEARTBEAT_S:g}): it hangs (stopped)" in c.errors["target"].detail
 
 
 TEAM = """

@@ -18,8 +18,9 @@ from wheeler2.runtime import protocols
 
 if TYPE_CHECKING:
     from wheeler2.buffer.ray_shard import RemoteWriter, ShardedReplay
+    from wheeler2.liveness import StartBeat
     from wheeler2.runtime.budget import CountingBudget
-    from wheeler2.runtime.local import LocalTransport, _PipeLink
+    from wheeler2.runtime.local import LocalTransport
     from wheeler2.runtime.member import TeeWriter
     from wheeler2.runtime.ray_backend import RayTransport
     from wheeler2.runtime.ray_member import BoardBudget, BoardLink, BoardSink, BoardSource
@@ -36,7 +37,7 @@ def _every_seam(
     counting: CountingBudget,
     board_budget: BoardBudget,
     list_link: _ListLink,
-    pipe_link: _PipeLink,
+    start_beat: StartBeat,
     board_link: BoardLink,
     publisher: WeightPublisher,
     board_sink: BoardSink,
@@ -50,7 +51,7 @@ def _every_seam(
     tables: list[protocols.ReplayTable] = [replay, sharded]
     writers: list[protocols.ReplayWriter] = [writer, remote, tee]
     budgets: list[protocols.Budget] = [counting, board_budget]
-    links: list[protocols.Link] = [list_link, pipe_link, board_link]
+    links: list[protocols.Link] = [list_link, start_beat, board_link]
     sinks: list[protocols.WeightSink] = [publisher, board_sink]
     sources: list[protocols.WeightSource] = [client, board_source]
     backends: list[protocols.Backend] = [serial, local, ray]

@@ -81,16 +81,21 @@ def huge(obs, action, next_obs, achieved_goal, desired_goal, info) -> np.ndarray
 @dataclass
 class SlowStartDDPGParams(DDPGParams):
     start_delay: float = 0.0  # seconds this member takes to come up (a slow env build, say)
+    start_burn: float = 0.0  # CPU seconds it takes first (imports on a loaded machine, say)
 
 
 class SlowStartDDPG(DDPG):
-    """A member whose construction takes ``start_delay`` seconds, as a Unity build's launch
-    does: the team's start line must hold the others until it is up. Not in the process named
-    by ``W2_DRIVER_PID`` (the driver builds each member's agent once to check the team)."""
+    """A member whose construction burns ``start_burn`` CPU seconds, as imports on a loaded
+    machine do, then waits ``start_delay`` seconds, as a Unity build's launch does: the team's
+    start line must hold the others until it is up. Not in the process named by
+    ``W2_DRIVER_PID`` (the driver builds each member's agent once to check the team)."""
 
     Params = SlowStartDDPGParams
 
     def __init__(self, space, params, device: str = "cpu", seed: int = 0) -> None:  # noqa: ANN001
         if str(os.getpid()) != os.environ.get("W2_DRIVER_PID"):
+            end = time.process_time() + params.start_burn
+            while time.process_time() < end:
+                pass
             time.sleep(params.start_delay)
         super().__init__(space, params, device=device, seed=seed)

@@ -213,6 +213,7 @@ def _report_results(run_dir: Path) -> None:
     figures = [
         ("env steps", summary.get("env_steps")),
         ("wall s", summary.get("wall_s")),
+        ("start-up s (command to first step)", summary.get("startup_s")),
         ("best eval return", summary.get("best_eval_return")),
         ("final eval return", summary.get("final_eval_return")),
         ("steps to threshold", summary.get("steps_to_threshold")),
@@ -306,6 +307,13 @@ COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     # Parsed before anything heavy is imported: --help and usage errors answer at once.
     args = build_parser().parse_args(argv)
+    if args.command in ("run", "resume"):
+        from wheeler2.preload import start_early
+
+        # Before this process imports torch: the members' fork server imports it meanwhile.
+        start_early(
+            args.command, args.file if args.command == "run" else args.run_dir, args.overrides
+        )
     try:
         from wheeler2.checkpoint import CheckpointError
         from wheeler2.config import ConfigError

@@ -2,15 +2,14 @@
 
 Every process that computes (a member, a replay shard, the serial driver) calls
 :func:`set_compute_threads` first; a member in a process of its own also takes its ``nice``.
-A leaf module (torch and threadpoolctl only), so the buffer's Ray shards and the runtime both
-use it.
+A leaf module (torch and threadpoolctl only, imported where used), so the buffer's Ray shards
+and the runtime both use it.
 """
 
 from __future__ import annotations
 
 import os
-
-import torch
+import time
 
 
 def set_compute_threads() -> int:
@@ -23,12 +22,24 @@ def set_compute_threads() -> int:
     and acting through numpy (agents.parts.numpy_forward.NumpyForward) ~430 µs with OpenBLAS's
     default threads against ~120 µs with 1.
     """
+    import torch  # here: a member's start-up beat imports this module before torch
     from threadpoolctl import threadpool_limits
 
     n = max(1, int(os.environ.get("WHEELER2_TORCH_THREADS", "1")))
     torch.set_num_threads(n)
     threadpool_limits(n, user_api="blas")
     return n
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux; None elsewhere): the start of the command,
+    which the start-up figure counts from. Both clocks are the kernel's since boot, to 10 ms."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def set_niceness(want: int) -> None:

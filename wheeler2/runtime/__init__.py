@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wheeler2.runtime.experiment import drop_if_empty, new_run_dir
-
 if TYPE_CHECKING:
     from wheeler2.config import Config
 
@@ -17,6 +15,9 @@ def run_experiment(config: Config, run_dir: Path | None = None, resume: bool = F
     The directory is claimed at the start and removed again if the run fails before writing
     into it, so a run that fails at start leaves none.
     """
+    # Imported here: the package is imported by member processes' first messages, before torch.
+    from wheeler2.runtime.experiment import drop_if_empty, new_run_dir
+
     if resume and run_dir is None:
         raise ValueError("resume needs the run directory")
     claimed = run_dir is None

@@ -30,6 +30,7 @@ from wheeler2.runtime.experiment import (
 )
 from wheeler2.runtime.heads import resolved_heads_config
 from wheeler2.runtime.messages import (
+    Alive,
     Building,
     Evaluated,
     Failed,
@@ -47,9 +48,12 @@ if TYPE_CHECKING:
 
 STOP_GRACE_S = 10.0  # members get this long to finish a step and send their final state
 POLL_S = 0.1
-# A member that has not reported Started may still be importing torch or in a stage of its build
-# (a Unity build, env subprocesses): it gets at least this long from its last Building message.
+# A member that has not reported Started and was never heard from (its process not yet running,
+# or a Ray worker not yet scheduled) gets this long; one whose start-up beats come
+# (wheeler2.liveness) may take as long as its CPU time grows, and this long in a stage where it
+# does not (waiting on a Unity build's launch, env subprocesses, a lock).
 START_GRACE_S = 120.0
+CPU_EPS_S = 0.01  # less CPU than this between two beats is a member standing still
 # A loop of the coordinator takes POLL_S and a little work; one that took longer than this did
 # not listen (its process starved, a checkpoint written, a transport call that blocked).
 STALL_S = 2.0
@@ -83,6 +87,8 @@ class Coordinator:
         now = time.monotonic()
         self.last_seen = {n: now for n in self.names}
         self.stage: dict[str, str] = {}  # what each member not yet started last said it does
+        self.cpu: dict[str, float] = {}  # a starting member's CPU seconds at its last beat
+        self.moved: dict[str, float] = {}  # when it last used CPU or began a stage
         self.listened = now  # when the loop last looked for silent members
         self.released: set[str] = set()  # tables whose gate no longer holds producers
 
@@ -183,13 +189,19 @@ class Coordinator:
             if table is not None and table not in self.released:
                 self.released.add(table)
                 self.transport.release(table)
+        elif isinstance(message, Alive):
+            if message.cpu_s - self.cpu.get(name, -1.0) >= CPU_EPS_S:
+                self.cpu[name] = message.cpu_s
+                self.moved[name] = self.last_seen[name]
         elif isinstance(message, Building):
             self.stage[name] = message.stage
+            self.moved[name] = self.last_seen[name]
         elif isinstance(message, Started):
             self.started[name] = message
             self._write_members()
             if len(self.started) == len(self.names):
                 self.transport.open()
+                self.recorder.team_started()
         elif isinstance(message, Failed):
             self.errors.setdefault(name, message)
 
@@ -232,23 +244,40 @@ class Coordinator:
             return name
         now = time.monotonic()
         for name in self._running():
-            limit = self.heartbeat_s
-            if name not in self.started:
-                limit = max(limit, START_GRACE_S)
-            silent = now - self.last_seen[name]
-            if silent > limit:
+            why = self._hangs(name, now)
+            if why is not None:
                 self.transport.kill(name)
-                if name in self.started:
-                    hb = self.heartbeat_s
-                    why = f"(heartbeat_s = {hb:g}): it hangs (stopped, or stuck in its env)"
-                else:
-                    stage = self.stage.get(name, "starting up (its process, imports)")
-                    why = f"while {stage} (a start stage may take {limit:g} s): it hangs"
-                self.errors[name] = Failed(
-                    name, f"sent nothing for {silent:.0f} s {why}; it was killed", how="hangs"
-                )
+                self.errors[name] = Failed(name, f"{why}; it was killed", how="hangs")
                 return name
         return None
+
+    def _hangs(self, name: str, now: float) -> str | None:
+        """Why ``name`` looks hung, or None. A started member must report every heartbeat_s;
+        so must a starting one that beats (wheeler2.liveness), which may also not stand still
+        (use no CPU, begin no stage) for longer than the start grace. One that does not beat
+        (not yet running) gets the start grace from whatever it last said."""
+        silent = now - self.last_seen[name]
+        hb = self.heartbeat_s
+        nothing = f"sent nothing for {silent:.0f} s"
+        if name in self.started:
+            if silent <= hb:
+                return None
+            return f"{nothing} (heartbeat_s = {hb:g}): it hangs (stopped, or stuck in its env)"
+        stage = self.stage.get(name, "starting up (its process, imports)")
+        if name not in self.cpu:
+            limit = max(hb, START_GRACE_S)
+            if silent <= limit:
+                return None
+            return f"{nothing} while {stage} (a start stage may take {limit:g} s): it hangs"
+        if silent > hb:
+            return f"{nothing} while {stage} (heartbeat_s = {hb:g}): it hangs (stopped)"
+        still = now - self.moved[name]
+        if still <= START_GRACE_S:
+            return None
+        return (
+            f"used no CPU for {still:.0f} s while {stage} (a start stage may wait "
+            f"{START_GRACE_S:g} s): it hangs (stuck waiting)"
+        )
 
     def _drain(self, grace_s: float) -> None:
         """After the stop: collect the final states of the members still running."""

@@ -7,8 +7,10 @@ writes and when, so every backend produces the same run directory.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -171,6 +173,7 @@ class Recorder:
             wall_offset_s=state.wall_s,
         )
         self._t0 = time.perf_counter()
+        self.startup_s: float | None = None  # from the command to the team's first step
         self.curriculum = config.curriculum
         if self.curriculum is not None:
             # The stage the transports start at: the checkpoint's, within the declared stages.
@@ -178,10 +181,21 @@ class Recorder:
             self.log.curriculum = self._stage_text()
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         (run_dir / "config.toml").write_text(config.to_toml())
+        # curve.png at the end needs matplotlib, ~0.5 s of imports: done now, while this
+        # process mostly waits on its members, not after the run, where the user waits.
+        threading.Thread(
+            target=importlib.import_module, args=("wheeler2.plot",), daemon=True
+        ).start()
 
     @property
     def wall_s(self) -> float:
         return self.state.wall_s + time.perf_counter() - self._t0
+
+    def team_started(self) -> None:
+        from wheeler2.process import process_age_s
+
+        age = process_age_s()
+        self.startup_s = None if age is None else round(age, 3)
 
     @property
     def solved(self) -> bool:
@@ -310,6 +324,7 @@ class Recorder:
             # The budget the run ran to: a resume with --set experiment.total_steps raises it.
             "total_steps": int(self.config.experiment.total_steps),
             "wall_s": round(self.wall_s, 3),
+            "startup_s": self.startup_s,
             "best_eval_return": None if not evals else max(e["return"] for e in evals),
             "final_eval_return": None if not evals else evals[-1]["return"],
             "steps_to_threshold": self.state.steps_to_threshold,

@@ -15,13 +15,14 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import multiprocess as mp
 from multiprocess.connection import wait
 
+from wheeler2.liveness import StartBeat
 from wheeler2.process import set_compute_threads, set_niceness
 from wheeler2.runtime.budget import (
     OPEN,
@@ -62,17 +63,30 @@ class MemberArgs:
     state: dict[str, Any] | None
     env_steps: int
     next_eval: int
-    coordinator_pid: int
+    inherited: Inherited  # the coordinator's stdout, stderr and the lifeline's read end
+    environ: dict[str, str]  # the coordinator's, as spawn would have given it
     # Joint play: every other table's weight block and replay (None: on-policy, no replay).
     others: dict[str, tuple[WeightHandle, ReplayHandle | None]] | None = None
 
 
-class _PipeLink:
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
+class Inherited:
+    """File descriptors a member takes from the coordinator as it starts: its stdout and stderr
+    at that moment (a fork server's own were those of whoever started it) and the read end of
+    the lifeline, a pipe whose only write end the coordinator holds."""
 
-    def send(self, message: Message) -> None:
-        self.conn.send(message)
+    def __init__(self, fds: dict[str, int]) -> None:
+        self.fds = fds
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        from multiprocess.reduction import DupFd
+
+        # Only while a process is being started: the fds travel with it (spawn's pass_fds, or
+        # the fork server's SCM_RIGHTS).
+        return (_received, ({k: DupFd(fd) for k, fd in self.fds.items()},))
+
+
+def _received(dups: dict[str, Any]) -> Inherited:
+    return Inherited({k: d.detach() for k, d in dups.items()})
 
 
 # -- inside a member process --
@@ -80,14 +94,15 @@ def member_main(args: MemberArgs) -> None:
     # Ctrl-C reaches the whole process group; the coordinator alone decides how the team stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _die_with(args.coordinator_pid)
+    _take_over(args)
+    link = StartBeat(args.conn.send, args.plan.name)  # heard from before any import
     try:
-        _run(args)
+        _run(args, link)
     except BaseException as exc:
         from wheeler2.runtime.member import failed
 
         try:
-            args.conn.send(failed(args.plan.name, exc))
+            link.send(failed(args.plan.name, exc))
         except (BrokenPipeError, EOFError, OSError):
             pass  # the coordinator is gone (it was killed): there is nobody left to tell
         # The coordinator prints the traceback it was sent; a plain exit avoids a second copy.
@@ -96,22 +111,36 @@ def member_main(args: MemberArgs) -> None:
         args.conn.close()
 
 
-def _die_with(coordinator_pid: int) -> None:
-    """Linux: SIGTERM this member when the coordinator dies, even by SIGKILL. Otherwise a member
-    waiting on the ratio gate would only notice after the gate's timeout, with nobody left to
-    tell (its shared memory is freed by the next run's sweep)."""
-    try:
-        import ctypes
+def _take_over(args: MemberArgs) -> None:
+    """Become the coordinator's child in all but name: its environment and output, and death
+    with it. The fork server that forked this member is not the coordinator, so no
+    parent-death signal can tell; the lifeline does: when the coordinator's process ends, even
+    by SIGKILL, the kernel closes its write end and the read here returns EOF. Otherwise a
+    member waiting on the ratio gate would only notice after the gate's timeout, with nobody
+    left to tell (its shared memory is freed by the next run's sweep)."""
+    os.environ.clear()
+    os.environ.update(args.environ)
+    fds = args.inherited.fds
+    for name, target in (("stdout", 1), ("stderr", 2)):
+        os.dup2(fds[name], target)
+        os.close(fds[name])
+    lifeline = fds["lifeline"]
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the gate's timeout ends the member
-        return
-    if os.getppid() != coordinator_pid:  # it died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
+    def watch() -> None:
+        while True:
+            try:
+                if not os.read(lifeline, 1):
+                    break
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+        os.kill(os.getpid(), signal.SIGTERM)  # SIG_DFL here: gone at once, wherever it was
+
+    threading.Thread(target=watch, name="wheeler2-lifeline", daemon=True).start()
 
 
-def _run(args: MemberArgs) -> None:
+def _run(args: MemberArgs, link: StartBeat) -> None:
     from wheeler2.buffer import Replay
     from wheeler2.runtime.member import Wiring, run_member
     from wheeler2.runtime.opponents import OtherTable
@@ -139,7 +168,7 @@ def _run(args: MemberArgs) -> None:
 
         wiring = Wiring(
             budget=CountingBudget(args.block, args.lock, plan.index, config.experiment.total_steps),
-            link=_PipeLink(args.conn),
+            link=link,
             replay=replay,
             own_process=True,
             sink=sink,
@@ -162,9 +191,13 @@ class LocalTransport:
     """Member processes, their pipes and the shared resources the main process owns."""
 
     def __init__(self, config: Config, setup: TeamSetup, payload: dict[str, Any]) -> None:
+        from wheeler2.preload import member_context
         from wheeler2.sync import WeightPublisher
 
-        self.ctx = mp.get_context("spawn")
+        self.ctx = member_context()
+        # Its write end stays here alone (os.pipe is close-on-exec, and members get only the
+        # read end): it closes when this process ends, however it ends.
+        self.lifeline_r, self.lifeline_w = os.pipe()
         self.config = config
         self.setup = setup
         self.payload = payload
@@ -209,7 +242,8 @@ class LocalTransport:
                 state=state,
                 env_steps=env_steps,
                 next_eval=next_eval,
-                coordinator_pid=os.getpid(),
+                inherited=Inherited({"stdout": 1, "stderr": 2, "lifeline": self.lifeline_r}),
+                environ=dict(os.environ),
                 others=self._others(p.spec.table),
             )
             proc = self.ctx.Process(
@@ -226,6 +260,8 @@ class LocalTransport:
             writer_end.close()
             self.procs[p.name] = proc
             self.conns[reader] = p.name
+        os.close(self.lifeline_r)  # every member holds its own copy now
+        self.lifeline_r = -1
 
     def _others(self, own: str) -> dict[str, tuple[WeightHandle, ReplayHandle | None]]:
         if not self.config.play.joint:
@@ -302,6 +338,10 @@ class LocalTransport:
             publisher.close()
         for replay in self.replays.values():
             replay.close()
+        for fd in (self.lifeline_r, self.lifeline_w):
+            if fd >= 0:
+                os.close(fd)
+        self.lifeline_r = self.lifeline_w = -1
 
 
 def run_local(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """What members tell the coordinator, as typed messages; every backend carries the same ones.
 
-A member sends :class:`Building` as it starts each stage of its build, :class:`Started` once it
+A member sends :class:`Alive` every second from its first instant until it has started,
+:class:`Building` as it starts each stage of its build, :class:`Started` once it
 is built, :class:`Figures` every few seconds (which is also its heartbeat), :class:`Evaluated`
 after each eval of the learner, :class:`StateReply` when the coordinator asked for states (a
 checkpoint), and :class:`Finished` last. :class:`Failed` carries the traceback of a member that
@@ -11,9 +12,18 @@ raised. How they travel is the backend's business: a pipe per member (local), th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from wheeler2.runtime.evaluation import EvalResult
+if TYPE_CHECKING:  # a member sends its first messages before it imports torch
+    from wheeler2.runtime.evaluation import EvalResult
+
+
+@dataclass(frozen=True)
+class Alive:
+    """Until it has started, a member's beat (:mod:`wheeler2.liveness`)."""
+
+    member: str
+    cpu_s: float  # its process's CPU time so far (every thread)
 
 
 @dataclass(frozen=True)
@@ -67,4 +77,4 @@ class Failed:
     how: str = "raised"  # what the coordinator says the member did: raised, hangs, ...
 
 
-Message = Building | Started | Figures | Evaluated | StateReply | Finished | Failed
+Message = Alive | Building | Started | Figures | Evaluated | StateReply | Finished | Failed

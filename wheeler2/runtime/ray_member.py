@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from wheeler2.liveness import StartBeat
 from wheeler2.process import set_compute_threads, set_niceness
 from wheeler2.runtime.messages import Message
 
@@ -337,22 +338,27 @@ class MemberActor:
     def where(self) -> dict[str, Any]:
         return {"pid": os.getpid(), **where()}
 
-    def run(self, args: dict[str, Any]) -> None:
-        board = args["board"]
+    def run(self, board: Any, boxed: list[Any]) -> None:
+        """``boxed``: the reference to the member's arguments, inside a list so that Ray does
+        not resolve it before this starts: unpickling them imports torch (long on a loaded
+        node), and the member is heard from first."""
+        link = StartBeat(BoardLink(board).send, self.name)
         try:
-            _run_member(args)
+            args = ray.get(boxed[0])
+            _run_member(args, link)
         except BaseException as exc:
             from wheeler2.runtime.member import failed
 
             # The traceback as text, posted before the call fails, so the driver names this
             # member's own frames; Ray's wrapper would add its frames around them.
-            ray.get(board.post.remote(failed(args["plan"].name, exc)))
+            link.stop()
+            ray.get(board.post.remote(failed(self.name, exc)))
             raise
         # Same-caller calls run in order: once this returns, every post above has been handled.
         ray.get(board.ping.remote())
 
 
-def _run_member(args: dict[str, Any]) -> None:
+def _run_member(args: dict[str, Any], link: StartBeat) -> None:
     from wheeler2.buffer.ray_shard import ShardedReplay
     from wheeler2.runtime.member import Wiring, run_member
     from wheeler2.runtime.opponents import OtherTable
@@ -390,7 +396,7 @@ def _run_member(args: dict[str, Any]) -> None:
     }
     wiring = Wiring(
         budget=budget,
-        link=BoardLink(board),
+        link=link,
         replay=replay,
         own_process=True,
         sink=BoardSink(board, own_table.name) if learner else None,

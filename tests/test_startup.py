@@ -1,0 +1,180 @@
+"""How local members start (issue 39, items 4 and 5): forked from a fork server that already
+imported torch, taking the coordinator's environment, output and death with them; and heard
+from at once, so that a start slowed by load is told apart from one that hangs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from local_team import TEAM, write_team
+
+from wheeler2.config import load
+from wheeler2.preload import member_context
+from wheeler2.runtime import coordinator as coord
+from wheeler2.runtime import run_experiment
+from wheeler2.runtime.experiment import MemberFailed
+from wheeler2.runtime.local import Inherited, _take_over
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _what_was_loaded(queue: Any) -> None:
+    queue.put((os.getppid(), "torch._dynamo" in sys.modules, "wheeler2.agents" in sys.modules))
+
+
+def test_members_are_forked_from_a_server_that_imported_torch() -> None:
+    ctx = member_context()
+    queue = ctx.SimpleQueue()
+    proc = ctx.Process(target=_what_was_loaded, args=(queue,))
+    proc.start()
+    parent, dynamo, agents = queue.get()
+    proc.join(timeout=30)
+    # Loaded before the child ran a line of its own: every optimizer imports torch._dynamo,
+    # ~1.3 s a process here, and the built-in algorithms.
+    assert dynamo and agents
+    assert parent != os.getpid()  # the fork server's child, not ours
+
+
+def _member_like(args: Any) -> None:
+    _take_over(args)
+    print(f"member sees W2_PROBE={os.environ.get('W2_PROBE')}", flush=True)
+    time.sleep(60)  # until the lifeline ends it
+
+
+def test_a_member_takes_the_coordinators_environment_output_and_death(tmp_path: Path) -> None:
+    ctx = member_context()  # started before W2_PROBE exists, as a fork server lives long
+    out = tmp_path / "member.out"
+    lifeline_r, lifeline_w = os.pipe()
+    with open(out, "w") as f:
+        args = SimpleNamespace(
+            environ={**os.environ, "W2_PROBE": "set after the server started"},
+            inherited=Inherited(
+                {"stdout": f.fileno(), "stderr": f.fileno(), "lifeline": lifeline_r}
+            ),
+        )
+        proc = ctx.Process(target=_member_like, args=(args,))
+        proc.start()
+    os.close(lifeline_r)
+    deadline = time.monotonic() + 30
+    while "W2_PROBE" not in out.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert out.read_text() == "member sees W2_PROBE=set after the server started\n"
+    assert proc.is_alive()
+    os.close(lifeline_w)  # what the coordinator's death does, however it dies
+    proc.join(timeout=10)
+    assert proc.exitcode == -signal.SIGTERM
+
+
+def _descendants(pid: int) -> set[int]:
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except FileNotFoundError:
+            continue
+        for c in map(int, children):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads the process tree")
+def test_nothing_outlives_a_killed_main_process(tmp_path: Path) -> None:
+    """SIGKILL of `wheeler2 run`: its members and the fork server are gone within seconds."""
+    cfg = write_team(tmp_path, total=10_000_000, explorer="ddpg")
+    out = tmp_path / "runs"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wheeler2", "run", str(cfg), "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not list(out.glob("*/members.json")) and time.monotonic() < deadline:
+            assert proc.poll() is None
+            time.sleep(0.2)
+        members = json.loads(next(out.glob("*/members.json")).read_text())
+        tree = _descendants(proc.pid)
+        assert set(members.values()) <= tree and len(tree) > len(members)  # the server too
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while any(_alive(p) for p in tree) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in tree if _alive(p)], "processes outlived the killed run"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _team(tmp_path: Path, explorer_params: str, backend: str = "local") -> Any:
+    """A learner and one slow-starting explorer, heartbeat_s at its least (4 s)."""
+    text = TEAM.format(
+        total=300, explorer="w2_faults:SlowStartDDPG", explorer_params=explorer_params
+    )
+    cfg = tmp_path / "team.toml"
+    cfg.write_text(text.replace("count = 2", "count = 1"))
+    overrides = [
+        f'experiment.out="{tmp_path / "runs"}"',
+        f'experiment.backend="{backend}"',
+        "experiment.heartbeat_s=4",
+    ]
+    return load(cfg, overrides=overrides)
+
+
+# ray: the same beat through the board (a Ray start, ~40 s on two cores: with -m slow).
+RAY_SLOW = pytest.param("ray", marks=[pytest.mark.slow, pytest.mark.timeout(600)])
+
+
+@pytest.mark.parametrize("backend", ["local", RAY_SLOW])
+def test_a_start_slowed_by_load_is_not_taken_for_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ray_tmp: str, backend: str
+) -> None:
+    """An explorer that computes for 6 s while it builds, sending nothing of its own: past both
+    heartbeat_s (4 s) and the start grace (cut to 2.5 s here, past a beat's 1 s). Its start-up
+    beats, whose CPU time grows, keep it in the team."""
+    monkeypatch.setattr(coord, "START_GRACE_S", 2.5)
+    monkeypatch.setenv("W2_DRIVER_PID", str(os.getpid()))
+    if backend == "ray":
+        pytest.importorskip("ray")
+        monkeypatch.setenv("RAY_TMPDIR", ray_tmp)
+        # Ray's workers find the test algorithm where the test process does.
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
+    run = run_experiment(_team(tmp_path, "start_burn = 6.0", backend))
+    members = json.loads((run / "summary.json").read_text())["members"]
+    assert members["explorer"]["ended"] == "finished", members
+
+
+def test_a_start_that_waits_without_cpu_is_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same explorer waiting instead (a lock, an env that never answers): its beats come,
+    its CPU time stands still, and past the start grace it is named, with the stage it was in."""
+    monkeypatch.setattr(coord, "START_GRACE_S", 2.0)
+    monkeypatch.setenv("W2_DRIVER_PID", str(os.getpid()))
+    with pytest.raises(MemberFailed) as failed:
+        run_experiment(_team(tmp_path, "start_delay = 60.0"))
+    assert failed.value.member == "explorer"
+    assert "used no CPU for" in str(failed.value) and "building its agent" in str(failed.value)

@@ -1,0 +1,60 @@
+"""A member is heard from from its first instant: until it has started, a thread beside its
+build sends :class:`Alive` every second with the CPU seconds its process has used.
+
+That tells a slow start from a hung one. A member importing torch on a loaded machine keeps
+sending beats whose CPU time grows, however long the imports take; a stopped process (SIGSTOP,
+a debugger) sends nothing; one stuck waiting (a deadlock, an env that never answers) sends beats
+whose CPU time stands still. The coordinator judges each its own way
+(:meth:`wheeler2.runtime.coordinator.Coordinator._find_failure`).
+
+It imports no torch (nor do the messages), so a member starts the beat before importing
+anything heavy.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from wheeler2.runtime.messages import Alive, Failed, Finished, Message, Started
+
+BEAT_S = 1.0
+
+
+class StartBeat:
+    """The link a member sends its messages through while it starts: beside them, a beat every
+    :data:`BEAT_S` until the member's ``Started`` (or its ``Failed``) has gone out. Sends are
+    serialized, so a pipe carries whole messages only."""
+
+    def __init__(
+        self, send: Callable[[Message], None], member: str, every_s: float = BEAT_S
+    ) -> None:
+        self._send = send
+        self.member = member
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, args=(every_s,), name="wheeler2-start-beat", daemon=True
+        )
+        self._thread.start()
+
+    def send(self, message: Message) -> None:
+        with self._lock:
+            self._send(message)
+        if isinstance(message, Started | Failed | Finished):
+            self.stop()  # from here the member's own figures are its heartbeat
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def _beat(self, every_s: float) -> None:
+        while not self._done.is_set():
+            with self._lock:
+                if self._done.is_set():
+                    return
+                try:
+                    self._send(Alive(self.member, time.process_time()))
+                except (OSError, EOFError, ValueError):
+                    return  # the coordinator is gone, or the link closed: the member learns too
+            self._done.wait(every_s)
