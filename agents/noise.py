@@ -19,12 +19,14 @@ resumed agent draws the noise the uninterrupted one would have drawn.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import pink
 
 from wheeler2.checkpoint import from_safe, generator_state, set_generator_state, to_safe
+
+if TYPE_CHECKING:
+    import pink
 
 KINDS = ("gaussian", "pink", "colored", "ou", "none")
 
@@ -160,6 +162,10 @@ class ColoredNoise:
             proc.idx = int(s["idx"])
 
     def _process(self, seed: np.random.SeedSequence) -> pink.ColoredNoiseProcess:
+        # Imported here: the package imports stable_baselines3 and tensorboard (~0.4 s), which
+        # every DDPG/TD3 member and config check paid at import for a noise few of them use.
+        import pink
+
         return pink.ColoredNoiseProcess(
             beta=self.beta,
             size=(self.act_dim, self.horizon),

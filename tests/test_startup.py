@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _what_was_loaded(queue: Any) -> None:
-    queue.put((os.getppid(), "torch._dynamo" in sys.modules, "wheeler2.agents" in sys.modules))
+    loaded = ("torch" in sys.modules, "wheeler2.agents.ddpg" in sys.modules)
+    queue.put((os.getppid(), *loaded))
 
 
 def test_members_are_forked_from_a_server_that_imported_torch() -> None:
@@ -36,11 +37,11 @@ def test_members_are_forked_from_a_server_that_imported_torch() -> None:
     queue = ctx.SimpleQueue()
     proc = ctx.Process(target=_what_was_loaded, args=(queue,))
     proc.start()
-    parent, dynamo, agents = queue.get()
+    parent, torch_loaded, algorithms = queue.get()
     proc.join(timeout=30)
-    # Loaded before the child ran a line of its own: every optimizer imports torch._dynamo,
-    # ~1.3 s a process here, and the built-in algorithms.
-    assert dynamo and agents
+    # Loaded before the child ran a line of its own: torch (~1.5 s a process here) and the
+    # built-in algorithms.
+    assert torch_loaded and algorithms
     assert parent != os.getpid()  # the fork server's child, not ours
 
 
@@ -178,3 +179,37 @@ def test_a_start_that_waits_without_cpu_is_a_hang(
         run_experiment(_team(tmp_path, "start_delay = 60.0"))
     assert failed.value.member == "explorer"
     assert "used no CPU for" in str(failed.value) and "building its agent" in str(failed.value)
+
+
+def test_a_team_reaches_its_first_step_without_torch_dynamo() -> None:
+    """Building, checkpointing and restoring agents imports no torch._dynamo (~1.3 s of a
+    member's start); its first optimizer step does, and from then on the optimizer's methods
+    are torch's own dynamo-disabled ones. In a fresh interpreter: this one may have it."""
+    code = """
+import sys
+from wheeler2.config import load
+from wheeler2.runtime.coordinator import prepare
+from pathlib import Path
+prepare(load("cfg/default.toml"), Path("unused"), False)  # builds the team's three agents
+print("built", "torch._dynamo" in sys.modules)
+import torch
+from wheeler2.process import defer_dynamo_import
+defer_dynamo_import()
+net = torch.nn.Linear(2, 2)
+opt = torch.optim.Adam(net.parameters())
+opt.load_state_dict(opt.state_dict())
+opt.zero_grad()
+print("before step", "torch._dynamo" in sys.modules)
+net(torch.ones(1, 2)).sum().backward()
+opt.step()
+opt.zero_grad()
+cached = getattr(torch.optim.Optimizer.zero_grad.__wrapped__, "__dynamo_disable")
+print("after step", "torch._dynamo" in sys.modules, getattr(cached, "__module__", ""))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    built, before, after = out.stdout.splitlines()
+    assert built == "built False" and before == "before step False"
+    assert after.startswith("after step True torch._dynamo"), after

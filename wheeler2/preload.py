@@ -14,7 +14,9 @@ fallback for a platform without fork servers).
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import pkgutil
 import signal
 import sys
 import tomllib
@@ -22,19 +24,36 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-# What a member imports before its first step, heaviest first in cost: torch._dynamo is imported
-# by every optimizer's constructor and step (~1.3 s on its own here), so no member needs it again.
+# What a member imports before its first step, besides every module of the packages below.
+# Not torch._dynamo (~1.3 s here, after torch's ~1.5 s): it would put the server's readiness,
+# which every member waits for, past the main process's; a member imports it at its first
+# update instead (wheeler2.process.defer_dynamo_import).
 PRELOAD = [
     "__main__",  # as spawn re-imports it: a user's script registering its envs at top level
     "torch",
-    "torch._dynamo",
     "numpy",
     "gymnasium",
     "wheeler2.runtime.local",
     "wheeler2.runtime.member",
-    "wheeler2.agents",
-    "wheeler2.envs",
 ]
+# The built-in algorithms, their parts and the env adapters: ~0.05 s together (the adapters
+# import their env libraries only when used).
+PRELOAD_PACKAGES = ("wheeler2.agents", "wheeler2.agents.parts", "wheeler2.envs")
+
+
+def preload_modules() -> list[str]:
+    """:data:`PRELOAD` and every public module of :data:`PRELOAD_PACKAGES`, found without
+    importing them (this module imports no torch)."""
+    out = list(PRELOAD)
+    for package in PRELOAD_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        where = spec.submodule_search_locations if spec is not None else None
+        out += [package] + [
+            f"{package}.{m.name}"
+            for m in pkgutil.iter_modules(where or [])
+            if not m.name.startswith("_")
+        ]
+    return out
 
 
 def start_method() -> str:
@@ -58,7 +77,7 @@ def member_context() -> Any:
     if method == "forkserver":
         from multiprocess import forkserver
 
-        ctx.set_forkserver_preload(PRELOAD)
+        ctx.set_forkserver_preload(preload_modules())
         # Started with Ctrl-C ignored, which Python keeps across exec and members inherit
         # from the fork: a Ctrl-C at the terminal reaches the whole process group, and the
         # coordinator alone decides how the team stops (a member only sets this itself once

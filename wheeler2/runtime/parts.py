@@ -12,6 +12,7 @@ from wheeler2.buffer import Layout
 from wheeler2.config import Config
 from wheeler2.config.model import params_of
 from wheeler2.env import EnvInfo, VecEnv
+from wheeler2.process import defer_dynamo_import
 from wheeler2.runtime.plan import MemberPlan
 from wheeler2.task import RewardHeads
 
@@ -57,6 +58,10 @@ def make_agent(config: Config, plan: MemberPlan, space: SpaceInfo, seed: int) ->
     device = cls.needs(params).device
     torch.manual_seed(seed)
     np.random.seed(seed % (2**32))
+    # No torch._dynamo for the optimizers' construction and checkpoints (~1.3 s of imports on
+    # the way to a team's first step): a member imports it at its first update; the
+    # coordinator, which builds each learner to check the team, never does.
+    defer_dynamo_import()
     return cls(space, params, device=device, seed=seed)
 
 
