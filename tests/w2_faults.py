@@ -35,10 +35,19 @@ def _misbehave(fault: str) -> None:
 class FaultyPPOParams(PPOParams):
     fault: str = ""  # "", "exit", "raise", "hang"
     fault_at: int = 0  # act() calls before the fault
+    build_delay: float = 0.0  # seconds its build takes in a member process (not the driver's)
 
 
 class FaultyPPO(PPO):
     Params = FaultyPPOParams
+
+    def __init__(self, space, params, device: str = "cpu", seed: int = 0) -> None:  # noqa: ANN001
+        import multiprocess
+
+        # A member still building when the test acts: members start in milliseconds now.
+        if params.build_delay and multiprocess.parent_process() is not None:
+            time.sleep(params.build_delay)
+        super().__init__(space, params, device=device, seed=seed)
 
     def act(self, obs: np.ndarray, explore: bool) -> ActOut:
         self._calls = getattr(self, "_calls", 0) + 1
