@@ -255,7 +255,7 @@ CASES = [
     ),
     Case(
         "env kwargs wrong",
-        ("[env] id: cannot build it", "TypeError", "colour"),
+        ("[env] kwargs: cannot build it", "TypeError", "colour"),
         env_extra="kwargs = { colour = 1 }",
     ),
     # -- other_policy (pettingzoo kwargs): resolved when the file is read, no env built

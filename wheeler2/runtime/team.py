@@ -213,7 +213,9 @@ def _probe_env(config: Config, plan: MemberPlan) -> VecEnv:
         raise ConfigError(file, "[env]", "id", exc.text(config.path.parent)) from None
     except Exception as exc:  # noqa: BLE001 - any failure to build is the env's to report
         msg = f"cannot build it: {_code_text(config, exc)}"
-        raise ConfigError(file, "[env]", "id", msg) from None
+        # The env refused a keyword it was given: the key to fix is kwargs, not the id.
+        key = "kwargs" if config.env.kwargs and "keyword argument" in str(exc) else "id"
+        raise ConfigError(file, "[env]", key, msg) from None
 
 
 def _code_text(config: Config, exc: BaseException) -> str:
