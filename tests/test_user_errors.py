@@ -483,6 +483,15 @@ def test_the_size_cap_is_documented() -> None:
 # -- issue 39 item 7: the small ones ----------------------------------------------------------
 
 
+def test_an_out_folder_that_cannot_be_made_is_one_line(tmp_path: Path, capsys) -> None:
+    """Under a file (or read-only, or gone): the key named, exit 2, no run directory."""
+    path = _write(tmp_path, Case("out", ()))
+    (tmp_path / "afile").write_text("")
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "afile" / "runs")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: [experiment] out: cannot make")
+
+
 def test_a_closing_eval_at_the_final_step_replaces_the_last_one(tmp_path: Path) -> None:
     """A learner whose budget is spent evaluates, takes the updates it still owes, and
     evaluates again at the same step: the run keeps one eval there (summary and metrics.csv)."""

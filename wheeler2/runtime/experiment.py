@@ -53,14 +53,22 @@ def new_run_dir(config: Config) -> Path:
     removes it again if the run fails before writing anything (:func:`drop_if_empty`)."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     base = Path(config.experiment.out) / f"{config.experiment.name}-{stamp}"
-    base.parent.mkdir(parents=True, exist_ok=True)
     run_dir, k = base, 1
-    while True:
-        try:
-            run_dir.mkdir()
-            return run_dir
-        except FileExistsError:
-            run_dir, k = Path(f"{base}-{k}"), k + 1
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                run_dir.mkdir()
+                return run_dir
+            except FileExistsError:
+                run_dir, k = Path(f"{base}-{k}"), k + 1
+    except OSError as exc:  # read-only, no permission, no such device: the user's key
+        from wheeler2.config import ConfigError
+
+        why = exc.strerror or str(exc)
+        raise ConfigError(
+            str(config.path), "[experiment]", "out", f"cannot make {run_dir}: {why}"
+        ) from None
 
 
 def drop_if_empty(run_dir: Path) -> None:
