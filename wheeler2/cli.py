@@ -1,4 +1,4 @@
-"""The ``wheeler2`` command: run | check | eval | export | resume | plot.
+"""The ``wheeler2`` command: run | check | eval | export | resume | plot | report.
 
 Exit codes: 0 success, 2 an invalid config, usage or checkpoint (message only, no traceback),
 130 interrupted, 1 anything else (with its traceback, since that is a bug to report).
@@ -61,6 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_overrides(run)
     run.add_argument("--seed", type=int, help="override experiment.seed")
     run.add_argument("--out", help="override experiment.out (the parent of run directories)")
+    run.add_argument(
+        "--seeds",
+        metavar="LIST",
+        help="run once per seed into one sweep directory: 0-9, 0,3,7 or 0-4,8 (not with --seed)",
+    )
+    run.add_argument(
+        "--parallel",
+        nargs="?",
+        const="auto",
+        metavar="N",
+        help="with --seeds: run N seeds side by side (alone: as many as the cores allow, "
+        "cores // processes per run); default one after another",
+    )
 
     check = sub.add_parser("check", help="validate an experiment file without running it")
     check.add_argument("file", type=Path)
@@ -109,6 +122,22 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dirs", type=Path, nargs="+")
     plot.add_argument("-o", "--output", type=Path, default=Path("curves.png"))
     plot.add_argument("--x", choices=("env_steps", "wall_s"), default="env_steps")
+
+    report = sub.add_parser(
+        "report",
+        help="statistics over seeds of sweeps or runs: median, IQM, 95%% intervals, solved",
+    )
+    report.add_argument(
+        "dirs", type=Path, nargs="+", metavar="DIR", help="sweep or run directories, or folders"
+    )
+    report.add_argument(
+        "-o", "--output", type=Path, help="folder for report.md/.json/.png (default: first DIR)"
+    )
+    report.add_argument(
+        "--by", choices=("config", "sweep"), default="config", help="group runs (default: config)"
+    )
+    report.add_argument("--threshold", type=float, help="default: each file's eval_threshold")
+    report.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     return parser
 
 
@@ -155,19 +184,38 @@ def _warn_relations(config: Config) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    config = _load(args.file, args.overrides, seed=args.seed, out=args.out)
+    seeds = _sweep_seeds(args)
+    seed = args.seed if seeds is None else seeds[0]
+    config = _load(args.file, args.overrides, seed=seed, out=args.out)
     out = Path(config.experiment.out)
     if out.exists() and not out.is_dir():
         # Run directories go under `out`; a file there would fail only once members have started.
         where = "--out" if args.out is not None else f"{args.file}: [experiment] out"
         raise UsageError(f"{where} {out}: is an existing file; expected a directory")
     _warn_relations(config)
+    if seeds is not None:
+        from wheeler2.sweep import run_sweep
+
+        return run_sweep(args.file, seeds, args.overrides, _load, args.out, args.parallel)
     from wheeler2.runtime import run_experiment
 
     print(f"running {config.experiment.name} ({_describe(config)})", flush=True)
     run_dir = run_experiment(config)
     _report_results(Path(run_dir))
     return EXIT_OK
+
+
+def _sweep_seeds(args: argparse.Namespace) -> list[int] | None:
+    """The seeds of ``--seeds`` (None without it), refusing the flags it cannot go with."""
+    if args.seeds is None:
+        if args.parallel is not None:
+            raise UsageError("--parallel runs the seeds of --seeds side by side; add --seeds")
+        return None
+    if args.seed is not None:
+        raise UsageError("--seed and --seeds: give one (--seeds 0-9 runs each of those seeds)")
+    from wheeler2.sweep import parse_seeds
+
+    return parse_seeds(args.seeds)
 
 
 def _run_config_path(run_dir: Path) -> Path:
@@ -294,6 +342,17 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from wheeler2.report import write_report
+
+    report = write_report(
+        args.dirs, args.output, by=args.by, threshold=args.threshold, resamples=args.resamples
+    )
+    print(report.markdown)
+    print("wrote " + ", ".join(str(p) for p in report.files))
+    return EXIT_OK
+
+
 COMMANDS = {
     "run": _cmd_run,
     "check": _cmd_check,
@@ -301,6 +360,7 @@ COMMANDS = {
     "export": _cmd_export,
     "resume": _cmd_resume,
     "plot": _cmd_plot,
+    "report": _cmd_report,
 }
 
 

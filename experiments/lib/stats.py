@@ -1,199 +1,57 @@
-"""Statistics over seeds: medians, interquartile means, bootstrap intervals, thresholds.
+"""Statistics over seeds for the experiment scripts: the package's own (:mod:`wheeler2.stats`).
 
-A run that never reached a threshold is censored, not missing: :func:`never` turns its ``None``
-into infinity, so it ranks after every run that did and a median over more than half unsolved
-seeds is infinite. Intervals are percentile bootstraps over seeds (Efron's, as rliable's
-``get_interval_estimates`` computes them by default); with several samples a resample draws the
-same seeds from each, because seed s of every arm runs on the same env seeds (paired).
-
-Why numpy and not rliable: rliable 1.2 installs here only with pandas < 3 (it pins arch < 8,
-and arch 7 fails to import under pandas 3), adds pandas, seaborn, statsmodels and arch to the
-environment, takes about 1.5 s to import, and its interval code neither pairs two arms nor
-handles censored (infinite) values: an infinite value turns its upper bound into nan. The few
-lines below do what the scripts need; ``iqm`` is rliable's ``aggregate_iqm`` (scipy's
-``trim_mean(x, 0.25)``) for one task.
+One implementation serves the scripts' tables and ``wheeler2 report``: medians, interquartile
+means, censored steps to a threshold (a seed that never got there is infinity, not dropped),
+percentile bootstrap intervals over seeds (paired across arms), and rliable's intervals for
+finite scores. The reasons for each path are in :mod:`wheeler2.stats`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from wheeler2.stats import (
+    CONFIDENCE,
+    RESAMPLES,
+    Interval,
+    bootstrap,
+    censored,
+    eval_points,
+    first_reach,
+    fmt,
+    generator,
+    iqm,
+    iqm_ci,
+    mean_sd,
+    median,
+    median_ci,
+    never,
+    ratio_ci,
+    ratio_of_medians,
+    reached,
+    seed_intervals,
+    solved,
+    to_threshold,
+)
 
-import numpy as np
-
-RESAMPLES = 10_000
-CONFIDENCE = 0.95
-
-
-class Interval(NamedTuple):
-    """A point estimate and its confidence interval; ``lo``/``hi`` are nan when no resample
-    gave a defined value."""
-
-    point: float
-    lo: float
-    hi: float
-
-    def cell(self, spec: str = ".2f") -> str:
-        """``point [lo, hi]`` for a table cell; "—" for what is not defined."""
-        if math.isnan(self.lo):
-            return fmt(self.point, spec)
-        return f"{fmt(self.point, spec)} [{fmt(self.lo, spec)}, {fmt(self.hi, spec)}]"
-
-
-def fmt(x: float | int | None, spec: str = "", none: str = "—", inf: str = "never") -> str:
-    """``format(x, spec)``, with "—" for None or nan and "never" for infinity."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return none
-    if isinstance(x, float) and math.isinf(x):
-        return inf
-    return format(x, spec)
-
-
-# -- censoring and thresholds --------------------------------------------------------------------
-
-
-def never(x: float | int | None) -> float:
-    """A run that never reached the threshold (None) ranks after every run that did: inf."""
-    return math.inf if x is None else float(x)
-
-
-def censored(values: Iterable[float | int | None]) -> np.ndarray:
-    """:func:`never` over ``values``, as a float array."""
-    return np.array([never(v) for v in values], float)
-
-
-def first_reach(
-    points: Iterable[Sequence[Any]], threshold: float, strict: bool = False
-) -> Any | None:
-    """The x of the first ``(x, y)`` with ``y >= threshold`` (``y > threshold`` when ``strict``),
-    None when no point reaches it; points whose y is None are skipped."""
-    for x, y, *_ in points:
-        if y is not None and (y > threshold if strict else y >= threshold):
-            return x
-    return None
-
-
-def eval_points(evals: Iterable[dict], key: str = "return", x: str = "env_steps") -> list[tuple]:
-    """``summary.json``'s eval list as ``(x, value)`` points: ``x`` is ``env_steps`` or
-    ``wall_s``, ``key`` is ``return`` or ``success``."""
-    return [(e[x], e.get(key)) for e in evals]
-
-
-def to_threshold(evals: list[dict], threshold: float, key: str = "return", strict: bool = False):
-    """``(env steps, seconds)`` at the first eval at or above ``threshold``; ``(None, None)``
-    when no eval reached it."""
-    hit = next(
-        (e for e in evals if e.get(key) is not None and reached(e[key], threshold, strict)), None
-    )
-    return (None, None) if hit is None else (hit["env_steps"], hit["wall_s"])
-
-
-def reached(value: float, threshold: float, strict: bool = False) -> bool:
-    return value > threshold if strict else value >= threshold
-
-
-def solved(values: Iterable[float | int | None]) -> int:
-    """How many of ``values`` (steps or seconds to a threshold) are not None or infinite."""
-    return sum(v is not None and math.isfinite(v) for v in values)
-
-
-# -- point statistics ----------------------------------------------------------------------------
-
-
-def median(x: Iterable[float]) -> float:
-    """The median; infinite where more than half the values are."""
-    return float(np.median(np.asarray(list(x) if not isinstance(x, np.ndarray) else x, float)))
-
-
-def iqm(x: Iterable[float]) -> float:
-    """Interquartile mean (Agarwal et al., 2021): the mean of the middle half after sorting, a
-    quarter cut from each end (``floor(n / 4)`` values, as ``scipy.stats.trim_mean(x, 0.25)``);
-    infinite where an unsolved (infinite) value is in the middle half."""
-    x = np.sort(np.asarray(list(x) if not isinstance(x, np.ndarray) else x, float))
-    n = len(x)
-    lo, hi = int(math.floor(n * 0.25)), int(math.ceil(n * 0.75))
-    mid = x[lo:hi] if hi > lo else x
-    return float(np.mean(mid))
-
-
-def mean_sd(x: Sequence[float], spec: str = ".1f") -> str:
-    """``mean ± sd`` (the sample standard deviation; 0 for one value)."""
-    x = np.asarray(x, float)
-    sd = float(np.std(x, ddof=1)) if len(x) > 1 else 0.0
-    return f"{float(np.mean(x)):{spec}} ± {sd:{spec}}"
-
-
-def ratio_of_medians(a: np.ndarray, b: np.ndarray, unsolved: str = "drop") -> float:
-    """``median(a) / median(b)``. Where a median is infinite (more than half the seeds never
-    reached the threshold), ``unsolved`` says what the ratio is:
-
-    * ``"drop"``: nan (undefined), so a bootstrap leaves such resamples out;
-    * ``"rank"``: an unsolved side is the slower one: 0 where only ``b``'s median is
-      infinite, inf where only ``a``'s is, nan where both are.
-    """
-    ma, mb = float(np.median(a)), float(np.median(b))
-    if unsolved == "rank":
-        if math.isinf(mb):
-            return 0.0 if not math.isinf(ma) else math.nan
-        return ma / mb
-    if unsolved != "drop":
-        raise ValueError(f"unsolved={unsolved!r}: expected 'drop' or 'rank'")
-    if not (math.isfinite(ma) and math.isfinite(mb)) or mb <= 0:
-        return math.nan
-    return ma / mb
-
-
-# -- intervals -----------------------------------------------------------------------------------
-
-
-def generator(rng: int | np.random.Generator) -> np.random.Generator:
-    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-
-
-def bootstrap(
-    statistic: Callable[..., float],
-    *samples: Sequence[float],
-    resamples: int = RESAMPLES,
-    confidence: float = CONFIDENCE,
-    rng: int | np.random.Generator = 0,
-) -> Interval:
-    """``statistic(*samples)`` and its percentile bootstrap interval over seeds.
-
-    Each of ``resamples`` resamples draws n seeds with replacement (the same seeds from every
-    sample: paired) and computes the statistic on them; resamples where it is nan (undefined)
-    are left out, infinite ones kept. ``rng`` is a seed or a Generator (a Generator is advanced,
-    so several intervals drawn from one stay reproducible in order).
-    """
-    arrays = [np.asarray(s, float) for s in samples]
-    n = len(arrays[0])
-    if any(len(a) != n for a in arrays):
-        raise ValueError(f"paired samples need equal lengths, got {[len(a) for a in arrays]}")
-    if n == 0:
-        raise ValueError("no values to bootstrap")
-    idx = generator(rng).integers(0, n, (resamples, n))
-    values = np.array([statistic(*(a[i] for a in arrays)) for i in idx], float)
-    point = float(statistic(*arrays))
-    kept = values[~np.isnan(values)]
-    if not kept.size:
-        return Interval(point, math.nan, math.nan)
-    tail = 100 * (1 - confidence) / 2
-    with np.errstate(invalid="ignore"):  # percentiles between two infinite resamples: nan
-        lo, hi = np.percentile(kept, [tail, 100 - tail])
-    return Interval(point, float(lo), float(hi))
-
-
-def median_ci(x: Sequence[float], **kw: Any) -> Interval:
-    """The median with its bootstrap interval."""
-    return bootstrap(lambda a: float(np.median(a)), x, **kw)
-
-
-def iqm_ci(x: Sequence[float], **kw: Any) -> Interval:
-    """The interquartile mean with its bootstrap interval."""
-    return bootstrap(iqm, x, **kw)
-
-
-def ratio_ci(a: Sequence[float], b: Sequence[float], unsolved: str = "drop", **kw: Any) -> Interval:
-    """``median(a) / median(b)`` with a paired bootstrap interval over seeds (``a[i]`` and
-    ``b[i]`` are the same seed); ``unsolved`` as in :func:`ratio_of_medians`."""
-    return bootstrap(lambda x, y: ratio_of_medians(x, y, unsolved), a, b, **kw)
+__all__ = [
+    "CONFIDENCE",
+    "RESAMPLES",
+    "Interval",
+    "bootstrap",
+    "censored",
+    "eval_points",
+    "first_reach",
+    "fmt",
+    "generator",
+    "iqm",
+    "iqm_ci",
+    "mean_sd",
+    "median",
+    "median_ci",
+    "never",
+    "ratio_ci",
+    "ratio_of_medians",
+    "reached",
+    "seed_intervals",
+    "solved",
+    "to_threshold",
+]

@@ -1,0 +1,215 @@
+"""``wheeler2 run FILE --seeds``: one sweep directory, one run per seed, a sweep.json that says
+how each seed ended; a failed seed is recorded and the sweep goes on; Ctrl-C stops it cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from wheeler2 import cli, sweep
+from wheeler2.errors import UsageError
+
+REPO = Path(__file__).resolve().parent.parent
+
+TINY = """
+[experiment]
+name = "tiny"
+total_steps = {steps}
+eval_every = 100
+eval_episodes = 2
+eval_threshold = 30.0
+backend = "serial"
+progress = false
+
+[env]
+id = "CartPole-v1"
+
+[[team]]
+name = "ppo"
+algo = "{algo}"
+role = "learner"
+[team.params]
+n_steps = 64
+batch_size = 64
+n_epochs = 2
+"""
+
+# PPO that fails as it is built in the run of experiment seed 1 (a member's seed is the
+# experiment's times MEMBER_SEED_STRIDE plus its index: wheeler2/runtime/seeds.py).
+FLAKY = """
+from wheeler2.agents.ppo import PPO
+from wheeler2.runtime.seeds import MEMBER_SEED_STRIDE
+
+
+class SeedOneFails(PPO):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.seed // MEMBER_SEED_STRIDE == 1:
+            raise RuntimeError("seed 1 fails on purpose")
+"""
+
+
+def tiny(tmp_path: Path, steps: int = 300, algo: str = "ppo") -> Path:
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    path = tmp_path / "tiny.toml"
+    path.write_text(textwrap.dedent(TINY.format(steps=steps, algo=algo)))
+    return path
+
+
+def the_sweep(out: Path) -> tuple[Path, dict]:
+    (found,) = out.glob("tiny-sweep-*")
+    return found, json.loads((found / "sweep.json").read_text())
+
+
+def statuses(meta: dict) -> dict[int, str]:
+    return {e["seed"]: e["status"] for e in meta["seeds"]}
+
+
+def wheeler2_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "wheeler2", *args]
+
+
+def child_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+
+
+# -- units ---------------------------------------------------------------------------------------
+
+
+def test_seed_lists() -> None:
+    assert sweep.parse_seeds("0-3") == [0, 1, 2, 3]
+    assert sweep.parse_seeds("0,3,7") == [0, 3, 7]
+    assert sweep.parse_seeds("5, 0-1") == [5, 0, 1]
+    for bad in ("a", "3-1", "1,1", "-2", "0-"):
+        with pytest.raises(UsageError, match=f"--seeds {bad}"):
+            sweep.parse_seeds(bad)
+
+
+def test_config_hash_ignores_the_seed_and_where_results_go() -> None:
+    base = {"experiment": {"name": "a", "seed": 0, "out": "runs"}, "buffer": {"n_step": 1}}
+    other_seed = {
+        "experiment": {"name": "a", "seed": 7, "out": "elsewhere"},
+        "buffer": {"n_step": 1},
+    }
+    assert sweep.config_hash(base) == sweep.config_hash(other_seed)
+    assert sweep.config_hash(base) != sweep.config_hash({**base, "buffer": {"n_step": 3}})
+
+
+def test_parallel_as_cores_allow(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sweep, "available_cores", lambda: 8)
+    member = SimpleNamespace(count=1)
+    local = SimpleNamespace(
+        experiment=SimpleNamespace(backend="local"),
+        team=[member, SimpleNamespace(count=2)],
+    )
+    serial = SimpleNamespace(experiment=SimpleNamespace(backend="serial"), team=[member])
+    assert sweep.parallel_runs(None, local, 10) == 1  # serially by default
+    assert sweep.parallel_runs("auto", local, 10) == 2  # 8 cores // 3 members
+    assert sweep.parallel_runs("auto", serial, 10) == 8
+    assert sweep.parallel_runs("auto", serial, 3) == 3  # never more than the seeds
+    assert sweep.parallel_runs("4", serial, 10) == 4
+    with pytest.raises(UsageError, match="--parallel 0"):
+        sweep.parallel_runs("0", serial, 10)
+
+
+def test_seed_with_seeds_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tiny(tmp_path)
+    assert cli.main(["run", str(path), "--seed", "1", "--seeds", "0-2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: --seed and --seeds")
+    assert cli.main(["run", str(path), "--parallel", "2"]) == 2
+    assert "add --seeds" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+# -- sweeps --------------------------------------------------------------------------------------
+
+
+def test_three_seeds_give_three_runs_and_a_sweep_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "runs"
+    assert cli.main(["run", str(tiny(tmp_path)), "--seeds", "0-2", "--out", str(out)]) == 0
+    found, meta = the_sweep(out)
+    assert statuses(meta) == {0: "finished", 1: "finished", 2: "finished"}
+    assert meta["status"] == "finished" and meta["eval_threshold"] == 30.0
+    for entry in meta["seeds"]:
+        run_dir = found / entry["run_dir"]
+        assert run_dir.name == f"seed-{entry['seed']}"
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert [e["env_steps"] for e in summary["eval"]] == [100, 200, 300]
+        assert f"seed = {entry['seed']}" in (run_dir / "config.toml").read_text()
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("sweep: seed ") and " started " in line for line in lines) == 3
+    assert sum(line.startswith("sweep: seed ") and " finished in " in line for line in lines) == 3
+
+
+def test_a_failing_seed_is_recorded_and_the_sweep_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "runs"
+    path = tiny(tmp_path, algo="./flaky.py:SeedOneFails")
+    assert cli.main(["run", str(path), "--seeds", "0-2", "--out", str(out)]) == 1
+    found, meta = the_sweep(out)
+    assert statuses(meta) == {0: "finished", 1: "failed", 2: "finished"}  # seed 2 still ran
+    (failed,) = [e for e in meta["seeds"] if e["status"] == "failed"]
+    assert "seed 1 fails on purpose" in failed["error"] and "\n" not in failed["error"]
+    assert "seed 1 fails on purpose" in (found / "seed-1" / "error.txt").read_text()
+    assert (found / "seed-2" / "summary.json").is_file()
+    printed = capsys.readouterr().out
+    assert "sweep: seed 1 failed in " in printed and "1 failed (seed 1)" in printed
+
+
+def test_parallel_seeds_run_as_children_and_a_failure_is_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    path = tiny(tmp_path, algo="./flaky.py:SeedOneFails")
+    cmd = wheeler2_command("run", str(path), "--seeds", "0,1", "--parallel", "2", "--out", str(out))
+    done = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    found, meta = the_sweep(out)
+    assert meta["parallel"] == 2
+    assert statuses(meta) == {0: "finished", 1: "failed"}
+    assert "seed 1 fails on purpose" in meta["seeds"][1]["error"]
+    assert (found / "seed-0" / "summary.json").is_file()
+    assert "run directory" in (found / "seed-0" / "output.log").read_text()  # the run's output
+
+
+@pytest.mark.parametrize("parallel", [[], ["--parallel", "2"]], ids=["serial", "parallel"])
+def test_ctrl_c_stops_the_sweep_cleanly(tmp_path: Path, parallel: list[str]) -> None:
+    out = tmp_path / "runs"
+    path = tiny(tmp_path, steps=10_000_000)  # runs until interrupted
+    cmd = wheeler2_command("run", str(path), "--seeds", "0-2", "--out", str(out), *parallel)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env())
+    running = 2 if parallel else 1
+    deadline = time.monotonic() + 90
+    try:
+        while time.monotonic() < deadline:  # until each running seed has logged an eval
+            logged = list(out.glob("tiny-sweep-*/seed-*/metrics.csv"))
+            if len(logged) == running and all("eval" in p.read_text() for p in logged):
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)  # to the sweep alone: it stops its children itself
+        output = proc.communicate(timeout=60)[0].decode()
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, output
+    found, meta = the_sweep(out)
+    assert meta["status"] == "interrupted"
+    begun = [e for e in meta["seeds"] if e["started"]]
+    assert len(begun) == running and all(e["status"] == "interrupted" for e in begun)
+    assert [e["seed"] for e in meta["seeds"] if not e["started"]] == list(range(running, 3))
+    for entry in begun:  # each interrupted run wrote its summary as it stopped
+        summary = json.loads((found / entry["run_dir"] / "summary.json").read_text())
+        assert summary["interrupted"] is True
