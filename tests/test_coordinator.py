@@ -67,7 +67,7 @@ def coordinator(tmp_path: Path, clock: Clock) -> tuple[Coordinator, FakeTranspor
     transport = FakeTransport(clock)
     config = SimpleNamespace(experiment=SimpleNamespace(heartbeat_s=HEARTBEAT_S))
     recorder = SimpleNamespace(
-        run_dir=tmp_path, scalars=lambda *args: None, team_started=lambda: None
+        run_dir=tmp_path, report=lambda name, steps, values: values, team_started=lambda: None
     )
     names = ["target", "explorer"]
     c = Coordinator(config, recorder, transport, names, {"target": "main"}, {})  # type: ignore[arg-type]

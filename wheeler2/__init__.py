@@ -20,10 +20,28 @@ _LAZY = {
     "evaluate": "wheeler2.api",
     "export_policy": "wheeler2.export",
     "UsageError": "wheeler2.errors",
+    "Callback": "wheeler2.callbacks",
+    "CallbackError": "wheeler2.callbacks",
+    "Checkpoint": "wheeler2.callbacks",
+    "Eval": "wheeler2.callbacks",
+    "Report": "wheeler2.callbacks",
+    "STOP": "wheeler2.callbacks",
+    "Stop": "wheeler2.callbacks",
+    "StopAtReturn": "wheeler2.callbacks",
+    "StopOnNoImprovement": "wheeler2.callbacks",
 }
 
 __all__ = [
+    "STOP",
+    "Callback",
+    "CallbackError",
+    "Checkpoint",
+    "Eval",
     "Policy",
+    "Report",
+    "Stop",
+    "StopAtReturn",
+    "StopOnNoImprovement",
     "UsageError",
     "__version__",
     "evaluate",
@@ -35,6 +53,17 @@ __all__ = [
 
 if TYPE_CHECKING:
     from wheeler2.api import Policy, evaluate, load_policy, run, validate
+    from wheeler2.callbacks import (
+        STOP,
+        Callback,
+        CallbackError,
+        Checkpoint,
+        Eval,
+        Report,
+        Stop,
+        StopAtReturn,
+        StopOnNoImprovement,
+    )
     from wheeler2.errors import UsageError
     from wheeler2.export import export_policy
 

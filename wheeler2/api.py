@@ -12,6 +12,7 @@ action mapping, env actions out.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,14 +73,23 @@ def validate(config_or_path: Any, **overrides: Any) -> Config:
     return config
 
 
-def run(config_or_path: Any, **overrides: Any) -> Path:
+def run(config_or_path: Any, callbacks: Sequence[Any] | None = None, **overrides: Any) -> Path:
     """Run an experiment (what ``wheeler2 run`` does); returns its run directory.
 
     ``run("cfg/pendulum_ddpg.toml", seed=1, experiment__total_steps=2000)``
+
+    ``callbacks``: :class:`wheeler2.Callback` objects (or plain functions, taken as
+    ``on_eval``) called in this process on every backend with each eval, member report and
+    checkpoint (:mod:`wheeler2.callbacks`). One that returns ``wheeler2.STOP`` (or True) ends
+    the run early, with its final checkpoint and summary; one that raises ends it the same way,
+    then :class:`wheeler2.CallbackError` naming it is raised.
     """
+    from wheeler2.callbacks import active
     from wheeler2.runtime import run_experiment
 
-    return Path(run_experiment(_config(config_or_path, overrides)))
+    config = _config(config_or_path, overrides)
+    with active(list(callbacks or ())):
+        return Path(run_experiment(config))
 
 
 def run_config_path(run_dir: str | Path) -> Path:

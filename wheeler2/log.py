@@ -1,9 +1,14 @@
-"""What a run reports while it runs: metrics.csv, TensorBoard scalars, terminal progress.
+"""What a run reports while it runs: metrics.csv, its trackers (TensorBoard, W&B), progress.
 
 ``metrics.csv`` is in long format (one value per row) so members with different metrics share one
-file, and a resumed run appends to it. Progress goes to a rich live table on a terminal; when stdout
-is not a terminal (CI, ``nohup``) or ``progress = false``, a plain line every few seconds instead,
-so logs stay readable.
+file, and a resumed run appends to it. The trackers (wheeler2/trackers.py) get the same rows
+under the same names. Progress goes to a rich live table on a terminal; when stdout is not a
+terminal (CI, ``nohup``) or ``progress = false``, a plain line every few seconds instead, so logs
+stay readable.
+
+A member's figures are named here once (:meth:`RunLog.report`), for the table and every sink
+alike: losses by kind (``critic_loss``, ``actor_loss``, ``policy_loss``, ``value_loss``; DQN's
+``loss``, a TD loss on Q, is a critic's) and ``updates_per_s`` from its ``updates`` count.
 """
 
 from __future__ import annotations
@@ -16,14 +21,16 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from wheeler2.trackers import TENSORBOARD_DIR, TensorBoardTracker, Tracker
+
 METRICS_FILE = "metrics.csv"
 SUMMARY_FILE = "summary.json"
-TENSORBOARD_DIR = "tb"
 CSV_FIELDS = ("wall_s", "env_steps", "member", "key", "value")
 
 _FLUSH_EVERY_S = 5.0
@@ -35,6 +42,7 @@ class RunLog:
     """One run's metric sinks. Call :meth:`close` (also on errors) to flush and stop the display.
 
     ``wall_offset_s`` continues the clock of a resumed run, so ``wall_s`` keeps increasing.
+    ``trackers``: where figures go besides metrics.csv; None: TensorBoard where ``tensorboard``.
     """
 
     def __init__(
@@ -44,6 +52,7 @@ class RunLog:
         progress: bool = True,
         tensorboard: bool = True,
         wall_offset_s: float = 0.0,
+        trackers: Sequence[Tracker] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -60,17 +69,23 @@ class RunLog:
             self._csv.writerow(CSV_FIELDS)
         self._last_flush = time.perf_counter()
 
-        self._tb = _summary_writer(self.run_dir / TENSORBOARD_DIR) if tensorboard else None
+        if trackers is None:
+            trackers = [TensorBoardTracker(self.run_dir / TENSORBOARD_DIR)] if tensorboard else []
+        self.trackers = list(trackers)
 
         self.evals: list[dict[str, Any]] = []
         # The final step's eval, written once no closing eval at that step can replace it.
         self._held: tuple[int, dict[str, float], float] | None = None
         # member -> (time its steps last changed, those steps, rate; None before a second report)
         self._rates: dict[str, tuple[float, int, float | None]] = {}
+        # member -> (its own clock, its updates) at its last report: updates_per_s between two
+        self._updates: dict[str, tuple[float, float]] = {}
         # The last figures the live table was not redrawn with (throttled): drawn at close.
         self._undrawn: tuple[int, dict[str, dict[str, Any]], float | None] | None = None
         # The run's curriculum stage for the headline and the plain line ("stage 1/2"), if any.
         self.curriculum: str | None = None
+        # The best eval return so far (a resumed run's Recorder sets its earlier sessions' best).
+        self.best_eval: float | None = None
         self._live_enabled = progress and sys.stdout.isatty()
         self._live: Any = None
         self._last_display = -math.inf
@@ -82,17 +97,30 @@ class RunLog:
 
     # -- metrics -----------------------------------------------------------------------------
 
+    def report(self, member: str, env_steps: int, values: dict[str, float]) -> dict[str, float]:
+        """Record one member's periodic figures under their kind's names; returns them so
+        named, with ``updates_per_s`` (between this report and its last) where it learns."""
+        named = {_kind_name(k, values): v for k, v in values.items()}
+        if "updates" in named:
+            clock = float(named.get("wall_s", self.wall_s))
+            last = self._updates.get(member)
+            self._updates[member] = (clock, float(named["updates"]))
+            if last is not None and clock > last[0]:
+                named["updates_per_s"] = (float(named["updates"]) - last[1]) / (clock - last[0])
+        self.scalars(member, env_steps, named)
+        return named
+
     def scalars(
         self, member: str, env_steps: int, values: dict[str, float], wall_s: float | None = None
     ) -> None:
         """Record one member's metrics at ``env_steps`` (all members together); ``wall_s``: when
         they were measured, if not now."""
         wall = round(self.wall_s if wall_s is None else wall_s, 3)
-        for key, value in values.items():
-            value = _number(value)
+        numbers = {key: _number(value) for key, value in values.items()}
+        for key, value in numbers.items():
             self._csv.writerow((wall, int(env_steps), member, key, value))
-            if self._tb is not None:
-                self._tb.add_scalar(f"{member}/{key}", value, int(env_steps), walltime=time.time())
+        for tracker in self.trackers:
+            tracker.scalars(member, int(env_steps), numbers)
         self._maybe_flush()
 
     def eval(
@@ -124,8 +152,10 @@ class RunLog:
             self.evals[-1] = entry
         else:
             self.evals.append(entry)
+        if self.best_eval is None or ret > self.best_eval:
+            self.best_eval = float(ret)
         values = {"return": ret} if success is None else {"return": ret, "success": success}
-        values = values | dict(matches or {}) | dict(extra or {})
+        values = values | {"best_return": self.best_eval} | dict(matches or {}) | dict(extra or {})
         if self._held is not None and self._held[0] != int(env_steps):
             self._write_held()
         if self.total_steps is not None and env_steps >= self.total_steps:
@@ -139,6 +169,11 @@ class RunLog:
             steps, values, wall = self._held
             self._held = None
             self.scalars("eval", steps, values, wall_s=wall)
+
+    def summarize(self, figures: dict[str, Any]) -> None:
+        """Hand the run's final figures to the trackers that keep them (a W&B run summary)."""
+        for tracker in self.trackers:
+            tracker.summary(_json_safe(figures))
 
     def summary_fields(self, threshold: float | None = None) -> dict[str, Any]:
         """Eval figures for summary.json: best / final return, the eval list, steps to threshold."""
@@ -156,8 +191,8 @@ class RunLog:
 
     def flush(self) -> None:
         self._csv_file.flush()
-        if self._tb is not None:
-            self._tb.flush()
+        for tracker in self.trackers:
+            tracker.flush()
         self._last_flush = time.perf_counter()
 
     def _maybe_flush(self) -> None:
@@ -232,7 +267,7 @@ class RunLog:
         if self.curriculum:
             parts.append(self.curriculum)
         if last is not None:
-            parts.append(f"eval {last:.1f}" + self._matches_text())
+            parts.append(f"eval {last:.1f}{self._best_text()}" + self._matches_text())
         for name, figures in members.items():
             rate = self.rate(name)
             part = f"{name}: {int(figures.get('env_steps', 0)):,}"
@@ -240,8 +275,14 @@ class RunLog:
                 part += f" ({rate:,.0f}/s)"
             if figures.get("episode_return") is not None:
                 part += f" return {_cell(figures['episode_return'])}"
+            for label, key, fmt in LEARNER_FIGURES:
+                if figures.get(key) is not None:
+                    part += f" {label} {fmt(figures[key])}"
             parts.append(part)
         return " | ".join(parts)
+
+    def _best_text(self) -> str:
+        return "" if self.best_eval is None else f" (best {self.best_eval:.1f})"
 
     def _matches_text(self) -> str:
         """The last eval's head-to-head line: W/D/L against each opponent, and the Elo."""
@@ -265,15 +306,17 @@ class RunLog:
     def _show_live(self, total: int, members: dict[str, dict], last: float | None) -> None:
         from rich.live import Live
 
-        table = self._table(total, members, last)
         if self._live is None:
-            self._live = Live(table, auto_refresh=False, transient=False)
+            self._live = Live(auto_refresh=False, transient=False)
             self._live.start()
             # A run that dies without close() must still give the terminal its cursor back.
             atexit.register(self.close)
+        table = self._table(total, members, last, width=self._live.console.width)
         self._live.update(table, refresh=True)
 
-    def _table(self, total: int, members: dict[str, dict[str, Any]], last: float | None) -> Any:
+    def _table(
+        self, total: int, members: dict[str, dict[str, Any]], last: float | None, width: int = 80
+    ) -> Any:
         from rich import box
         from rich.console import Group
         from rich.table import Table
@@ -287,24 +330,46 @@ class RunLog:
             headline += f"   {self.curriculum}"
         if last is not None:
             headline += f"   last eval {last:.1f}"
+        if self.best_eval is not None:
+            headline += f"   best {self.best_eval:.1f}"
         headline += self._matches_text()
+        columns = self._columns(members, width)
+        table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+        for header, _ in columns:
+            table.add_column(header, justify="left" if header == "member" else "right")
+        for name in members:
+            table.add_row(*(cells[name] for _, cells in columns))
+        # The headline sits above the table, not as its title, so a narrow table never wraps it.
+        return Group(Text(headline, style="bold"), table)
+
+    def _columns(
+        self, members: dict[str, dict[str, Any]], width: int
+    ) -> list[tuple[str, dict[str, str]]]:
+        """(header, member -> cell) of each column that fits in ``width``: the fixed four, then
+        those some member reports, dropping the least wanted (:data:`COLUMN_WANTED`, then the
+        heads) until the table fits."""
+        fixed: list[tuple[str, dict[str, str]]] = [
+            ("member", {n: n[:16] for n in members}),
+            ("env steps", {n: f"{int(f.get('env_steps', 0)):,}" for n, f in members.items()}),
+            ("steps/s", {n: _cell(_whole(self.rate(n))) or "-" for n in members}),
+            ("return", {n: _cell(f.get("episode_return")) for n, f in members.items()}),
+        ]
         # In the order the member reports them, i.e. the task's head order.
         reported = (k for f in members.values() for k in f if k.startswith("episode_return/"))
         heads = list(dict.fromkeys(reported))[:MAX_HEAD_COLUMNS]
-        columns = ["member", "env steps", "steps/s", "return"]
-        columns += [h.removeprefix("episode_return/") for h in heads] + ["loss"]
-        table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-        for column in columns:
-            table.add_column(column, justify="left" if column == "member" else "right")
-        for name, figures in members.items():
-            rate = self.rate(name)
-            steps = f"{int(figures.get('env_steps', 0)):,}"
-            cells = [name[:16], steps, "-" if rate is None else f"{rate:,.0f}"]
-            cells += [_cell(figures.get(k)) for k in ("episode_return", *heads)]
-            cells.append(_cell(main_loss(figures)))
-            table.add_row(*cells)
-        # The headline sits above the table, not as its title, so a narrow table never wraps it.
-        return Group(Text(headline, style="bold"), table)
+        optional: list[tuple[str, str, Callable[[Any], str]]]
+        optional = [(h.removeprefix("episode_return/"), h, _cell) for h in heads]
+        optional += [(header, key, _cell) for header, key in LOSS_COLUMNS]
+        optional += list(LEARNER_FIGURES)
+        shown = [
+            (header, {n: "" if f.get(key) is None else fmt(f[key]) for n, f in members.items()})
+            for header, key, fmt in optional
+            if any(f.get(key) is not None for f in members.values())
+        ]
+        order = [*COLUMN_WANTED, *(h.removeprefix("episode_return/") for h in heads)]
+        while shown and _table_width(fixed + shown) > width:
+            shown.remove(max(shown, key=lambda column: order.index(column[0])))
+        return fixed + shown
 
     # -- shutdown ----------------------------------------------------------------------------
 
@@ -319,8 +384,8 @@ class RunLog:
             self._live.stop()
             atexit.unregister(self.close)
         self._csv_file.close()
-        if self._tb is not None:
-            self._tb.close()
+        for tracker in self.trackers:
+            tracker.close()
 
     def __enter__(self) -> RunLog:
         return self
@@ -329,22 +394,55 @@ class RunLog:
         self.close()
 
 
-# The live table fits 80 columns: member, steps, rate, return, at most two heads and a loss.
+# At most two head columns; a narrower terminal drops columns (RunLog._columns), never wraps.
 MAX_HEAD_COLUMNS = 2
-# Which figure is a member's "loss" column: the first of these it reports (the critic's for
-# actor-critic learners, whose actor loss only mirrors Q; the policy loss for on-policy ones).
-MAIN_LOSSES = ("loss", "critic_loss", "policy_loss", "value_loss")
+# Figures an algorithm reports under another name than their kind's: DQN's TD loss on Q is a
+# critic's loss. metrics.csv, the trackers and the table all use the kind's name.
+LOSS_NAMES = {"loss": "critic_loss"}
+# The live table's loss columns, one per kind, instead of one "loss" column that put a DDPG
+# critic's loss beside a PPO policy's.
+LOSS_COLUMNS = (
+    ("critic", "critic_loss"),
+    ("actor", "actor_loss"),
+    ("policy", "policy_loss"),
+    ("value", "value_loss"),
+)
 
 
-def main_loss(figures: dict[str, Any]) -> Any:
-    return next((figures[k] for k in MAIN_LOSSES if figures.get(k) is not None), None)
+def _whole(v: float | None) -> int | None:
+    return None if v is None else round(v)
 
 
-def _summary_writer(log_dir: Path) -> Any:
-    # Imported here: tensorboard costs about a second to import, wasted by `wheeler2 check`.
-    from torch.utils.tensorboard import SummaryWriter
+def _whole_cell(v: float) -> str:
+    return _cell(_whole(v))
 
-    return SummaryWriter(log_dir=str(log_dir))
+
+def _percent(v: float) -> str:
+    return f"{v:.0%}"
+
+
+# A learner's pace and its replay, an explorer's sync lag: (column, figure, format).
+LEARNER_FIGURES: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("upd/s", "updates_per_s", _whole_cell),
+    ("replay", "replay_fill", _percent),  # rows / capacity
+    ("lag", "sync_version_lag", _whole_cell),  # weight versions the explorer is behind
+)
+# The optional columns a narrow terminal keeps longest, most wanted first; heads go first.
+COLUMN_WANTED = ("critic", "policy", "value", "upd/s", "replay", "lag", "actor")
+
+
+def _kind_name(key: str, values: dict[str, Any]) -> str:
+    kind = LOSS_NAMES.get(key)
+    return kind if kind is not None and kind not in values else key
+
+
+def _table_width(columns: list[tuple[str, dict[str, str]]]) -> int:
+    """The live table's width (box.SIMPLE_HEAD, padding (0, 1), no edge padding): each column
+    as wide as its widest cell, three cells between columns and one at each edge."""
+    from rich.cells import cell_len
+
+    widths = [max([cell_len(h), *(cell_len(c) for c in cells.values())]) for h, cells in columns]
+    return sum(widths) + 3 * (len(widths) - 1) + 2
 
 
 def _number(value: Any) -> float:

@@ -15,6 +15,7 @@ from typing import Any
 
 from wheeler2.buffer.config import BufferConfig, HerConfig
 from wheeler2.schema import bounded, choice, setting
+from wheeler2.trackers import TRACKERS, WandbConfig
 
 from .toml_out import dumps_toml
 
@@ -44,6 +45,7 @@ __all__ = [
     "MemberConfig",
     "SyncConfig",
     "TaskConfig",
+    "WandbConfig",
     "WrapperConfig",
 ]
 
@@ -83,10 +85,19 @@ class ExperimentConfig:
     # A member reports every 2 s (runtime/member.py REPORT_EVERY_S): under twice that, one late
     # report would take a healthy member for a hung one.
     heartbeat_s: float = bounded(30.0, ge=HEARTBEAT_MIN_S)
+    # One name or a list: a string is read as a list of one, [] leaves metrics.csv alone.
+    tracker: str | tuple[str, ...] = setting(
+        ("tensorboard",),
+        choices=TRACKERS,
+        expected="one of 'tensorboard', 'wandb', or a list of them",
+    )
+    wandb: WandbConfig | None = None
 
     def __post_init__(self) -> None:
         if self.checkpoint_every is None:
             object.__setattr__(self, "checkpoint_every", self.eval_every)
+        names = (self.tracker,) if isinstance(self.tracker, str) else self.tracker
+        object.__setattr__(self, "tracker", tuple(dict.fromkeys(names)))
 
 
 @dataclass(frozen=True)

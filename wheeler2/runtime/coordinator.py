@@ -5,8 +5,9 @@ Where members run and how their messages travel is a :class:`Transport`, the onl
 backend writes (``serial``: members stepped in this process; ``local``: one process and pipe
 per member; ``ray``: actors and a board). Paths out are the same everywhere: a member that
 raised, died or stopped sending heartbeats ends the run with :class:`MemberFailed` naming it
-(exit 1); Ctrl-C / SIGTERM end it with ``KeyboardInterrupt`` (exit 130). Both write a final
-checkpoint and summary first.
+(exit 1); Ctrl-C / SIGTERM end it with ``KeyboardInterrupt`` (exit 130); a callback that raised
+(``wheeler2.run(..., callbacks=...)``) with its ``CallbackError``. All write a final checkpoint
+and summary first, as do the early stops: ``stop_at_threshold`` and a callback's ``STOP``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wheeler2.callbacks import current as current_callbacks
 from wheeler2.log import write_json_atomic
 from wheeler2.runtime.curriculum import next_stage
 from wheeler2.runtime.experiment import (
@@ -101,7 +103,7 @@ class Coordinator:
                 self._receive(POLL_S)
                 self._discount_stall()
                 failed = self._find_failure()
-                if failed is not None or self.recorder.solved:
+                if failed is not None or self.recorder.stop is not None:
                     break
                 env_steps = self.transport.env_steps()
                 self.recorder.state.env_steps = env_steps
@@ -112,8 +114,11 @@ class Coordinator:
         except KeyboardInterrupt:
             interrupted = True
         shield_shutdown(quiet=not (interrupted or failed))
-        if failed is not None:
-            print(f"\nmember {failed!r} {self.errors[failed].how}; stopping the team", flush=True)
+        failure = None if failed is None else f"member {failed!r} {self.errors[failed].how}"
+        if failure is not None:
+            print(f"\n{failure}; stopping the team", flush=True)
+        elif not interrupted and self.recorder.stop is not None:
+            print(f"\nstopping: {self.recorder.stop['reason']}", flush=True)
         self.transport.stop()
         self.released.update(self.learners.values())
         self._drain(STOP_GRACE_S)
@@ -135,7 +140,7 @@ class Coordinator:
             }
             for n in self.names
         }
-        summary = self.recorder.finish(members, interrupted=interrupted or failed is not None)
+        summary = self.recorder.finish(members, interrupted=interrupted, failure=failure)
         if failed is not None:
             detail = self.errors[failed].detail
             print(f"member {failed!r} failed; the team was stopped and checkpointed.\n{detail}")
@@ -144,6 +149,10 @@ class Coordinator:
         if interrupted:
             print(self._resume_hint(), flush=True)
             raise KeyboardInterrupt
+        error = self.recorder.callbacks.error
+        if error is not None:
+            print(f"{error}\n{self._resume_hint()}", flush=True)
+            raise error
         return summary
 
     def _resume_hint(self) -> str:
@@ -159,8 +168,9 @@ class Coordinator:
         name = message.member
         self.last_seen[name] = time.monotonic()
         if isinstance(message, Figures):
-            self.figures[name] = message.values
-            self.recorder.scalars(name, self.transport.env_steps(), message.values)
+            self.figures[name] = self.recorder.report(
+                name, self.transport.env_steps(), message.values
+            )
         elif isinstance(message, Evaluated):
             recorder = self.recorder
             recorder.state.env_steps = max(self.transport.env_steps(), message.env_steps)
@@ -170,7 +180,7 @@ class Coordinator:
                     self.learners[name], name, message.env_steps, message.result
                 )
                 return
-            if recorder.record_eval(message.env_steps, message.result):
+            if recorder.record_eval(message.env_steps, message.result, name):
                 # Before a stage change: best.pt's run state holds the stage this eval ran at.
                 recorder.save_checkpoint(self._payload(), best=True)
             if self.config.curriculum is not None:
@@ -333,7 +343,9 @@ def prepare(config: Config, run_dir: Path, resume: bool) -> Prepared:
     """Read the checkpoint (resume), probe the env and build the learner: a bad team or
     checkpoint fails here, before anything is started or written."""
     from wheeler2.runtime.probe import check_against_env
+    from wheeler2.trackers import check_trackers
 
+    check_trackers(config.experiment.tracker, str(config.path))
     state, payload = load_resume_state(run_dir, config) if resume else (RunState(), {})
     setup = prepare_team(config, payload)
     # What `check` refuses, refused here too, with the env the team just probed: a buffer that
@@ -380,7 +392,8 @@ def run_team(
     with interrupt_on_sigterm():
         transport = open_transport(config, setup, payload)
         try:
-            recorder = Recorder(resolved_heads_config(config, setup.heads), run_dir, state)
+            heads_config = resolved_heads_config(config, setup.heads)
+            recorder = Recorder(heads_config, run_dir, state, current_callbacks())
             # Said before anything long happens, so a user who stops the run knows where it is.
             print(f"run directory: {run_dir}", flush=True)
             transport.start(run_dir, first_eval(config, state.env_steps))

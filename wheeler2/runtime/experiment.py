@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wheeler2 import checkpoint as ckpt
+from wheeler2.callbacks import Callbacks, Checkpoint, Eval, Report
 from wheeler2.log import RunLog, write_summary
 from wheeler2.runtime.evaluation import EvalResult
+from wheeler2.trackers import RunFacts, make_trackers
 
 if TYPE_CHECKING:
     from wheeler2.config import Config
@@ -163,23 +165,37 @@ class RunState:
 
 
 class Recorder:
-    """Writes the run directory: config, metrics, evals, checkpoints, curve and summary."""
+    """Writes the run directory: config, metrics, evals, checkpoints, curve and summary; hands
+    the user's callbacks what it records, and keeps why the run should stop early."""
 
-    def __init__(self, config: Config, run_dir: Path, state: RunState) -> None:
+    def __init__(
+        self, config: Config, run_dir: Path, state: RunState, callbacks: Callbacks | None = None
+    ) -> None:
         self.config = config
         self.run_dir = run_dir
         self.state = state
+        self.callbacks = callbacks if callbacks is not None else Callbacks()
+        # Why the run ends before its budget ({"by", "reason"}): the threshold, or a callback.
+        self.stop: dict[str, str] | None = None
         exp = config.experiment
         self.schedule = Schedule(int(exp.eval_every), int(exp.checkpoint_every or exp.eval_every))
         self.schedule.start(state.env_steps)
         self.threshold = exp.eval_threshold
         run_dir.mkdir(parents=True, exist_ok=True)
+        # First: a tracker that cannot start (W&B not logged in) fails before a file is written.
+        facts = RunFacts(run_dir, exp.name, config.to_toml(), str(config.path))
+        trackers = make_trackers(exp.tracker, facts, exp.wandb)
         self.log = RunLog(
             run_dir,
             progress=bool(exp.progress),
             total_steps=int(exp.total_steps),
             wall_offset_s=state.wall_s,
+            trackers=trackers,
         )
+        if math.isfinite(state.best_return):  # a resumed run's best so far
+            self.log.best_eval = state.best_return
+        if state.steps_to_threshold is not None:  # a resumed run already past it
+            self._stop_at_threshold("an eval before this resume")
         self._t0 = time.perf_counter()
         self.startup_s: float | None = None  # from the command to the team's first step
         self.curriculum = config.curriculum
@@ -194,6 +210,7 @@ class Recorder:
         threading.Thread(
             target=importlib.import_module, args=("wheeler2.plot",), daemon=True
         ).start()
+        self._call("on_start", run_dir)
 
     @property
     def wall_s(self) -> float:
@@ -205,11 +222,21 @@ class Recorder:
         age = process_age_s()
         self.startup_s = None if age is None else round(age, 3)
 
-    @property
-    def solved(self) -> bool:
-        """The run asked to stop at the threshold, and an eval passed it."""
-        exp = self.config.experiment
-        return bool(exp.stop_at_threshold) and self.state.steps_to_threshold is not None
+    def _call(self, hook: str, arg: Any) -> None:
+        """Call the callbacks' ``hook``; the first stop request wins (an error stops too)."""
+        if not self.callbacks:
+            return
+        self.callbacks.call(hook, arg)
+        if self.stop is None and self.callbacks.stop is not None:
+            self.stop = dict(self.callbacks.stop)
+
+    def _stop_at_threshold(self, what: str) -> None:
+        if self.config.experiment.stop_at_threshold and self.stop is None:
+            self.stop = {
+                "by": "threshold",
+                "reason": f"{what} passed eval_threshold {float(self.threshold or 0):g} at "
+                f"{self.state.steps_to_threshold:,} env steps",
+            }
 
     def eval_due(self, env_steps: int) -> bool:
         return env_steps >= self.schedule.next_eval
@@ -238,6 +265,32 @@ class Recorder:
     def _value_errors(result: EvalResult) -> dict[str, float]:
         return {f"value_error/{h}": v["error"] for h, v in (result.heads or {}).items()}
 
+    @staticmethod
+    def _eval_event(
+        member: str,
+        table: str,
+        lead: bool,
+        entry: dict[str, Any],
+        result: EvalResult,
+        best_before: float,
+    ) -> Eval:
+        """What on_eval gets: the entry as recorded, and whether it beat ``best_before``."""
+        return Eval(
+            env_steps=int(entry["env_steps"]),
+            wall_s=float(entry["wall_s"]),
+            mean_return=float(result.mean_return),
+            std_return=float(result.std_return),
+            success=result.success,
+            returns=tuple(float(r) for r in result.returns),
+            heads=result.heads,
+            matches=result.matches,
+            member=member,
+            table=table,
+            lead=lead,
+            best=result.mean_return > best_before,
+            best_return=max(best_before, result.mean_return),
+        )
+
     def record_table_eval(
         self, table: str, learner: str, env_steps: int, result: EvalResult
     ) -> None:
@@ -245,6 +298,7 @@ class Recorder:
         that member's ``eval_return``; the run's curve, threshold and best.pt stay the lead's."""
         entry = self._eval_entry(env_steps, result)
         evals = self.state.table_evals.setdefault(table, [])
+        before = max((e["return"] for e in evals), default=-math.inf)
         if evals and evals[-1]["env_steps"] == env_steps:
             evals[-1] = entry  # its closing eval at the step of its last one (record_eval)
         else:
@@ -254,9 +308,11 @@ class Recorder:
         if result.success is not None:
             values["eval_success"] = result.success
         self.log.scalars(learner, env_steps, values)
+        self._call("on_eval", self._eval_event(learner, table, False, entry, result, before))
 
-    def record_eval(self, env_steps: int, result: EvalResult) -> bool:
-        """Stores one evaluation; returns True when it is the best so far."""
+    def record_eval(self, env_steps: int, result: EvalResult, member: str = "") -> bool:
+        """Stores one evaluation of the lead learner (``member``); returns True when it is the
+        best so far."""
         while self.schedule.next_eval <= env_steps:
             self.schedule.next_eval += self.schedule.eval_every
         entry = self._eval_entry(env_steps, result)
@@ -283,10 +339,13 @@ class Recorder:
             and result.mean_return > float(self.threshold)
         ):
             self.state.steps_to_threshold = env_steps
-        best = result.mean_return > self.state.best_return
-        if best:
+            self._stop_at_threshold(f"eval return {result.mean_return:.4g}")
+        table = self.config.learner.table
+        ev = self._eval_event(member, table, True, entry, result, self.state.best_return)
+        if ev.best:
             self.state.best_return = result.mean_return
-        return best
+        self._call("on_eval", ev)
+        return ev.best
 
     def record_stage(self, env_steps: int, stage: int) -> None:
         """The curriculum stage after an eval of the lead learner (``stage`` differs from the
@@ -310,21 +369,50 @@ class Recorder:
             "rng": ckpt.rng_state(),
             **payload,
         }
-        ckpt.save(self.run_dir / "checkpoints" / "latest.pt", state)
+        paths = [self.run_dir / "checkpoints" / "latest.pt"]
         if best:
-            ckpt.save(self.run_dir / "checkpoints" / "best.pt", state)
+            paths.append(self.run_dir / "checkpoints" / "best.pt")
+        for path in paths:
+            ckpt.save(path, state)
+            self._call(
+                "on_checkpoint", Checkpoint(path, self.state.env_steps, path is not paths[0])
+            )
 
-    def scalars(self, member: str, env_steps: int, values: dict[str, float]) -> None:
-        self.log.scalars(member, env_steps, values)
+    def report(self, member: str, env_steps: int, values: dict[str, float]) -> dict[str, float]:
+        """A member's periodic figures: logged under their kind's names (RunLog.report), handed
+        to the callbacks, and returned so named for the live table."""
+        named = self.log.report(member, env_steps, values)
+        self._call("on_report", Report(member, int(env_steps), dict(named)))
+        return named
 
     def progress(self, env_steps: int, members: dict[str, dict[str, float]]) -> None:
         self.schedule.next_log = time.perf_counter() + self.schedule.log_every_s
         last = self.state.evals[-1]["return"] if self.state.evals else None
         self.log.progress(env_steps, members, last_eval=last)
 
+    def _stopped_by(self, interrupted: bool, failure: str | None) -> dict[str, str]:
+        error = self.callbacks.error
+        if error is not None:
+            return {"by": "callback_error", "reason": str(error)}
+        if failure is not None:
+            return {"by": "failure", "reason": failure}
+        if interrupted:
+            return {"by": "interrupt", "reason": "Ctrl-C or SIGTERM"}
+        if self.stop is not None:
+            return self.stop
+        total = int(self.config.experiment.total_steps)
+        return {"by": "total_steps", "reason": f"the budget of {total:,} env steps was spent"}
+
     def finish(
-        self, members: dict[str, dict[str, float]], interrupted: bool = False
+        self,
+        members: dict[str, dict[str, float]],
+        interrupted: bool = False,
+        failure: str | None = None,
     ) -> dict[str, Any]:
+        """Write summary.json (``failure``: what failed, when a member did) and curve.png, and
+        close the run's log and trackers."""
+        stop = self._stopped_by(interrupted, failure)
+        interrupted = interrupted or failure is not None or self.callbacks.error is not None
         evals = self.state.evals
         summary = {
             "name": self.config.experiment.name,
@@ -338,6 +426,7 @@ class Recorder:
             "steps_to_threshold": self.state.steps_to_threshold,
             "eval_threshold": self.threshold,
             "interrupted": interrupted,
+            "stop": stop,
             "eval": evals,
             "members": members,
         }
@@ -357,7 +446,12 @@ class Recorder:
             write_curve(self.run_dir, threshold=self.threshold)
         except Exception as exc:  # a missing curve must not lose the run's results
             print(f"warning: could not draw curve.png: {exc}")
+        # The figures of one line each (not the eval list or the members' tables).
+        self.log.summarize(
+            {k: v for k, v in summary.items() if not isinstance(v, list | dict) or k == "stop"}
+        )
         self.log.close()
+        self._call("on_end", summary)
         return summary
 
 

@@ -552,6 +552,9 @@ class MemberLoop:
             values.update(self.trainer.pop_metrics())
             stats = self.trainer.replay.stats()
             values["updates_per_insert"] = float(stats.get("updates_per_insert", 0.0))
+            capacity = int(self.config.buffer.capacity)
+            values["replay_rows"] = float(min(int(stats.get("inserts", 0)), capacity))
+            values["replay_fill"] = values["replay_rows"] / capacity
         if self.source is not None and self.source.version:
             values["sync_version"] = float(self.source.version)
             values["sync_version_lag"] = float(self.source.lag())
