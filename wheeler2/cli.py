@@ -1,4 +1,4 @@
-"""The ``wheeler2`` command: run | check | eval | export | resume | plot | report.
+"""The ``wheeler2`` command: run | check | eval | export | resume | plot | report | tune.
 
 Exit codes: 0 success, 2 an invalid config, usage or checkpoint (message only, no traceback),
 130 interrupted, 1 anything else (with its traceback, since that is a bug to report).
@@ -138,6 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--threshold", type=float, help="default: each file's eval_threshold")
     report.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+
+    tune = sub.add_parser(
+        "tune", help="search the [tune] space of an experiment file (Optuna, docs/experiments.md)"
+    )
+    tune.add_argument("file", type=Path)
+    tune.add_argument("--trials", type=int, help="trials of the study in all (default: [tune])")
+    tune.add_argument(
+        "--parallel", type=int, default=1, metavar="P", help="trials side by side (processes)"
+    )
+    tune.add_argument("--out", help="override experiment.out (the study goes in OUT/tune-NAME)")
+    _add_overrides(tune)
     return parser
 
 
@@ -353,6 +364,27 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise UsageError("tune needs Optuna: pip install 'wheeler2[tune]'") from None
+    from wheeler2.tune import tune
+
+    for flag, value in (("--trials", args.trials), ("--parallel", args.parallel)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag}: expected an integer >= 1, got {value}")
+    out = None if args.out is None else Path(args.out)
+    try:
+        tune(
+            args.file, trials=args.trials, parallel=args.parallel, out=out, overrides=args.overrides
+        )
+    except KeyboardInterrupt:
+        print("\nthe study keeps its finished trials: the same command goes on", file=sys.stderr)
+        raise
+    return EXIT_OK
+
+
 COMMANDS = {
     "run": _cmd_run,
     "check": _cmd_check,
@@ -361,6 +393,7 @@ COMMANDS = {
     "resume": _cmd_resume,
     "plot": _cmd_plot,
     "report": _cmd_report,
+    "tune": _cmd_tune,
 }
 
 

@@ -49,6 +49,7 @@ from .model import (
 from .overrides import apply_override
 from .relations import check_relations
 from .toml_out import _is_table_array
+from .tune import read_tune
 
 if TYPE_CHECKING:
     from wheeler2.agent import Agent
@@ -59,7 +60,8 @@ RENAMED: dict[str, dict[str, str]] = {
     "buffer": {"ratio": "updates_per_insert"},
 }
 
-TOP_LEVEL = ("experiment", "env", "task", "buffer", "team", "play", "curriculum")
+# [tune] is what `wheeler2 tune` searches (config/tune.py): a run ignores it, `check` checks it.
+TOP_LEVEL = ("experiment", "env", "task", "buffer", "team", "play", "curriculum", "tune")
 # The top-level key naming the file this one extends (see parse_toml).
 EXTENDS = "extends"
 
@@ -407,6 +409,8 @@ def validate(raw: dict[str, Any], path: str | Path = "<config>") -> Config:
         curriculum=_curriculum(reader, raw.get("curriculum")),
     )
     check_relations(config)
+    if "tune" in raw:
+        read_tune(raw, path)
     her = config.buffer.her
     if her is not None and her.terminate_on_goal:
         task = registry.resolve_object(config.task.spec) if config.task.spec else None

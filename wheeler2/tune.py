@@ -1,0 +1,276 @@
+"""Hyperparameter search: ``wheeler2 tune FILE --trials N`` over the space the file declares.
+
+::
+
+    [tune]
+    trials = 20               # trials of the study in all (a re-run adds only the missing ones)
+    seeds = [0, 1]            # each trial runs these seeds; its value is their mean
+    metric = "final"          # each run's final eval return, or its "best"
+    sampler = "tpe"           # Optuna's TPE, or "random"
+    pruner = "median"         # Optuna's median rule on the first seed's evals, or "none"
+
+    [tune.space]              # any key `--set` takes, quoted
+    "team.target.params.lr_actor" = { range = [1e-4, 3e-3], log = true }
+    "buffer.batch_size" = { choices = [64, 128, 256] }
+    "team.target.params.learning_starts" = { range = [500, 5000] }   # ints: an integer
+
+Optuna (Akiba et al. 2019) holds the study in ``OUT/tune-NAME/study.db`` (SQLite): a study
+that was stopped (Ctrl-C, a machine that went away) goes on from its finished trials when the
+same command runs again. Each trial's runs are ordinary run directories under
+``OUT/tune-NAME/trial-K/``; ``best.toml`` beside them is the file with the best trial's values
+written in, runnable as it is (``wheeler2 run OUT/tune-NAME/best.toml``), and ``trials.md``
+the table of every trial.
+
+Pruning stops a trial whose first seed's eval returns fall below the median of the earlier
+trials' at the same env step (Optuna's ``MedianPruner``, reported through a run callback,
+:mod:`wheeler2.callbacks`): it ends at that eval, with its checkpoint and summary. Later seeds
+of a trial are not pruned: a trial that passed on its first seed is worth its full mean.
+
+Trials run one after another, or ``--parallel P`` side by side as processes sharing the study;
+each trial's team runs on the backend its file names (``ray`` included: a trial's members then
+run on the cluster).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wheeler2.config.errors import ConfigError
+from wheeler2.config.tune import Dimension, TuneSpec, read_tune
+
+# -- the study -----------------------------------------------------------------------------------
+
+
+def study_dir(config_path: Path, out: Path | None = None) -> Path:
+    from wheeler2.config import load
+
+    config = load(config_path)
+    base = Path(out) if out is not None else Path(config.experiment.out)
+    return base / f"tune-{config.experiment.name}"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One study, as every process that runs its trials needs it (picklable)."""
+
+    config_path: Path
+    spec: TuneSpec
+    storage: str  # Optuna's storage URL: the study directory's SQLite file
+    name: str  # the study's name: the experiment's
+    where: Path  # the study directory
+    total: int  # trials in all
+    overrides: tuple[str, ...]
+
+    def study(self) -> Any:
+        import optuna
+
+        spec = self.spec
+        random = spec.sampler == "random"
+        sampler = optuna.samplers.RandomSampler() if random else optuna.samplers.TPESampler()
+        none = spec.pruner == "none"
+        pruner = optuna.pruners.NopPruner() if none else optuna.pruners.MedianPruner()
+        return optuna.create_study(
+            study_name=self.name,
+            storage=self.storage,
+            direction="maximize",
+            sampler=sampler,
+            pruner=pruner,
+            load_if_exists=True,
+        )
+
+
+def _ended() -> tuple[Any, ...]:
+    """The trial states that count towards the total: not a trial still running."""
+    import optuna
+
+    state = optuna.trial.TrialState
+    return (state.COMPLETE, state.PRUNED, state.FAIL)
+
+
+def tune(
+    config_path: Path,
+    trials: int | None = None,
+    parallel: int = 1,
+    out: Path | None = None,
+    overrides: Sequence[str] = (),
+) -> Path:
+    """Run the study of ``config_path`` to ``trials`` trials in all (``[tune] trials`` when
+    None); returns the study directory (``best.toml``, ``trials.md``, ``study.db``)."""
+    import optuna
+
+    from wheeler2.config import load
+    from wheeler2.config.reader import parse_toml
+
+    config_path = Path(config_path)
+    config = load(config_path, overrides)  # the file must run as it is
+    spec = read_tune(parse_toml(config_path), config_path)
+    for dim in spec.space:  # each key must be one --set takes, checked at a value of its own
+        _check_key(config_path, overrides, dim)
+    where = study_dir(config_path, out)
+    where.mkdir(parents=True, exist_ok=True)
+    plan = _Plan(
+        config_path,
+        spec,
+        f"sqlite:///{where / 'study.db'}",
+        config.experiment.name,
+        where,
+        int(trials or spec.trials),
+        tuple(overrides),
+    )
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    done = len(plan.study().get_trials(deepcopy=False, states=_ended()))
+    if plan.total > done:
+        print(f"study {where}: {done} trials done, {plan.total - done} to run", flush=True)
+        if parallel <= 1:
+            _optimize(plan)
+        else:
+            _in_processes(plan, parallel)
+    _write_results(plan, plan.study())
+    return where
+
+
+def _check_key(config_path: Path, overrides: Sequence[str], dim: Dimension) -> None:
+    from wheeler2.api import _config
+
+    value = dim.choices[0] if dim.choices is not None else dim.low
+    try:
+        _config(config_path, {**_as_dict(overrides), dim.key: value})
+    except ConfigError as exc:
+        raise ConfigError(
+            str(config_path), "[tune]", f'space."{dim.key}"', f"at {value!r}: {exc.message}"
+        ) from None
+
+
+def _as_dict(overrides: Sequence[str]) -> dict[str, Any]:
+    import tomllib
+
+    out = {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+    return out
+
+
+def _optimize(plan: _Plan) -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # a --parallel worker's own
+    plan.study().optimize(
+        lambda trial: _objective(trial, plan),
+        callbacks=[optuna.study.MaxTrialsCallback(plan.total, states=_ended())],
+        catch=(ConfigError,),
+    )
+
+
+def _in_processes(plan: _Plan, parallel: int) -> None:
+    import multiprocess as mp
+
+    # Not daemonic: each trial's team starts member processes of its own.
+    ctx = mp.get_context("spawn")
+    procs = [
+        ctx.Process(target=_optimize, args=(plan,), name=f"wheeler2-tune-{i}")
+        for i in range(parallel)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join()
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=10)
+
+
+class _Prune:
+    """The run callback that reports the first seed's evals to the trial and ends the run when
+    Optuna's pruner says so."""
+
+    def __init__(self, trial: Any) -> None:
+        self.trial = trial
+        self.pruned = False
+
+    def on_eval(self, ev: Any) -> Any:
+        from wheeler2.callbacks import Stop
+
+        if not ev.lead:
+            return None
+        self.trial.report(float(ev.mean_return), int(ev.env_steps))
+        if self.trial.should_prune():
+            self.pruned = True
+            return Stop(f"pruned by Optuna at {ev.env_steps:,} env steps")
+        return None
+
+
+def _objective(trial: Any, plan: _Plan) -> float:
+    import optuna
+
+    from wheeler2.api import run
+    from wheeler2.log import read_summary
+
+    spec, overrides = plan.spec, plan.overrides
+    values = {dim.key: dim.suggest(trial) for dim in spec.space}
+    trial_dir = plan.where / f"trial-{trial.number}"
+    scores = []
+    for i, seed in enumerate(spec.seeds):
+        prune = _Prune(trial) if i == 0 else None
+        run_dir = run(
+            plan.config_path,
+            callbacks=[prune] if prune is not None else [],
+            **_as_dict(overrides),
+            **values,
+            seed=seed,
+            out=str(trial_dir),
+        )
+        trial.set_user_attr(f"run_seed_{seed}", str(run_dir))
+        if prune is not None and prune.pruned:
+            raise optuna.TrialPruned()
+        summary = read_summary(run_dir)
+        key = "final_eval_return" if spec.metric == "final" else "best_eval_return"
+        value = summary.get(key)
+        scores.append(-math.inf if value is None else float(value))
+    return float(sum(scores) / len(scores))
+
+
+def _write_results(plan: _Plan, study: Any) -> None:
+    import optuna
+
+    from wheeler2.api import _config
+
+    spec, where = plan.spec, plan.where
+    finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    lines = [
+        f"# Study {study.study_name}: {len(study.trials)} trials "
+        f"({len(finished)} finished), metric: mean {spec.metric} eval return over seeds "
+        f"{list(spec.seeds)}",
+        "",
+        "| trial | state | value | " + " | ".join(d.key for d in spec.space) + " |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in spec.space) + " |",
+    ]
+    for t in study.trials:
+        value = "—" if t.value is None else f"{t.value:.4g}"
+        cells = [repr(t.params.get(d.key, "—")) for d in spec.space]
+        lines.append(
+            f"| {t.number} | {t.state.name.lower()} | {value} | " + " | ".join(cells) + " |"
+        )
+    (where / "trials.md").write_text("\n".join(lines) + "\n")
+    if not finished:
+        print(f"no trial finished; trials: {where / 'trials.md'}", file=sys.stderr)
+        return
+    best = study.best_trial
+    config = _config(plan.config_path, {**_as_dict(plan.overrides), **best.params})
+    text = config.to_toml()
+    header = (
+        f"# The best trial ({best.number}) of {where}: mean {spec.metric} eval return "
+        f"{best.value:.4g} over seeds {list(spec.seeds)}\n"
+        + "".join(f"# {k} = {v!r}\n" for k, v in best.params.items())
+    )
+    (where / "best.toml").write_text(header + text)
+    print(f"best trial {best.number}: {best.value:.4g} {best.params}")
+    print(f"best config: {where / 'best.toml'}; every trial: {where / 'trials.md'}")
