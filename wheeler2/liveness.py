@@ -1,5 +1,6 @@
-"""A member is heard from from its first instant: until it has started, a thread beside its
-build sends :class:`Alive` every second with the CPU seconds its process has used.
+"""A member is heard from from its first instant: until it has started (and imported what its
+first update needs), a thread beside its build sends :class:`Alive` every second with the CPU
+seconds its process has used.
 
 That tells a slow start from a hung one. A member importing torch on a loaded machine keeps
 sending beats whose CPU time grows, however long the imports take; a stopped process (SIGSTOP,
@@ -23,8 +24,8 @@ BEAT_S = 1.0
 
 
 class StartBeat:
-    """The link a member sends its messages through while it starts: beside them, a beat every
-    :data:`BEAT_S` until the member's ``Started`` (or its ``Failed``) has gone out. Sends are
+    """The link a member sends its messages through: beside them, a beat every :data:`BEAT_S`
+    until the member has started and warmed up (or sent ``Failed`` or ``Finished``). Sends are
     serialized, so a pipe carries whole messages only."""
 
     def __init__(
@@ -42,8 +43,26 @@ class StartBeat:
     def send(self, message: Message) -> None:
         with self._lock:
             self._send(message)
-        if isinstance(message, Started | Failed | Finished):
-            self.stop()  # from here the member's own figures are its heartbeat
+        if isinstance(message, Failed | Finished):
+            self.stop()
+        elif isinstance(message, Started):
+            self._warm_up()
+
+    def _warm_up(self) -> None:
+        """The member has started: the beat goes on while a thread imports what its first
+        update needs, ``torch._dynamo`` (every optimizer step imports it: ~1.3 s here, many
+        more on a loaded machine), which the member's start left out
+        (:func:`wheeler2.process.defer_dynamo_import`). A member that reaches its first update
+        meanwhile waits for the import, heard from all the while; then its own figures are its
+        heartbeat."""
+
+        def load() -> None:
+            try:
+                import torch._dynamo  # noqa: F401
+            finally:
+                self.stop()
+
+        threading.Thread(target=load, name="wheeler2-warm-up", daemon=True).start()
 
     def stop(self) -> None:
         self._done.set()

@@ -26,8 +26,8 @@ from typing import Any
 
 # What a member imports before its first step, besides every module of the packages below.
 # Not torch._dynamo (~1.3 s here, after torch's ~1.5 s): it would put the server's readiness,
-# which every member waits for, past the main process's; a member imports it at its first
-# update instead (wheeler2.process.defer_dynamo_import).
+# which every member waits for, past the main process's; a member imports it in a thread once
+# it has started, heard from meanwhile (wheeler2.liveness, wheeler2.process.defer_dynamo_import).
 PRELOAD = [
     "__main__",  # as spawn re-imports it: a user's script registering its envs at top level
     "torch",

@@ -133,6 +133,11 @@ class SerialTransport:
             wiring = self.wirings[p.name]
             wiring.next_eval = next_eval
             self.loops[p.name] = MemberLoop(self.config, p, wiring)
+        # What the first update imports (process.defer_dynamo_import), imported before the
+        # ticks: a tick runs under the heartbeat alarm, and on a loaded machine this import
+        # alone can take longer than heartbeat_s.
+        import torch._dynamo  # noqa: F401
+
         if self.rng is not None:  # one process: the whole run's RNG streams continue
             ckpt.set_rng_state(self.rng)
 
