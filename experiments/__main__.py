@@ -3,6 +3,7 @@
 python -m experiments regen experiments/results/team_vs_solo_pendulum.md [more ...]
 python -m experiments regen --all        # every generated file under experiments/results/
 python -m experiments list               # which files are generated, and from what
+python -m experiments zoo [--configs GLOB...] [--seeds 0-4] [--only-table]   # docs/zoo.md
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def generated() -> list[tuple[Path, dict | None]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["zoo"]:  # its own options: experiments/zoo.py parses them
+        from experiments import zoo
+
+        return zoo.main(argv[1:])
     ap = argparse.ArgumentParser(
         prog="python -m experiments",
         description=__doc__,
@@ -44,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     regen.add_argument("files", nargs="*")
     regen.add_argument("--all", action="store_true", help="every generated file")
     sub.add_parser("list", help="result files: generated (and from which runs) or not")
+    sub.add_parser("zoo", help="every shipped config over seeds, into docs/zoo.md (zoo --help)")
     args = ap.parse_args(argv)
     if args.command == "list":
         for path, meta in generated():

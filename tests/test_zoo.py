@@ -1,0 +1,106 @@
+"""``python -m experiments zoo``: a row per experiment file, its sweep's figures through
+``wheeler2 report``'s code; a failed seed counts as failed and unsolved, a file that fails
+``check`` is "not run" with its reason, one never tried is "not run yet"; a finished file is not
+rerun; ``--only-table`` rebuilds the same table without running anything."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from test_sweep import FLAKY, TINY  # FLAKY: a PPO whose build fails in the run of seed 1
+
+from experiments import zoo
+from experiments.__main__ import main as experiments_main
+from experiments.lib import report, runs
+
+
+def write(folder: Path, name: str, env: str = "CartPole-v1", algo: str = "ppo") -> Path:
+    """test_sweep's tiny PPO file under another name and env; threshold 0, so every finished
+    seed's first eval is above it and "solved" counts the seeds that finished."""
+    text = TINY.format(steps=200, algo=algo)
+    for old, new in (
+        ('name = "tiny"', f'name = "{name}"'),
+        ("eval_threshold = 30.0", "eval_threshold = 0.0"),
+        ('id = "CartPole-v1"', f'id = "{env}"'),
+    ):
+        assert old in text, old
+        text = text.replace(old, new)
+    path = folder / f"{name}.toml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def rows(table: Path) -> dict[str, list[str]]:
+    """The zoo table's rows by their file's name (``a.toml``)."""
+    out = {}
+    for line in report.body_of(table).splitlines():
+        if line.startswith("| ") and ".toml" in line:
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            out[Path(cells[0].strip("`").rstrip(" †")).name] = cells
+    return out
+
+
+def test_zoo_rows_failed_seeds_refused_files_and_only_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "flaky.py").write_text(FLAKY)
+    write(cfg, "flaky", algo="./flaky.py:SeedOneFails")
+    write(cfg, "missing", env="no_such_package_here:Thing-v0")  # check refuses it
+    write(cfg, "later")  # covered by the table, not run this time
+    results, table, sweeps = tmp_path / "results", tmp_path / "docs" / "zoo.md", tmp_path / "runs"
+    where = ["--shipped", str(cfg / "*.toml"), "--results", str(results), "--table", str(table)]
+    where += ["--runs", str(sweeps)]
+    ran = [str(cfg / "flaky.toml"), str(cfg / "missing.toml")]
+    assert experiments_main(["zoo", "--configs", *ran, "--seeds", "0-1", *where]) == 0
+
+    got = rows(table)
+    assert list(got) == ["flaky.toml", "later.toml", "missing.toml"]  # every covered file
+    flaky = got["flaky.toml"]
+    assert flaky[1:4] == ["CartPole-v1", "SeedOneFails learner", "200"]
+    assert flaky[4] == "1 finished, 1 failed"
+    assert flaky[6] == "1 of 2 (> 0)"  # the failed seed counts, as unsolved
+    assert flaky[5] != "—" and flaky[7].endswith(" s")
+    assert got["later.toml"][4] == "not run yet" and got["later.toml"][5:] == ["—"] * 4
+    missing = got["missing.toml"][4]
+    assert missing.startswith("not run: [env] id: cannot import 'no_such_package_here'")
+    assert "of 3 files run, 1 could not run here, 1 not run yet" in table.read_text()
+
+    # What the table was made from: the sweep of one file, its report.json, a record each.
+    (sweep_dir,) = (sweeps / "flaky").glob("flaky-sweep-*")
+    meta = json.loads((sweep_dir / "sweep.json").read_text())
+    assert [s["status"] for s in meta["seeds"]] == ["finished", "failed"]
+    assert not (sweeps / "missing").exists()
+    kept = json.loads((results / "zoo" / "flaky.report.json").read_text())
+    assert kept["configs"][0]["seeds"] == {"finished": 1, "failed": 1}
+    records = runs.load(results / zoo.RUNS_FILE)
+    assert [(r["config"], r["status"]) for r in records] == [
+        (str(cfg / "flaky.toml"), "ran"),
+        (str(cfg / "missing.toml"), "not run"),
+    ]
+    body = report.body_of(table)
+
+    # Run again: the finished file is not rerun; --only-table rebuilds the same table.
+    capsys.readouterr()
+    assert experiments_main(["zoo", "--configs", ran[0], "--seeds", "0-1", *where]) == 0
+    assert "done before (--force reruns it)" in capsys.readouterr().out
+    assert len(list((sweeps / "flaky").glob("flaky-sweep-*"))) == 1
+    table.write_text(table.read_text().replace("1 finished", "5 finished"))  # a hand edit goes
+    assert experiments_main(["zoo", "--only-table", *where]) == 0
+    assert report.body_of(table) == body
+    assert len(runs.load(results / zoo.RUNS_FILE)) == 2
+    report.regenerate(table)  # `python -m experiments regen` reads the same stored figures
+    assert report.body_of(table) == body
+
+
+def test_team_text() -> None:
+    class Member:
+        def __init__(self, algo: str, role: str, count: int) -> None:
+            self.algo, self.role, self.count = algo, role, count
+
+    team = [Member("ddpg", "learner", 1), Member("ppo", "explorer", 2)]
+    assert zoo.team_text(team) == "ddpg learner + 2 ppo explorers"
