@@ -18,15 +18,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from wheeler2.runtime.messages import Alive, Failed, Finished, Message, Started
+from wheeler2.runtime.messages import Alive, Failed, Finished, Message
 
 BEAT_S = 1.0
 
 
 class StartBeat:
     """The link a member sends its messages through: beside them, a beat every :data:`BEAT_S`
-    until the member has started and warmed up (or sent ``Failed`` or ``Finished``). Sends are
-    serialized, so a pipe carries whole messages only."""
+    until the member has started, passed the team's start line and warmed up (or sent
+    ``Failed`` or ``Finished``). Sends are serialized, so a pipe carries whole messages only."""
 
     def __init__(
         self, send: Callable[[Message], None], member: str, every_s: float = BEAT_S
@@ -35,6 +35,7 @@ class StartBeat:
         self.member = member
         self._lock = threading.Lock()
         self._done = threading.Event()
+        self._warming = False
         self._thread = threading.Thread(
             target=self._beat, args=(every_s,), name="wheeler2-start-beat", daemon=True
         )
@@ -45,16 +46,17 @@ class StartBeat:
             self._send(message)
         if isinstance(message, Failed | Finished):
             self.stop()
-        elif isinstance(message, Started):
-            self._warm_up()
 
-    def _warm_up(self) -> None:
-        """The member has started: the beat goes on while a thread imports what its first
-        update needs, ``torch._dynamo`` (every optimizer step imports it: ~1.3 s here, many
-        more on a loaded machine), which the member's start left out
-        (:func:`wheeler2.process.defer_dynamo_import`). A member that reaches its first update
-        meanwhile waits for the import, heard from all the while; then its own figures are its
-        heartbeat."""
+    def opened(self) -> None:
+        """The team's start line has opened: the beat goes on while a thread imports what the
+        member's first update needs, ``torch._dynamo`` (every optimizer step imports it: ~1.3 s
+        here, many more on a loaded machine), which its start left out
+        (:func:`wheeler2.process.defer_dynamo_import`). Not sooner: the import would take CPU
+        from the members still building. A member that reaches its first update meanwhile waits
+        for the import, heard from all the while; then its own figures are its heartbeat."""
+        if self._warming:
+            return
+        self._warming = True
 
         def load() -> None:
             try:

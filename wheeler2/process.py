@@ -39,14 +39,20 @@ _DYNAMO_CACHE = "__dynamo_disable"  # where torch._compile._disable_dynamo keeps
 
 class _UntilDynamo:
     """What torch's cache holds until ``torch._dynamo`` is imported by what needs it (an
-    optimizer step, ``torch.compile``): the plain method; from then on, torch's own
-    ``torch._dynamo.disable(fn, recursive=True)``, made and cached as torch would."""
+    optimizer step, ``torch.compile``, a member's warm-up): the plain method; from then on,
+    torch's own ``torch._dynamo.disable(fn, recursive=True)``, made and cached as torch
+    would."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if "torch._dynamo" not in sys.modules:
+        dynamo = sys.modules.get("torch._dynamo")
+        spec = getattr(dynamo, "__spec__", None)
+        if dynamo is None or getattr(spec, "_initializing", False):
+            # Not imported, or being imported by a member's warm-up thread (wheeler2.liveness):
+            # the plain method, rather than wait for an import that changes nothing outside
+            # torch.compile.
             return self.fn(*args, **kwargs)
         import torch._dynamo
 

@@ -453,6 +453,7 @@ class MemberLoop:
                 self._report_when_due()  # a heartbeat while the slowest member starts
                 return True
             self.running = True
+            self.link.opened()
             self.member.stats.started = time.perf_counter()  # rates count from the start line
         if self.config.curriculum is not None and budget.stage() != self.stage:
             self.stage = apply_stage(budget.stage(), self.member.env, self.eval_env)

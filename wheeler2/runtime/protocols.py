@@ -143,6 +143,11 @@ class Link(Protocol):
 
     def send(self, message: Message) -> None: ...
 
+    def opened(self) -> None:
+        """The team's start line has opened (this member takes its first step): what a link
+        put off so as not to slow the team's start may run now (wheeler2.liveness)."""
+        ...
+
 
 class WeightSink(Protocol):
     """Learner side of weight sync."""

@@ -246,6 +246,9 @@ class BoardLink:
     def send(self, message: Message) -> None:
         self.board.post.remote(message)
 
+    def opened(self) -> None:
+        pass  # a member sends through a StartBeat around this link, which warms up
+
 
 class BoardSink:
     """Learner side: publish = ``ray.put`` the actor's float tensors, post the reference under

@@ -43,6 +43,9 @@ class _ListLink:
     def send(self, message: Message) -> None:
         self.inbox.append(message)
 
+    def opened(self) -> None:
+        pass  # the serial transport imported what a first update needs before the first tick
+
 
 class SerialTransport:
     """Members as loops in this process; ``receive`` runs one round of ticks."""
