@@ -483,6 +483,15 @@ def test_the_size_cap_is_documented() -> None:
 # -- issue 39 item 7: the small ones ----------------------------------------------------------
 
 
+@pytest.mark.parametrize("count", ["0", "-3", "ten"])
+def test_eval_refuses_an_episode_count_under_one(tmp_path: Path, count: str, capsys) -> None:
+    """0 episodes used to mean the file's default, silently."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["eval", str(tmp_path), "--episodes", count])
+    assert exited.value.code == 2
+    assert "--episodes: expected an integer >= 1" in capsys.readouterr().err
+
+
 def test_an_out_folder_that_cannot_be_made_is_one_line(tmp_path: Path, capsys) -> None:
     """Under a file (or read-only, or gone): the key named, exit 2, no run directory."""
     path = _write(tmp_path, Case("out", ()))

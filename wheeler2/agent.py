@@ -209,7 +209,8 @@ class Agent:
         ``sync_roles`` (role -> sub-module path, e.g. ``{"trunk": "net.trunk", "head":
         "net.head"}``) and ``sync_actions`` (``"discrete"`` or ``"continuous"``). Tensors are
         matched, kept (``sync.keep``) and reported by role name (``trunk.0.weight``), and copied
-        by shape only; a module without ``sync_roles`` is matched by its own parameter paths.
+        where shapes and layer kinds (activations included) agree; a module without
+        ``sync_roles`` is matched by its own parameter paths.
         The actors in ``agents/parts/heads.py`` declare both (see ``wheeler2/sync.py``).
         """
         raise NotImplementedError

@@ -39,6 +39,17 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _positive(text: str) -> int:
+    """An argparse type: a count of at least one (0 episodes would otherwise mean the default)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -82,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser("eval", help="evaluate a run's learner from its checkpoint")
     evaluate.add_argument("run_dir", type=Path)
     evaluate.add_argument(
-        "--episodes", type=int, help="default: experiment.eval_episodes (100 with --vs)"
+        "--episodes", type=_positive, help="default: experiment.eval_episodes (100 with --vs)"
     )
     evaluate.add_argument("--checkpoint", choices=("best", "latest"), default="best")
     evaluate.add_argument(

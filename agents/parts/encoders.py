@@ -3,9 +3,10 @@
 Every policy is an :class:`MLP` with two sub-modules, ``trunk`` (the hidden layers) and ``head``
 (the last linear layer). Each actor declares them as its weight-sync roles (``sync_roles``, role
 -> sub-module path) and its action space (``sync_actions``), so an explorer can take a learner's
-trunk and keep its own head (``keep = ["head"]``) across algorithm families. Weights are copied
-by shape: the activations (relu, tanh) may differ. RBF features (:class:`RBFEncoder`) go first
-in a trunk (``trunk.0``), so they travel with the trunk role.
+trunk and keep its own head (``keep = ["head"]``) across algorithm families. A role is copied
+only into a role built from the same layer kinds, activations included (set ``activation``
+alike on both members; ``wheeler2/sync.py``). RBF features (:class:`RBFEncoder`) go first in a
+trunk (``trunk.0``), so they travel with the trunk role.
 """
 
 from __future__ import annotations
