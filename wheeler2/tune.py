@@ -147,13 +147,9 @@ def _check_key(config_path: Path, overrides: Sequence[str], dim: Dimension) -> N
 
 
 def _as_dict(overrides: Sequence[str]) -> dict[str, Any]:
-    import tomllib
+    from wheeler2.config.overrides import parse_override
 
-    out = {}
-    for item in overrides:
-        key, _, value = item.partition("=")
-        out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
-    return out
+    return dict(parse_override(item) for item in overrides)
 
 
 def _optimize(plan: _Plan) -> None:

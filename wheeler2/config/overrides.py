@@ -8,12 +8,8 @@ from typing import Any
 from .errors import ConfigError
 
 
-def apply_override(raw: dict[str, Any], expr: str, file: str = "<config>") -> None:
-    """Apply ``table.key=value`` (value in TOML syntax, else taken as a string) to ``raw``.
-
-    Inside arrays of tables (``team``, ``task.heads``) the next part is an index or a name:
-    ``team.target.params.gamma=0.9`` and ``team.0.params.gamma=0.9`` are the same.
-    """
+def parse_override(expr: str, file: str = "<config>") -> tuple[str, Any]:
+    """``table.key=value`` as its dotted key and its value (TOML syntax, else a string)."""
     path, sep, text = expr.partition("=")
     parts = path.strip().split(".")
     if not sep or len(parts) < 2 or not all(parts):
@@ -23,6 +19,17 @@ def apply_override(raw: dict[str, Any], expr: str, file: str = "<config>") -> No
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         value = text
+    return ".".join(parts), value
+
+
+def apply_override(raw: dict[str, Any], expr: str, file: str = "<config>") -> None:
+    """Apply ``table.key=value`` (value in TOML syntax, else taken as a string) to ``raw``.
+
+    Inside arrays of tables (``team``, ``task.heads``) the next part is an index or a name:
+    ``team.target.params.gamma=0.9`` and ``team.0.params.gamma=0.9`` are the same.
+    """
+    path, value = parse_override(expr, file)
+    parts = path.split(".")
     node: Any = raw
     for depth, part in enumerate(parts[:-1]):
         where = ".".join(parts[: depth + 1])
