@@ -69,12 +69,13 @@ class GymVecEnv:
         spec = self.envs[0].spec
         self.info = EnvInfo(
             obs_dim=self._flat.dim,
+            obs_shape=self._flat.image_shape,
             act_dim=act_dim,
             discrete=self.discrete,
             goal_dim=goal_dim,
             max_episode_steps=None if spec is None else spec.max_episode_steps,
         )
-        self._obs = np.zeros((num_envs, self._flat.dim), np.float32)
+        self._obs = np.zeros((num_envs, self._flat.dim), self._flat.dtype)
         self._ag = np.zeros((num_envs, goal_dim), np.float32) if self.goal else None
         self._dg = np.zeros((num_envs, goal_dim), np.float32) if self.goal else None
         self.observation_space = obs_space

@@ -45,15 +45,49 @@ def scale_box_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> n
     return (low + (a + 1.0) * 0.5 * (high - low)).astype(np.float32)
 
 
+def image_shape(space: spaces.Space) -> tuple[int, ...]:
+    """The channels-first ``(C, H, W)`` of an image observation space, or ``()`` for any other.
+
+    An image is a Box of dtype uint8 (camera pixels, Atari frames) or bool (MinAtar's channels)
+    with 2 axes (``(H, W)``, one channel) or 3. Three axes are read as channels-last
+    ``(H, W, C)`` when the last is the shortest and at most 16 long (gymnasium's and MinAtar's
+    habit), else as channels-first already."""
+    if not isinstance(space, spaces.Box) or space.dtype not in (np.uint8, np.bool_):
+        return ()
+    shape = tuple(int(d) for d in space.shape)
+    if len(shape) == 2:
+        return (1, *shape)
+    if len(shape) != 3:
+        return ()
+    if shape[2] <= 16 and shape[2] < min(shape[0], shape[1]):
+        return (shape[2], shape[0], shape[1])
+    return shape
+
+
 class ObsFlattener:
-    """Turns one copy's raw observation into a flat float32 row (one-hot for Discrete)."""
+    """Turns one copy's raw observation into a flat float32 row (one-hot for Discrete), or an
+    image into a flat channels-first uint8 row (bool channels as 0 / 255, so that every image
+    reaches the encoders on one scale)."""
 
     def __init__(self, space: spaces.Space) -> None:
         self.discrete = isinstance(space, spaces.Discrete)
         self.dim = flat_dim(space)
+        self.image_shape = image_shape(space)
+        raw = tuple(getattr(space, "shape", ()) or ())
+        # Channels-last input is transposed to channels-first once per observation.
+        self._hwc = len(raw) == 3 and raw != self.image_shape
+        self._bool = getattr(space, "dtype", None) == np.bool_
+        self.dtype = np.uint8 if self.image_shape else np.float32
 
     def __call__(self, raw: Any, out: np.ndarray) -> None:
-        if self.discrete:
+        if self.image_shape:
+            img = np.asarray(raw)
+            if self._hwc:
+                img = img.transpose(2, 0, 1)
+            if self._bool:
+                img = img.astype(np.uint8) * np.uint8(255)
+            out[:] = img.reshape(-1)
+        elif self.discrete:
             out[:] = 0.0
             out[int(raw)] = 1.0
         elif getattr(raw, "ndim", 0) == 1:

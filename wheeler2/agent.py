@@ -8,6 +8,7 @@ Conventions every algorithm follows:
 
 * Observations given to ``act`` are flat float32 arrays ``[N, obs_dim]`` (goal envs: observation
   and desired goal concatenated by the engine). Normalisation, if any, is the agent's business.
+  Image observations (``SpaceInfo.obs_shape``) are flat uint8 rows of a channels-first image.
 * Continuous actions live in ``[-1, 1]^act_dim``; the env adapter rescales them to the Box bounds.
   Discrete actions are int64 ``[N]``.
 * Rewards come as one column per task reward head, ``[B, H]``.
@@ -43,6 +44,10 @@ class SpaceInfo:
     # envs/spaces.py encode_masked; discrete actions only): an agent that cannot keep to the
     # legal actions refuses such a space (agents/parts/masks.py).
     action_mask: bool = False
+    # Image observations: the channels-first (C, H, W) each row of obs_dim = C * H * W uint8
+    # values holds (a stack of k frames is k * C channels); () for flat float32 rows. The
+    # encoders (agents/parts/encoders.py) read it and scale the pixels inside the network.
+    obs_shape: tuple[int, ...] = ()
 
     @property
     def num_heads(self) -> int:

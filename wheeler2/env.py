@@ -33,6 +33,19 @@ class EnvInfo:
     # Turn-based games: the last act_dim observation columns are the legal-action mask
     # (envs/spaces.py encode_masked); discrete actions only.
     action_mask: bool = False
+    # Image observations: the channels-first (C, H, W) of one observation, rows of obs_dim =
+    # C * H * W uint8 values (frames stacked along C with [env] stack); () for flat float32.
+    obs_shape: tuple[int, ...] = ()
+    # Frames per observation (an image stack's k, obs_shape[0] = stack * channels per frame).
+    stack: int = 1
+
+    @property
+    def frame_shape(self) -> tuple[int, ...]:
+        """The (C, H, W) of one frame of an image observation; () for flat ones."""
+        if not self.obs_shape:
+            return ()
+        c, *hw = self.obs_shape
+        return (c // self.stack, *hw)
 
 
 @dataclass
@@ -125,9 +138,11 @@ class VecEnv(Protocol):
 
 
 def policy_obs(obs: np.ndarray, desired_goal: np.ndarray | None) -> np.ndarray:
-    """The flat float32 input of actor and critic: the observation, then the goal if any."""
+    """The flat float32 input of actor and critic: the observation, then the goal if any.
+    Image rows stay uint8 (the encoders scale them inside the network)."""
     if desired_goal is None:
-        return np.asarray(obs, dtype=np.float32)
+        obs = np.asarray(obs)
+        return obs if obs.dtype == np.uint8 else obs.astype(np.float32, copy=False)
     return np.concatenate([obs, desired_goal], axis=-1).astype(np.float32, copy=False)
 
 
@@ -181,7 +196,8 @@ class FrameStackError(ValueError):
 class FrameStack:
     """``[env] stack = k``: the policy sees the last ``k`` observations, oldest first,
     concatenated along the feature axis (``[N, k * obs_dim]``; the same layout as gymnasium's
-    ``FrameStackObservation`` flattened).
+    ``FrameStackObservation`` flattened). For images (channels-first rows) that is a stack
+    along the channel axis: ``(k * C, H, W)``, uint8 kept.
 
     At an episode start the history is the first observation repeated (gymnasium's
     ``padding_type="reset"``) rather than zeros: a repeated frame reads as a system at rest (its
@@ -215,16 +231,22 @@ class FrameStack:
             )
         space = getattr(env, "observation_space", None)
         shape = getattr(space, "shape", None)
-        if shape is not None and len(shape) > 1:
+        image = bool(inner.obs_shape)
+        if shape is not None and len(shape) > 1 and not image:
             raise FrameStackError(
-                f"stacks flat (1-D) observations only; this env's are {tuple(shape)} (an image?). "
-                f"Remove stack, or flatten the observation in a gymnasium wrapper first"
+                f"stacks flat (1-D) observations and images (uint8 or bool Box); this env's are "
+                f"{tuple(shape)}. Remove stack, or flatten the observation in a gymnasium wrapper"
             )
         self.env = env
         self.k = int(k)
         self.num_envs = env.num_envs
-        self.info = dataclasses.replace(inner, obs_dim=inner.obs_dim * self.k)
-        self._frames = np.zeros((env.num_envs, self.k, inner.obs_dim), np.float32)
+        stacked: dict[str, Any] = {"obs_dim": inner.obs_dim * self.k}
+        if image:
+            c, *hw = inner.obs_shape
+            stacked |= {"obs_shape": (c * self.k, *hw), "stack": inner.stack * self.k}
+        self.info = dataclasses.replace(inner, **stacked)
+        dtype = np.uint8 if image else np.float32
+        self._frames = np.zeros((env.num_envs, self.k, inner.obs_dim), dtype)
         self.observation_space = _stacked_space(space, self.k)
 
     def __getattr__(self, name: str) -> Any:
@@ -233,7 +255,7 @@ class FrameStack:
 
     def reset(self, seed: int | None = None) -> EnvReset:
         first = self.env.reset(seed=seed)
-        self._frames[:] = np.asarray(first.obs, np.float32)[:, None, :]
+        self._frames[:] = np.asarray(first.obs, self._frames.dtype)[:, None, :]
         return dataclasses.replace(first, obs=self._frames.reshape(self.num_envs, -1).copy())
 
     def step(self, action: np.ndarray) -> EnvStep:
@@ -245,7 +267,7 @@ class FrameStack:
         frames = final.copy()
         done = st.done
         if done.any():
-            frames[done] = np.asarray(st.obs, np.float32)[done][:, None, :]
+            frames[done] = np.asarray(st.obs, frames.dtype)[done][:, None, :]
         self._frames = frames
         n = self.num_envs
         return dataclasses.replace(
@@ -263,6 +285,14 @@ def _stacked_space(space: Any, k: int) -> Any:
         return None
     from gymnasium import spaces
 
+    if (
+        isinstance(space, spaces.Box)
+        and space.dtype in (np.uint8, np.bool_)
+        and len(space.shape) > 1
+    ):
+        # An image: k raw observations side by side, as the policy's uint8 rows hold them.
+        shape = (k * int(np.prod(space.shape)),)
+        return spaces.Box(0, 255 if space.dtype == np.uint8 else 1, shape, dtype=space.dtype)
     if isinstance(space, spaces.Box):
         low, high = space.low.reshape(-1), space.high.reshape(-1)
         return spaces.Box(np.tile(low, k), np.tile(high, k), dtype=np.float32)

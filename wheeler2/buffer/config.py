@@ -31,11 +31,34 @@ class Layout:
     # Width of the policy-state column (a recurrent learner's state_dim; 0: no column). Rows
     # written without a state, or by a member whose state has another width, hold zeros.
     state_dim: int = 0
+    # Image observations (buffer/frames.py): the channels-first (C, H, W) of one uint8 frame,
+    # and the frames stacked in each observation (obs_dim = stack * C * H * W). Each frame is
+    # stored once; () keeps obs and next_obs as packed float32 columns.
+    frame_shape: tuple[int, ...] = ()
+    stack: int = 1
 
     def __post_init__(self) -> None:
         bad = self.obs_dim <= 0 or self.act_dim <= 0 or self.num_heads <= 0
-        if bad or self.goal_dim < 0 or self.state_dim < 0:
+        if bad or self.goal_dim < 0 or self.state_dim < 0 or self.stack < 1:
             raise ReplayError(f"invalid layout {self}")
+        if self.frame_shape and self.obs_dim != self.stack * self.frame_size:
+            raise ReplayError(
+                f"invalid layout {self}: obs_dim must be stack * prod(frame_shape) "
+                f"= {self.stack * self.frame_size}"
+            )
+
+    @property
+    def images(self) -> bool:
+        """Whether observations are uint8 frames stored once each (buffer/frames.py)."""
+        return bool(self.frame_shape)
+
+    @property
+    def frame_size(self) -> int:
+        """Bytes of one uint8 frame (0 without images)."""
+        size = 1
+        for d in self.frame_shape:
+            size *= int(d)
+        return size if self.frame_shape else 0
 
     @property
     def policy_obs_dim(self) -> int:
@@ -87,6 +110,10 @@ class BufferConfig:
     # Sample the learner's next batch in a thread while the current one trains (its draws see
     # priorities one update older). Off: on the CPU it measured within +-3 % (the GIL).
     prefetch: bool = False
+    # Image replays (buffer/frames.py): frames kept beyond one per transition, as a fraction of
+    # capacity, for the first frame of each episode (episodes averaging fewer than 1 / slack
+    # steps lose their oldest transitions before the ring overwrites them).
+    frame_slack: float = bounded(0.0625, gt=0, le=4)
 
 
 @dataclass(frozen=True)

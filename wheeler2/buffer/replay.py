@@ -22,6 +22,7 @@ from .nstep import fold_returns, gather_window
 from .sampler import PrioritizedSampler, UniformSampler
 from .shm import new_prefix, register_cleanup, unregister_cleanup
 from .storage import (
+    FRAMES,
     LAST_UPDATE,
     LEARNER_PID,
     MAX_PRIORITY,
@@ -98,6 +99,8 @@ class Replay:
             raise ReplayError(f"gamma must lie in [0, 1], got {gamma}")
         if cfg.sequence is not None:
             sequences.check(layout, cfg)
+        if layout.images and layout.goal_dim:
+            raise ReplayError("image observations with goals are not stored (no HER on images)")
         handle = ReplayHandle(new_prefix(), layout, cfg, float(gamma), relabel, seed, reached)
         return cls(handle, True)
 
@@ -284,7 +287,8 @@ class Replay:
             lo, hi = cols[name]
             return rows0[:, lo:hi]
 
-        raw: dict[str, Any] = {"obs": col("obs")}
+        images = self.layout.images  # frames rebuilt into stacks (buffer/frames.py)
+        raw: dict[str, Any] = {"obs": st.gather("obs", slot0) if images else col("obs")}
         raw["action"] = np.take(a["action"], slot0) if self.layout.discrete else col("action")
         if self.layout.logp:
             raw["logp"] = col("logp")[:, 0]
@@ -301,7 +305,7 @@ class Replay:
             # The common case without window bookkeeping.
             raw["reward"] = col("reward").copy()  # relabelling writes into it
             raw["terminated"] = np.take(a["terminated"], slot0)
-            raw["next_obs"] = col("next_obs")
+            raw["next_obs"] = st.gather("next_obs", slot0) if images else col("next_obs")
             if her is not None:
                 # Everything the relabelled rows' new rewards need, in one gather of their
                 # packed rows (column views of it are handed to the relabel function).
@@ -425,6 +429,7 @@ class Replay:
                 "layout": repr(self.layout),
                 "arrays": arrays,
                 "total": int(hdr[TOTAL]),
+                "frames_total": int(hdr[FRAMES]),
                 "updates": int(hdr[UPDATES]),
                 "writer_uid": int(hdr[WRITER_UID]),
                 "synced": int(hdr[SYNCED]),
@@ -436,8 +441,11 @@ class Replay:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("format") != "wheeler2.replay/1":
             raise ReplayError("not a wheeler2 replay state")
-        # Checkpoints from before the state column spell the layout without state_dim.
-        layouts = {repr(self.layout), repr(self.layout).replace(", state_dim=0)", ")")}
+        # Checkpoints from before the state column (or the image fields) spell the layout
+        # without them.
+        now = repr(self.layout)
+        flat = now.replace(", frame_shape=(), stack=1)", ")")
+        layouts = {now, flat, flat.replace(", state_dim=0)", ")")}
         if state["capacity"] != self.cfg.capacity or state["layout"] not in layouts:
             raise ReplayError(
                 f"replay checkpoint is for capacity {state['capacity']} and {state['layout']}, "
@@ -455,6 +463,7 @@ class Replay:
                 st.arrays[name][...] = arr.astype(st.arrays[name].dtype, copy=False)
             hdr = st.hdr
             hdr[TOTAL] = hdr[1] = state["total"]  # RESERVED = TOTAL: nothing in flight
+            hdr[FRAMES] = state.get("frames_total", 0)
             hdr[UPDATES] = state["updates"]
             hdr[WRITER_UID] = max(int(hdr[WRITER_UID]), state["writer_uid"])
             hdr[SYNCED] = state["synced"] if "priority" in state["arrays"] else 0

@@ -103,6 +103,8 @@ class SequenceRaw:
     state: np.ndarray | None  # float32 [B, state_dim] stored at each first step
     relabelled: np.ndarray | None  # int64 [m] rows given a new goal
     goal: np.ndarray | None  # float32 [m, goal_dim] their goals
+    # Image layouts: (obs, next_obs) uint8 [B, T + n - 1, obs_dim] rebuilt from their frames.
+    images: tuple[np.ndarray, np.ndarray] | None = None
 
 
 _SEQJIT: ModuleType | None = None
@@ -183,7 +185,12 @@ def gather(
         relabelled, g = choose_sequence_goals(storage, cfg, j, slots[:, 0], burn, total, rng)
         lo, hi = storage.columns["next_achieved_goal"]
         goal = storage.packed[g % cfg.capacity, lo:hi]
-    return SequenceRaw(j, slots, alive, burn, rows, terminated, action, state, relabelled, goal)
+    images = None
+    if lay.images:
+        images = (storage.gather("obs", slots), storage.gather("next_obs", slots))
+    return SequenceRaw(
+        j, slots, alive, burn, rows, terminated, action, state, relabelled, goal, images
+    )
 
 
 def choose_sequence_goals(
@@ -239,7 +246,7 @@ def finish(
 
     alive = raw.alive
     reward = col("reward")
-    obs, next_obs = col("obs"), col("next_obs")
+    obs, next_obs = raw.images if raw.images is not None else (col("obs"), col("next_obs"))
     action = raw.action if raw.action is not None else col("action")
     if lay.goal_dim:
         goal = col("desired_goal").copy()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import frames as frame_ring
 from .config import BufferConfig, Layout, ReplayConfig
 from .locks import RobustLock, SharedCondition
 from .shm import NamedSemaphore, Segment
@@ -33,6 +34,7 @@ SYNCED = 8  # inserts the prioritized sampler has given leaves to (for checkpoin
 LEARNER_PID = 9  # the process that samples; its own writers never block on the gate
 REPAIR = 10  # set when the lock was taken back from a dead holder
 RELEASED = 11  # the run is stopping: producers insert without waiting on the gate
+FRAMES = 12  # frames inserted so far (image replays, buffer/frames.py)
 INT_HEADER = 16
 # Float header slots.
 LAST_INSERT = 0  # wall time of the last insert
@@ -46,9 +48,10 @@ def packed_columns(layout: Layout) -> dict[str, tuple[int, int]]:
 
     A batch gathers rows at random, and each row of each array costs a cache miss: packing
     obs, next_obs, action, reward, logp and goals side by side turns five to eight random
-    gathers into one (the arrays the rest of the code sees are column views of it).
+    gathers into one (the arrays the rest of the code sees are column views of it). Image
+    observations are not packed: their frames are stored once each (buffer/frames.py).
     """
-    widths = [("obs", layout.obs_dim), ("next_obs", layout.obs_dim)]
+    widths = [] if layout.images else [("obs", layout.obs_dim), ("next_obs", layout.obs_dim)]
     if not layout.discrete:
         widths.append(("action", layout.act_dim))
     widths.append(("reward", layout.num_heads))
@@ -87,6 +90,8 @@ def field_specs(layout: Layout, cfg: BufferConfig) -> dict[str, tuple[tuple[int,
         # A segment of its own, not a packed column: only a sequence's first step is read, and
         # in the packed rows it would widen every gathered step by state_dim floats.
         specs["state"] = ((c, layout.state_dim), np.float32)
+    if layout.images:
+        specs |= frame_ring.frame_specs(layout, cfg)
     if cfg.prioritized:
         specs["priority"] = ((padded_size(c),), np.float64)  # priority ** alpha per slot
     specs["hdr"] = ((INT_HEADER,), np.int64)
@@ -109,6 +114,7 @@ DATA_FIELDS = (
     "state",
     "episode",
     "step",
+    "refs",
 )
 
 
@@ -121,6 +127,10 @@ class Block:
     rel_ep_end: np.ndarray | None  # int64 [n]: block-relative index of the episode's last step
     patches: np.ndarray  # int64 [m, 2]: (absolute number of a previous tail, relative head)
     n: int
+    # Image replays: the block's new frames [f, frame_size] uint8 (data["refs"] names them in
+    # the encoding of frames.decode) and, once inserted, the absolute number of the first.
+    frames: np.ndarray | None = None
+    frame_start: int = -1
 
 
 class Storage:
@@ -152,6 +162,13 @@ class Storage:
             self.arrays[name] = view[:, 0] if name == "logp" else view
         self.hdr = self.arrays["hdr"]
         self.fhdr = self.arrays["fhdr"]
+        self.images = layout.images
+        if self.images:
+            self.frames = self.arrays["frames"].reshape(len(self.arrays["frames"]), -1)
+            self.frame_abs = self.arrays["frame_abs"]
+            self.num_frames = self.frame_abs.shape[0]
+            if create:
+                self.frame_abs[:] = -1
         if create:
             self.arrays["abs"][:] = -1
             self.arrays["next"][:] = -1
@@ -203,7 +220,10 @@ class Storage:
         a["abs"][s0 : s0 + first] = -1
         if first < m:
             a["abs"][: m - first] = -1
-        for name, values in block.data.items():
+        data = block.data
+        if block.frames is not None:
+            data = {**data, "refs": self._insert_frames(block)}
+        for name, values in data.items():
             self._put(a[name], s0, first, values[drop:])
         links = np.where(block.rel_next >= 0, block.rel_next + start, -1)
         self._put(a["next"], s0, first, links[drop:])
@@ -220,6 +240,26 @@ class Storage:
         self.fhdr[LAST_INSERT] = time.time()
         return start
 
+    def _insert_frames(self, block: Block) -> np.ndarray:
+        """Copy the block's new frames into the frame ring; returns its references as
+        absolute frame numbers. Lock held."""
+        assert block.frames is not None
+        f = self.num_frames
+        m = block.frames.shape[0]
+        start = int(self.hdr[FRAMES])
+        drop = max(0, m - f)
+        s0 = (start + drop) % f
+        first = min(m - drop, f - s0)
+        # As for transitions: invalid first, so a torn frame never matches its number.
+        self.frame_abs[s0 : s0 + first] = -1
+        if first < m - drop:
+            self.frame_abs[: m - drop - first] = -1
+        self._put(self.frames, s0, first, block.frames[drop:])
+        self._put(self.frame_abs, s0, first, np.arange(start + drop, start + m, dtype=np.int64))
+        self.hdr[FRAMES] = start + m
+        block.frame_start = start
+        return frame_ring.decode(block.data["refs"], start)
+
     @staticmethod
     def _put(dst: np.ndarray, s0: int, first: int, values: np.ndarray) -> None:
         dst[s0 : s0 + first] = values[:first]
@@ -232,17 +272,33 @@ class Storage:
         """Which absolute numbers ``j`` are still stored intact, given ``total`` inserts."""
         ok = (j >= max(0, total - self.capacity)) & (j < total)
         slot = np.where(ok, j, 0) % self.capacity
-        return ok & (self.arrays["abs"][slot] == j)
+        ok &= self.arrays["abs"][slot] == j
+        if self.images:
+            # A slot is whole only while the frame ring still holds every frame it names.
+            refs = self.arrays["refs"][slot]
+            ok &= (self.frame_abs[refs % self.num_frames] == refs).all(axis=1)
+        return ok
 
     def gather(self, name: str, index: np.ndarray) -> np.ndarray:
         """Rows ``index`` of field ``name``. Float fields are column views of ``packed``, and
-        ``np.take`` on a strided view first copies the whole view: index ``packed`` instead."""
+        ``np.take`` on a strided view first copies the whole view: index ``packed`` instead.
+        Image ``obs`` / ``next_obs`` are rebuilt from their frames (flat uint8 rows)."""
+        if self.images and name in ("obs", "next_obs"):
+            return self.stacks(index, name == "next_obs")
         cols = self.columns.get(name)
         if cols is None:
             return np.take(self.arrays[name], index, axis=0)
         lo, hi = cols
         out = self.packed[index, lo:hi]
         return out[..., 0] if name == "logp" else out
+
+    def stacks(self, index: np.ndarray, following: bool) -> np.ndarray:
+        """The stacked observations (``following``: next observations) of slots ``index``
+        (any shape), as flat uint8 rows ``[..., stack * frame_size]``: one gather of frames."""
+        refs = np.take(self.arrays["refs"], index, axis=0)
+        refs = refs[..., 1:] if following else refs[..., :-1]
+        rows = self.frames[refs % self.num_frames]
+        return rows.reshape(*np.shape(index), -1)
 
     def size(self) -> int:
         return int(min(self.hdr[TOTAL], self.capacity))
@@ -252,6 +308,8 @@ class Storage:
     def close(self) -> None:
         self.arrays = {}
         self.packed = None  # type: ignore[assignment]
+        if self.images:  # views of a segment keep it mapped
+            self.frames = self.frame_abs = None  # type: ignore[assignment]
         for seg in self.segments.values():
             seg.close()
 

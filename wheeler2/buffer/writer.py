@@ -18,6 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from .config import Layout, ReplayConfig, ReplayError
+from .frames import FrameStager
 from .storage import DATA_FIELDS, Block
 
 
@@ -56,9 +57,12 @@ class Writer:
         self.cap = self.chunk if not self.whole_episodes else max(self.chunk, 64)
         lay = self.layout
         n = num_envs
+        # Image rows are staged whole and become frames and references at flush (frames.py).
+        obs_type = np.uint8 if lay.images else np.float32
+        self.frames = FrameStager(lay, num_envs) if lay.images else None
         self._shapes: dict[str, tuple[tuple[int, ...], type]] = {
-            "obs": ((lay.obs_dim,), np.float32),
-            "next_obs": ((lay.obs_dim,), np.float32),
+            "obs": ((lay.obs_dim,), obs_type),
+            "next_obs": ((lay.obs_dim,), obs_type),
             "action": ((), np.int64) if lay.discrete else ((lay.act_dim,), np.float32),
             "reward": ((lay.num_heads,), np.float32),
             "terminated": ((), np.bool_),
@@ -216,11 +220,17 @@ class Writer:
         tails = self.tail[envs]
         has_tail = tails >= 0
         patches = np.stack([tails[has_tail], offsets[has_tail]], axis=1).astype(np.int64)
-        block = Block(data, rel_next, rel_ep_end, patches, n)
+        frames = None
+        if self.frames is not None:
+            obs, next_obs = data.pop("obs"), data.pop("next_obs")
+            frames, data["refs"] = self.frames.pack(obs, next_obs, env_of_row, data["step"])
+        block = Block(data, rel_next, rel_ep_end, patches, n, frames)
         start = self.table.insert(block, wait=self._may_wait())
         last_done = (
             self.stage["terminated"][envs, counts - 1] | self.stage["truncated"][envs, counts - 1]
         )
+        if self.frames is not None:
+            self.frames.inserted(block.frame_start)
         self.tail[envs] = np.where(last_done, -1, start + offsets + counts - 1)
         self.count[envs] = 0
         self.inserted += n

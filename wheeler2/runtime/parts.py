@@ -42,6 +42,11 @@ def space_info(info: EnvInfo, heads: RewardHeads) -> SpaceInfo:
         )
     if info.action_mask and not info.discrete:
         raise ValueError("an action mask needs a discrete action space")
+    if info.obs_shape and (info.goal_dim or info.action_mask):
+        raise ValueError(
+            "image observations take no goals or action mask beside them: the encoders read "
+            "the whole row as one image"
+        )
     return SpaceInfo(
         obs_dim=info.obs_dim + info.goal_dim,
         act_dim=info.act_dim,
@@ -49,6 +54,7 @@ def space_info(info: EnvInfo, heads: RewardHeads) -> SpaceInfo:
         heads=heads.names,
         head_weights=heads.weights,
         action_mask=info.action_mask,
+        obs_shape=info.obs_shape,
     )
 
 
@@ -76,4 +82,6 @@ def replay_layout(info: EnvInfo, heads: RewardHeads, logp: bool, state_dim: int 
         goal_dim=info.goal_dim,
         logp=logp,
         state_dim=state_dim,
+        frame_shape=info.frame_shape,
+        stack=info.stack,
     )

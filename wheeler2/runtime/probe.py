@@ -81,6 +81,8 @@ def buffer_bytes(config: Config, info: EnvInfo) -> int:
         num_heads=len(config.task.heads),
         goal_dim=info.goal_dim,
         logp=True,  # an upper bound: set when some explorer stores a behaviour log-prob
+        frame_shape=info.frame_shape,
+        stack=info.stack,
     )
     specs = field_specs(layout, config.buffer)  # reads only capacity and prioritized
     return sum(math.prod(shape) * _itemsize(dtype) for shape, dtype in specs.values())

@@ -1,0 +1,261 @@
+"""The byte-lean image replay (wheeler2/buffer/frames.py): each uint8 frame stored once, stacks
+rebuilt from each episode's own frames, with n-step, PER and sequences; the memory check.
+
+Frames are tiny (2 channels of 3x3) and every pixel of a frame holds one value that names its
+episode and step, so a rebuilt stack can be read back frame by frame.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from wheeler2.buffer import Layout, Replay, ReplayConfig
+from wheeler2.buffer.frames import frame_capacity
+from wheeler2.buffer.storage import FRAMES, TOTAL, field_specs
+from wheeler2.needs import SequenceConfig
+
+K = 4  # frames per observation
+SHAPE = (2, 3, 3)
+SIZE = 18
+
+
+def frame(episode: int, t: int) -> np.ndarray:
+    return np.full(SIZE, (episode * 16 + t) % 256, np.uint8)
+
+
+def layout(stack: int = K) -> Layout:
+    return Layout(obs_dim=stack * SIZE, act_dim=3, discrete=True, frame_shape=SHAPE, stack=stack)
+
+
+def replay(capacity: int = 200, stack: int = K, **cfg) -> Replay:
+    config = ReplayConfig(capacity=capacity, batch_size=16, min_size=1, updates_per_insert=0, **cfg)
+    return Replay.create(layout(stack), config, gamma=0.5, seed=0)
+
+
+class Episodes:
+    """``n`` env copies of episodes of given lengths, stacked as wheeler2.env.FrameStack does:
+    the first frame repeated at a start, the true last frame in the final stack."""
+
+    def __init__(self, lengths: list[list[int]], stack: int = K) -> None:
+        self.lengths = lengths
+        self.k = stack
+        self.n = len(lengths)
+        self.episode = [0] * self.n
+        self.t = [0] * self.n
+        self.ids = [i * 100 for i in range(self.n)]  # episode id per copy (frame values)
+        self.hist = [[frame(self.ids[i], 0)] * stack for i in range(self.n)]
+        self.steps = 0
+
+    def step(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        obs = np.stack([np.concatenate(h) for h in self.hist])
+        nxt_hist, done = [], np.zeros(self.n, bool)
+        for i in range(self.n):
+            nxt_hist.append([*self.hist[i][1:], frame(self.ids[i], self.t[i] + 1)])
+            length = self.lengths[i][self.episode[i] % len(self.lengths[i])]
+            done[i] = self.t[i] + 1 == length
+        nxt = np.stack([np.concatenate(h) for h in nxt_hist])
+        for i in range(self.n):
+            self.t[i] += 1
+            if done[i]:
+                self.episode[i] += 1
+                self.ids[i] += 1
+                self.t[i] = 0
+                self.hist[i] = [frame(self.ids[i], 0)] * self.k
+            else:
+                self.hist[i] = nxt_hist[i]
+        self.steps += self.n
+        return obs, nxt, done
+
+    def run(self, rb: Replay, steps: int, **kw) -> None:
+        w = rb.writer(num_envs=self.n, **kw)
+        for _ in range(steps):
+            obs, nxt, done = self.step()
+            w.add(
+                obs, np.zeros(self.n, np.int64), np.ones(self.n), nxt, done, np.zeros(self.n, bool)
+            )
+        w.flush()
+
+
+def values(rows: np.ndarray, stack: int = K) -> np.ndarray:
+    """[B, stack] frame values of flat stacked rows (each frame holds one value)."""
+    return rows.reshape(len(rows), stack, SIZE)[:, :, 0].astype(int)
+
+
+def check_stacks(obs: np.ndarray, nxt: np.ndarray) -> None:
+    """Every stack holds consecutive frames of one episode, a start's first frame repeated."""
+    for o, n in zip(values(obs), values(nxt)):
+        seq = [*o, n[-1]]
+        assert list(n) == seq[1:]  # next_obs is obs shifted by one new frame
+        ep = {v // 16 for v in seq}
+        assert len(ep) == 1, f"stack {seq} mixes episodes"
+        steps = [v % 16 for v in seq]
+        first = steps[0]
+        expect = [max(first, s) for s in steps]
+        assert steps == expect
+        diffs = np.diff(steps)
+        assert set(diffs.tolist()) <= {0, 1}
+        # Repeats only at the episode's first frame.
+        assert all(s == 0 for s, d in zip(steps, [1, *diffs]) if d == 0)
+
+
+def test_each_frame_is_stored_once():
+    # 3 copies, episodes of 5, 7 and 11 steps: one frame per transition plus each episode's
+    # first frame (repeated k times in its first stack, stored once).
+    env = Episodes([[5], [7], [11]])
+    with replay() as rb:
+        env.run(rb, 40)
+        st = rb.storage
+        transitions = int(st.hdr[TOTAL])
+        episodes_started = sum(1 + (40 - 1) // L for L in (5, 7, 11))
+        assert transitions == 120
+        assert int(st.hdr[FRAMES]) == transitions + episodes_started
+
+
+def test_frames_go_on_across_flushes_without_copies():
+    # chunk 3: a copy's stacks continue across blocks from the frames already stored.
+    env = Episodes([[13], [15]])
+    with replay(chunk=3) as rb:
+        env.run(rb, 30)
+        assert int(rb.storage.hdr[FRAMES]) == 60 + 3 + 2
+        b = rb.sample(64)
+        check_stacks(b["obs"], b["next_obs"])
+
+
+def test_stacks_never_cross_an_episode_start():
+    env = Episodes([[2, 3, 6], [4], [1, 9]])
+    with replay() as rb:
+        env.run(rb, 60)
+        for _ in range(5):
+            b = rb.sample(64)
+            assert b["obs"].dtype == np.uint8 and b["obs"].shape == (64, K * SIZE)
+            check_stacks(b["obs"], b["next_obs"])
+
+
+def test_a_start_whose_first_frame_equals_the_last_one_still_starts_fresh():
+    # The next episode's first frame equals the final frame of the one before (value 0 at both
+    # ends); the writer must not link the new stack to the old episode's frames.
+    lay = layout()
+    with Replay.create(lay, ReplayConfig(capacity=50, min_size=1, updates_per_insert=0), 0.9) as rb:
+        w = rb.writer(num_envs=1)
+        f = [np.full(SIZE, v, np.uint8) for v in (0, 7, 9, 0)]
+        stacks = [[f[0]] * 4, [f[0], f[0], f[0], f[1]], [f[0], f[0], f[1], f[2]]]
+        final = [f[0], f[1], f[2], f[3]]
+        seq = [*stacks, final]
+        for t in range(3):
+            w.add(
+                np.concatenate(seq[t])[None],
+                np.zeros(1, np.int64),
+                np.ones(1),
+                np.concatenate(seq[t + 1])[None],
+                np.array([t == 2]),
+                np.zeros(1, bool),
+            )
+        start = np.concatenate([f[3]] * 4)[None]
+        nxt = np.concatenate([f[3], f[3], f[3], np.full(SIZE, 5, np.uint8)])[None]
+        w.add(start, np.zeros(1, np.int64), np.ones(1), nxt, np.zeros(1, bool), np.zeros(1, bool))
+        w.flush()
+        got = rb.storage.gather("obs", np.array([3]))
+        assert values(got).tolist() == [[0, 0, 0, 0]]
+        # The start's frames: its own first frame, not the old episode's 0, 7, 9.
+        refs = rb.storage.arrays["refs"][3]
+        assert len(set(refs[:K].tolist())) == 1
+
+
+def test_a_row_that_does_not_continue_its_copy_stores_its_own_frame():
+    # Stack 1, a multi-agent style copy that was absent for a step (valid = False): its next
+    # observation is not the next_obs stored last, so the writer stores it instead of linking.
+    with replay(stack=1) as rb:
+        w = rb.writer(num_envs=1)
+        one = np.ones(1)
+        no = np.zeros(1, bool)
+        act = np.zeros(1, np.int64)
+        w.add(frame(0, 0)[None], act, one, frame(0, 1)[None], no, no)
+        w.add(frame(0, 1)[None], act, one, frame(0, 2)[None], no, no, valid=np.array([False]))
+        w.add(frame(0, 5)[None], act, one, frame(0, 6)[None], no, no)
+        w.flush()
+        st = rb.storage
+        assert values(st.gather("obs", np.arange(2)), 1)[:, 0].tolist() == [0, 5]
+        assert values(st.gather("next_obs", np.arange(2)), 1)[:, 0].tolist() == [1, 6]
+
+
+def test_nstep_windows_and_next_stacks_stay_in_their_episode():
+    env = Episodes([[5], [5]])
+    with replay(n_step=3) as rb:
+        env.run(rb, 40)
+        b = rb.sample(128)
+        o, n = values(b["obs"]), values(b["next_obs"])
+        for i in range(128):
+            ep = o[i, -1] // 16
+            assert n[i, -1] // 16 == ep
+            k = n[i, -1] % 16 - o[i, -1] % 16
+            assert 1 <= k <= 3
+            terminal = n[i, -1] % 16 == 5  # the window reached the episode's last step
+            assert b["discount"][i] == pytest.approx(0.0 if terminal else 0.5**k)
+            assert b["reward"][i, 0] == pytest.approx(sum(0.5**j for j in range(k)))
+
+
+def test_prioritized_sampling_reads_frames():
+    env = Episodes([[6]])
+    with replay(prioritized=True) as rb:
+        env.run(rb, 30)
+        b = rb.sample(16)
+        check_stacks(b["obs"], b["next_obs"])
+        rb.update_priorities(b["index"], np.linspace(0.1, 5, 16))
+        b = rb.sample(16)
+        check_stacks(b["obs"], b["next_obs"])
+        assert (b["weight"] <= 1.0 + 1e-6).all() and b["weight"].min() < 1.0
+
+
+def test_sequences_rebuild_stacks_per_step():
+    env = Episodes([[12], [9]])
+    seq = SequenceConfig(length=4, burn_in=2, stride=2)
+    with replay(sequence=seq) as rb:
+        env.run(rb, 40)
+        b = rb.sample(8)
+        assert b["obs"].shape == (8, 6, K * SIZE) and b["obs"].dtype == np.uint8
+        for row in range(8):
+            alive = b["alive"][row]
+            obs = b["obs"][row][alive]
+            nxt = b["next_obs"][row][: len(obs)]
+            check_stacks(obs, nxt)
+            # Consecutive positions are consecutive steps of one episode.
+            last = values(obs)[:, -1]
+            assert (np.diff(last) == 1).all()
+
+
+def test_overwritten_frames_invalidate_their_slots_not_the_batch():
+    # Episodes of 1 step store 2 frames each: the frame ring (capacity + slack) runs out before
+    # the slot ring, so the oldest slots lose frames and are redrawn, never read torn.
+    env = Episodes([[1], [2]])
+    with replay(capacity=64, frame_slack=0.5) as rb:
+        env.run(rb, 200)
+        for _ in range(10):
+            b = rb.sample(32)
+            check_stacks(b["obs"], b["next_obs"])
+
+
+def test_bytes_per_transition_are_near_one_frame():
+    # 84x84 frames stacked 4, the issue's target: <= 1.1x one uint8 frame per transition.
+    lay = Layout(obs_dim=4 * 84 * 84, act_dim=6, discrete=True, frame_shape=(1, 84, 84), stack=4)
+    cfg = ReplayConfig(capacity=100_000, prioritized=True)
+    specs = field_specs(lay, cfg)
+    total = sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d in specs.values())
+    per = total / cfg.capacity
+    assert per <= 1.1 * 84 * 84, per
+    assert frame_capacity(lay, cfg) < 1.07 * cfg.capacity
+    # No float32 observation columns at all.
+    assert specs["packed"][0][1] <= 4
+
+
+def test_replay_state_round_trips_frames():
+    env = Episodes([[5], [7]])
+    with replay() as rb:
+        env.run(rb, 20)
+        state = rb.state_dict()
+        total, frames = int(rb.storage.hdr[TOTAL]), int(rb.storage.hdr[FRAMES])
+    with replay() as rb2:
+        rb2.load_state_dict(state)
+        assert int(rb2.storage.hdr[FRAMES]) == frames and int(rb2.storage.hdr[TOTAL]) == total
+        b = rb2.sample(32)
+        check_stacks(b["obs"], b["next_obs"])
