@@ -193,9 +193,10 @@ class DDPG(OffPolicy, Agent):
             self.head_trainer.load_state_dict(streams["head_trainer"])
 
     # Weight sync by name (wheeler2/sync.py): a learner offers its critic; a detached explorer
-    # takes it (every head's nets: it reads head h's) instead of the learner's actor.
+    # takes it (every head's nets: it reads head h's) instead of the learner's actor; an
+    # evolutionary member (agents/cem.py, CEM-RL) takes the critic and the actor by name.
     def published_modules(self) -> dict[str, nn.Module]:
-        return {"critic": self.critic}
+        return {"critic": self.critic, "actor": self.actor_net}
 
     def pulled_modules(self) -> dict[str, nn.Module] | None:
         return {"critic": self.critic} if self.head_trainer is not None else None

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 from wheeler2.agents.noise import KINDS, noise_from
 from wheeler2.agents.offpolicy import OffPolicy, View
 from wheeler2.agents.parts import seeded
@@ -116,6 +117,11 @@ class TD3(OffPolicy, Agent):
 
     def decide(self, z: torch.Tensor, sample: bool) -> torch.Tensor:
         return self.mu(z)
+
+    # Weight sync by name (wheeler2/sync.py): an evolutionary member (agents/cem.py, CEM-RL)
+    # pulls the critic, and the actor beside it, through the same block as the actor.
+    def published_modules(self) -> dict[str, nn.Module]:
+        return {"critic": self.critic, "actor": self.actor_net}
 
     def head_values(self, obs: np.ndarray) -> np.ndarray:
         """Q_h(s, mu(s)) of each head, ``[N, H]``, from the critic the actor maximizes
