@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from wheeler2.agents.offpolicy import OffPolicy, View, loss_step
 from wheeler2.agents.parts import seeded
-from wheeler2.agents.parts.encoders import MLP
+from wheeler2.agents.parts.encoders import MLP, AugmentParams
 from wheeler2.agents.parts.heads import DiscreteQ
 from wheeler2.agents.parts.masks import masked_argmax, random_legal
 from wheeler2.agents.parts.noisy import noisy_head_, resample_noise
@@ -43,7 +43,7 @@ from wheeler2.schema import bounded, choice, sizes
 
 
 @dataclass
-class Params(SequenceParams):
+class Params(SequenceParams, AugmentParams):
     # The recurrent options (core, core_size, trunk_reads, seq_*) come from SequenceParams.
     # Bounds in the fields are checked by the config reader against [team.params].
     gamma: float = bounded(0.99, ge=0, le=1)  # discount (the buffer applies it for n-step)

@@ -27,6 +27,7 @@ actor's parameters only) are shared with the detached explorer.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any, ClassVar
@@ -37,7 +38,14 @@ from torch import nn
 from wheeler2.agents.normalize import IdentityNorm, make_obs_norm
 from wheeler2.agents.parts import resolve_device
 from wheeler2.agents.parts.batch import SequenceView, StepView
-from wheeler2.agents.parts.encoders import feature_dim, rbf_features_
+from wheeler2.agents.parts.encoders import (
+    feature_dim,
+    image_encoder,
+    image_feature_dim,
+    image_features_,
+    random_shift,
+    rbf_features_,
+)
 from wheeler2.agents.parts.masks import legal_actions_np, random_legal, refuse_mask
 from wheeler2.agents.parts.noisy import noise_off, noisy_layers
 from wheeler2.agents.parts.numpy_forward import NumpyForward
@@ -49,6 +57,30 @@ from wheeler2.checkpoint import generator_state, set_generator_state
 from wheeler2.needs import AgentNeeds
 
 View = StepView | SequenceView
+
+
+def image_problem(params: Any, space: SpaceInfo) -> tuple[str, str] | None:
+    """(key, what is wrong) when these params cannot serve ``space``'s observations (image
+    keys on flat observations, flat-only options on images); None when they fit."""
+    image = bool(space.obs_shape)
+    if not image:
+        for key in ("encoder", "augment"):
+            value = getattr(params, key, None)
+            if value not in (None, "auto", "none"):
+                return (key, f"{key} = {value!r} needs image observations; this env's are flat")
+        return None
+    if getattr(params, "normalize_obs", False):
+        return (
+            "normalize_obs",
+            "image observations are scaled inside the encoder: leave normalize_obs out",
+        )
+    if getattr(params, "features", "none") != "none":
+        return (
+            "features",
+            f'features = "{params.features}" encodes flat observations; images '
+            'go through the encoder (encoder = "nature_cnn" or "impala")',
+        )
+    return None
 
 
 def offpolicy_needs(params: Any) -> AgentNeeds:
@@ -98,7 +130,7 @@ class OffPolicy:
         if space.discrete != self.discrete:
             kind = "a discrete" if self.discrete else "a continuous (Box)"
             raise ValueError(f"{name} needs {kind} action space")
-        problem = core_problem(params)
+        problem = core_problem(params) or image_problem(params, space)
         if problem is not None:
             raise ValueError(f"{problem[0]}: {problem[1]}")
         p = params
@@ -122,6 +154,9 @@ class OffPolicy:
         self.env_steps = 0
         self.updates = 0
         self.last_actor_loss: Any = 0.0
+        # DrQ's random shift of the images each update trains on (never of what it acts on).
+        self.augment = bool(space.obs_shape) and getattr(p, "augment", "none") == "shift"
+        self.aug_gen = torch.Generator().manual_seed(seed + 5)
 
     # -- building ------------------------------------------------------------------------------
 
@@ -136,7 +171,8 @@ class OffPolicy:
         (the observation itself, or its RBF features with ``features = "rbf"``), or after a
         recurrent core (:class:`RecurrentNet`, whose state joins the policy state). ``critic``
         and ``actions`` are the recurrent network's sync declarations (a critic has no roles)."""
-        p, obs_dim = self.params, self.space.obs_dim
+        p, obs_dim, shape = self.params, self.space.obs_dim, self.space.obs_shape
+        kind = getattr(p, "encoder", "auto")
         if self.recurrent:
             net: nn.Module = RecurrentNet(
                 p.core,
@@ -147,11 +183,16 @@ class OffPolicy:
                 name="q" if critic else "mlp",
                 roles=not critic,
                 actions=actions,
+                # Images: the core reads the encoder's features, not the pixels.
+                encoder=image_encoder(kind, shape) if shape else None,
             )
             size = net.core.state_dim
             net.state_at = (self.state_dim, self.state_dim + size)
             self.state_dim += size
             self.cores.append(net)
+        elif shape:
+            net = body(image_feature_dim(kind, shape))
+            image_features_(net, kind, shape)
         else:
             features = getattr(p, "features", "none")
             net = body(feature_dim(features, obs_dim, getattr(p, "rbf_centers", 0)))
@@ -288,6 +329,8 @@ class OffPolicy:
 
     def learn(self, batch: Batch) -> LearnOut:
         p = self.params
+        if self.augment:
+            batch = self.shifted(batch)
         if self.recurrent:
             name = type(self).__name__
             v: View = SequenceView.of(
@@ -297,6 +340,14 @@ class OffPolicy:
             v = StepView.of(batch, self.obs_norm)
         metrics, abs_td = self.update(v)
         return LearnOut(metrics=metrics, td_error=v.priority(abs_td))
+
+    def shifted(self, batch: Batch) -> Batch:
+        """The batch with DrQ's random shift on its observations and next observations, each
+        row shifted on its own (``augment = "shift"``, ``shift_pad`` pixels)."""
+        shape, pad, gen = self.space.obs_shape, int(self.params.shift_pad), self.aug_gen
+        obs = random_shift(batch.obs, shape, pad, gen)
+        next_obs = random_shift(batch.next_obs, shape, pad, gen)
+        return dataclasses.replace(batch, obs=obs, next_obs=next_obs)
 
     def update(self, v: View) -> tuple[dict[str, float], torch.Tensor]:
         """The algorithm's gradient step(s) on ``v``: (metrics, each sample's |TD error|)."""
@@ -369,6 +420,8 @@ class OffPolicy:
             "rng": generator_state(self.rng),
             "noise_gen": self.noise_gen.get_state(),
         }
+        if self.augment:
+            streams["aug_gen"] = self.aug_gen.get_state()
         if self.noise is not None:
             streams["noise"] = self.noise.state_dict()
         return streams
@@ -376,6 +429,8 @@ class OffPolicy:
     def load_stream_state(self, streams: dict[str, Any]) -> None:
         set_generator_state(self.rng, streams["rng"])
         self.noise_gen.set_state(streams["noise_gen"])
+        if "aug_gen" in streams:
+            self.aug_gen.set_state(streams["aug_gen"])
         if self.noise is not None and "noise" in streams:
             self.noise.load_state_dict(streams["noise"])
 

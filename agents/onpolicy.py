@@ -41,7 +41,12 @@ from torch import nn
 from wheeler2.agents.normalize import make_obs_norm
 from wheeler2.agents.parts import resolve_device
 from wheeler2.agents.parts.distributions import evaluate_actions, evaluate_outputs, sample_outputs
-from wheeler2.agents.parts.encoders import ortho_init_
+from wheeler2.agents.parts.encoders import (
+    image_encoder,
+    image_feature_dim,
+    image_features_,
+    ortho_init_,
+)
 from wheeler2.agents.parts.heads import VCritic, build_actor
 from wheeler2.agents.parts.masks import legal_actions
 from wheeler2.agents.parts.memory import RecurrentMemory
@@ -79,8 +84,11 @@ class RecurrentActor(RecurrentMemory):
         log_std_init: float = 0.0,
         ortho: bool = True,
         trunk_reads: str = "obs",
+        encoder: nn.Module | None = None,
     ) -> None:
-        super().__init__(obs_dim, kind, size, hidden, act, ortho, trunk_reads)
+        super().__init__(obs_dim, kind, size, hidden, act, ortho, trunk_reads, encoder)
+        if encoder is not None:  # image observations: the encoder syncs as a role of its own
+            self.sync_roles = {**self.sync_roles, "encoder": "encoder"}
         self.discrete = discrete
         self.sync_actions = "discrete" if discrete else "continuous"
         self.head = nn.Linear(self.features_dim, act_dim)
@@ -123,8 +131,9 @@ class RecurrentCritic(RecurrentMemory):
         size: int,
         ortho: bool,
         trunk_reads: str = "obs",
+        encoder: nn.Module | None = None,
     ) -> None:
-        super().__init__(obs_dim, kind, size, hidden, act, ortho, trunk_reads)
+        super().__init__(obs_dim, kind, size, hidden, act, ortho, trunk_reads, encoder)
         self.head = nn.Linear(self.features_dim, 1)
         if ortho:
             ortho_init_(self.head, 1.0)
@@ -148,18 +157,46 @@ def actor_critic(space: SpaceInfo, p: Any) -> tuple[nn.Module, nn.Module]:
     feedforward pair is what it was before cores existed."""
     core = getattr(p, "core", "none")
     obs_dim, hidden, act, ortho = space.obs_dim, p.hidden, p.activation, p.ortho_init
+    shape, kind = space.obs_shape, getattr(p, "encoder", "auto")
+    if shape and getattr(p, "normalize_obs", False):
+        raise ValueError("normalize_obs: image observations are scaled inside the encoder")
+    if not shape and kind != "auto":
+        raise ValueError(f"encoder: encoder = {kind!r} needs image observations")
     if core == "none":
+        # Images: each network's MLP reads the features of an image encoder of its own.
+        width = image_feature_dim(kind, shape) if shape else obs_dim
         policy: nn.Module = build_actor(
-            obs_dim, space.act_dim, space.discrete, hidden, act, p.log_std_init, ortho
+            width, space.act_dim, space.discrete, hidden, act, p.log_std_init, ortho
         )
-        return policy, VCritic(obs_dim, hidden, act, ortho)
+        critic = VCritic(width, hidden, act, ortho)
+        if shape:
+            image_features_(policy, kind, shape)
+            image_features_(critic, kind, shape)
+        return policy, critic
     size, first, std = p.core_size, p.trunk_reads, p.log_std_init
+
+    def encoder() -> nn.Module | None:
+        return image_encoder(kind, shape) if shape else None
+
     policy = RecurrentActor(
-        obs_dim, space.act_dim, space.discrete, hidden, act, core, size, std, ortho, first
+        obs_dim,
+        space.act_dim,
+        space.discrete,
+        hidden,
+        act,
+        core,
+        size,
+        std,
+        ortho,
+        first,
+        encoder(),
     )
     if p.critic_core:
-        return policy, RecurrentCritic(obs_dim, hidden, act, core, size, ortho, first)
-    return policy, VCritic(obs_dim, hidden, act, ortho)
+        return policy, RecurrentCritic(obs_dim, hidden, act, core, size, ortho, first, encoder())
+    critic = VCritic(image_feature_dim(kind, shape) if shape else obs_dim, hidden, act, ortho)
+    if shape:
+        image_features_(critic, kind, shape)
+    return policy, critic
 
 
 def masked_mean(x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
@@ -206,9 +243,11 @@ class Rollout:
             return torch.zeros(shape, device=dev, dtype=dtype)
 
         act_shape = (T, n) if space.discrete else (T, n, space.act_dim)
+        # Image rows stay bytes (4x less memory; the encoders scale them).
+        obs_type = torch.uint8 if space.obs_shape else None
         return cls(
-            obs=zeros(T, n, space.obs_dim),
-            next_obs=zeros(T, n, space.obs_dim),
+            obs=zeros(T, n, space.obs_dim, dtype=obs_type),
+            next_obs=zeros(T, n, space.obs_dim, dtype=obs_type),
             action=zeros(*act_shape, dtype=torch.long if space.discrete else None),
             logp=zeros(T, n),
             reward=zeros(T, n),

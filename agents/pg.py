@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from wheeler2.agents.onpolicy import OnPolicy, actor_critic, masked_mean
 from wheeler2.agents.parts import seeded
-from wheeler2.agents.parts.encoders import ACTIVATIONS
+from wheeler2.agents.parts.encoders import ACTIVATIONS, ImageParams
 from wheeler2.agents.returns import lambda_returns
 
 from wheeler2.agent import Agent, SpaceInfo
@@ -40,7 +40,7 @@ from wheeler2.schema import bounded, choice, sizes
 
 
 @dataclass
-class Params:
+class Params(ImageParams):
     # Bounds in the fields are checked by the config reader against [team.params].
     # Vector steps between updates (rollout = n_steps * num_envs env steps); long enough to hold
     # whole episodes, or the returns lean on V at the rollout end.

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import torch
 from wheeler2.agents.onpolicy import OnPolicy, actor_critic, masked_mean
 from wheeler2.agents.parts import seeded
-from wheeler2.agents.parts.encoders import ACTIVATIONS
+from wheeler2.agents.parts.encoders import ACTIVATIONS, ImageParams
 from wheeler2.agents.parts.memory import TRUNK_READS
 from wheeler2.agents.returns import gae  # A + V, the value target, is the lambda-return
 
@@ -36,7 +36,7 @@ from wheeler2.schema import bounded, choice, sizes
 
 
 @dataclass
-class Params:
+class Params(ImageParams):
     # Old key -> (new key, its value for each old value), read with a deprecation warning.
     renamed_keys: ClassVar[dict[str, tuple[str, dict[Any, Any]]]] = {
         "core_first": ("trunk_reads", {True: "core", False: "obs"})

@@ -117,13 +117,16 @@ class RecurrentNet(RecurrentMemory):
         name: str = "mlp",
         roles: bool = True,
         actions: str | None = None,
+        encoder: nn.Module | None = None,
     ) -> None:
-        super().__init__(obs_dim, kind, size, trunk_reads=trunk_reads)
+        super().__init__(obs_dim, kind, size, trunk_reads=trunk_reads, encoder=encoder)
         self.body_name = name
         self.add_module(name, body(self.features_dim))
         self.sync_roles = (
             {"core": "core", "trunk": f"{name}.trunk", "head": f"{name}.head"} if roles else {}
         )
+        if roles and encoder is not None:
+            self.sync_roles["encoder"] = "encoder"
         self.sync_actions = actions
         self.state_at = (0, self.state_dim)
 

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from wheeler2.agents.offpolicy import OffPolicy, View
 from wheeler2.agents.parts import seeded
+from wheeler2.agents.parts.encoders import AugmentParams
 from wheeler2.agents.parts.heads import SquashedGaussianActor, TwinQCritic
 from wheeler2.agents.recurrent import SequenceParams, body
 
@@ -54,7 +55,7 @@ from wheeler2.schema import bounded, choice, sizes
 
 
 @dataclass
-class Params(SequenceParams):
+class Params(SequenceParams, AugmentParams):
     # The recurrent options (core, core_size, trunk_reads, seq_*) come from SequenceParams.
     # Bounds in the fields are checked by the config reader against [team.params].
     # Defaults are SB3's SAC with the rl-zoo Pendulum-v1 learning rate (1e-3).

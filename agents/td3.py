@@ -40,6 +40,7 @@ from torch import nn
 from wheeler2.agents.noise import KINDS, noise_from
 from wheeler2.agents.offpolicy import OffPolicy, View
 from wheeler2.agents.parts import seeded
+from wheeler2.agents.parts.encoders import AugmentParams
 from wheeler2.agents.parts.heads import DeterministicActor, TwinQCritic
 from wheeler2.agents.recurrent import SequenceParams, body, first_input
 
@@ -48,7 +49,7 @@ from wheeler2.schema import bounded, choice, sizes
 
 
 @dataclass
-class Params(SequenceParams):
+class Params(SequenceParams, AugmentParams):
     # The recurrent options (core, core_size, trunk_reads, seq_*) come from SequenceParams.
     # Bounds in the fields are checked by the config reader against [team.params].
     gamma: float = bounded(0.98, ge=0, le=1)  # discount (the buffer applies it for n-step)

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import nn
+
+from wheeler2.schema import bounded, choice
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
 
@@ -137,3 +140,180 @@ def rbf_features_(
         encoder = RBFEncoder(obs_dim, num_centers, width, seed, passthrough)
         with_features_(net, encoder.to(next(net.parameters()).device))
     return module
+
+
+# -- images --------------------------------------------------------------------------------------
+
+# What an image encoder is built from (``encoder`` in [team.params]); "auto" picks by size.
+IMAGE_ENCODERS = ("auto", "nature_cnn", "impala", "small_cnn")
+NATURE_MIN_SIDE = 36  # 8x8 stride 4, 4x4 stride 2, 3x3: the smallest image the stack takes
+
+
+class ImageEncoder(nn.Module):
+    """Features of a flat uint8 image row: ``x[..., :in_dim]`` is a channels-first
+    ``shape = (C, H, W)`` image, scaled to [0, 1] here (so the replay, the rollouts and the
+    exported policy all carry bytes), then the convolutional ``body``; the remaining
+    ``passthrough`` columns (a critic's action) follow the features unchanged. Any leading
+    shape is kept (``[B, D]``, ``[T, B, D]``).
+
+    It goes first in a trunk (``trunk.0``, :func:`image_features_`), so it travels with the
+    ``trunk`` sync role and an explorer takes the learner's convolutions with its trunk."""
+
+    def __init__(self, shape: Sequence[int], body: nn.Module, out_dim: int, passthrough: int = 0):
+        super().__init__()
+        self.shape = tuple(int(d) for d in shape)
+        self.in_dim = math.prod(self.shape)
+        self.passthrough = passthrough
+        self.out_dim = out_dim + passthrough
+        self.body = body
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        img = x[..., : self.in_dim].reshape(-1, *self.shape).float() / 255.0
+        z = self.body(img).reshape(*lead, -1)
+        if self.passthrough:
+            return torch.cat([z, x[..., self.in_dim :].float()], dim=-1)
+        return z
+
+    def extra_repr(self) -> str:
+        return f"shape={self.shape}, passthrough={self.passthrough}"
+
+
+@dataclass
+class ImageParams:
+    """The image options of an algorithm's ``Params`` (a base class of them): which encoder
+    reads image observations (ignored on flat ones, where only ``"auto"`` is accepted)."""
+
+    # "auto": the Nature CNN for images of at least 36x36, else the IMPALA ResNet;
+    # "small_cnn": MinAtar's one convolution (16 3x3 filters), cheap on a CPU.
+    encoder: str = choice("auto", IMAGE_ENCODERS)
+
+
+@dataclass
+class AugmentParams(ImageParams):
+    """:class:`ImageParams` plus DrQ's augmentation, for the off-policy learners."""
+
+    # "shift": every update trains on randomly shifted images (DrQ); acting never sees it.
+    augment: str = choice("none", ("none", "shift"))
+    shift_pad: int = bounded(4, ge=1, le=16)  # the shift's largest offset, in pixels
+
+
+def nature_cnn(shape: Sequence[int], out_dim: int = 512) -> tuple[nn.Module, int]:
+    """Mnih et al. (2015)'s network: 32 8x8/4, 64 4x4/2, 64 3x3/1 convolutions, then a
+    ``out_dim`` linear layer, ReLU after each; (body, out_dim)."""
+    c, h, w = shape
+    if min(h, w) < NATURE_MIN_SIDE:
+        raise ValueError(
+            f'encoder = "nature_cnn" needs images of at least {NATURE_MIN_SIDE}x'
+            f'{NATURE_MIN_SIDE}, this env\'s are {h}x{w}: use encoder = "impala"'
+        )
+    convs = nn.Sequential(
+        nn.Conv2d(c, 32, 8, stride=4),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 4, stride=2),
+        nn.ReLU(),
+        nn.Conv2d(64, 64, 3, stride=1),
+        nn.ReLU(),
+        nn.Flatten(),
+    )
+    with torch.no_grad():
+        flat = convs(torch.zeros(1, c, h, w)).shape[1]
+    return nn.Sequential(convs, nn.Linear(flat, out_dim), nn.ReLU()), out_dim
+
+
+class ResidualBlock(nn.Module):
+    """``x + conv(relu(conv(relu(x))))``, 3x3 convolutions keeping the channels."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+def impala_cnn(
+    shape: Sequence[int], channels: Sequence[int] = (16, 32, 32), out_dim: int = 256
+) -> tuple[nn.Module, int]:
+    """Espeholt et al. (2018)'s small ResNet: per stage a 3x3 convolution, a 3x3 max pool of
+    stride 2 and two residual blocks; then ReLU and a ``out_dim`` linear layer with ReLU.
+    Any image of at least 1x1 fits (each pool rounds up), MinAtar's 10x10 included."""
+    c, h, w = shape
+    layers: list[nn.Module] = []
+    for out in channels:
+        layers += [
+            nn.Conv2d(c, out, 3, padding=1),
+            nn.MaxPool2d(3, stride=2, padding=1),
+            ResidualBlock(out),
+            ResidualBlock(out),
+        ]
+        c = out
+    convs = nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
+    with torch.no_grad():
+        flat = convs(torch.zeros(1, *shape)).shape[1]
+    return nn.Sequential(convs, nn.Linear(flat, out_dim), nn.ReLU()), out_dim
+
+
+def small_cnn(shape: Sequence[int], channels: int = 16) -> tuple[nn.Module, int]:
+    """MinAtar's network (Young & Tian 2019) without its linear layer: ``channels`` 3x3
+    convolutions of stride 1 and ReLU, flattened; with ``hidden = [128]`` after it, the
+    paper's DQN network. Cheap enough for 10x10 images on a CPU."""
+    c, h, w = shape
+    if min(h, w) < 3:
+        raise ValueError(f'encoder = "small_cnn" needs images of at least 3x3, got {h}x{w}')
+    body = nn.Sequential(nn.Conv2d(c, channels, 3, stride=1), nn.ReLU(), nn.Flatten())
+    return body, channels * (h - 2) * (w - 2)
+
+
+def image_encoder(kind: str, shape: Sequence[int], passthrough: int = 0) -> ImageEncoder:
+    """An :class:`ImageEncoder` of ``kind`` (:data:`IMAGE_ENCODERS`; ``"auto"``: the Nature
+    CNN where the image is large enough for it, else the IMPALA ResNet)."""
+    if kind not in IMAGE_ENCODERS:
+        raise ValueError(f"unknown image encoder {kind!r}, expected one of {list(IMAGE_ENCODERS)}")
+    if kind == "auto":
+        kind = "nature_cnn" if min(shape[1:]) >= NATURE_MIN_SIDE else "impala"
+    build = {"nature_cnn": nature_cnn, "impala": impala_cnn, "small_cnn": small_cnn}[kind]
+    body, out_dim = build(shape)
+    return ImageEncoder(shape, body, out_dim, passthrough)
+
+
+def image_feature_dim(kind: str, shape: Sequence[int]) -> int:
+    """The width of the features :func:`image_encoder` gives (before any passthrough)."""
+    return image_encoder(kind, shape).out_dim
+
+
+def image_features_(module: nn.Module, kind: str, shape: Sequence[int]) -> nn.Module:
+    """Give every :class:`MLP` inside ``module`` (an actor, a critic's nets, a DiscreteQ's net,
+    a V) an image encoder of its own first in its trunk; each MLP must have been built with
+    :func:`image_feature_dim` observation inputs, the rest of its input (a critic's action)
+    passed through."""
+    width = image_feature_dim(kind, shape)
+    for net in [m for m in module.modules() if isinstance(m, MLP)]:
+        first = next(m for m in [*net.trunk, net.head] if hasattr(m, "in_features"))
+        encoder = image_encoder(kind, shape, first.in_features - width)
+        with_features_(net, encoder.to(next(net.parameters()).device))
+    return module
+
+
+def random_shift(
+    x: torch.Tensor, shape: Sequence[int], pad: int, gen: torch.Generator
+) -> torch.Tensor:
+    """DrQ's augmentation (Kostrikov et al. 2021): each image of the flat uint8 rows ``x``
+    (``[..., C*H*W]``) padded by ``pad`` pixels, edges repeated, and cropped back at a random
+    offset in [0, 2 pad]^2; one offset per row, the same for all its channels (its stacked
+    frames move together). Integer shifts keep the bytes exact. Learners apply it to the batch
+    they train on, never to what they act or evaluate on."""
+    c, h, w = shape
+    lead = x.shape[:-1]
+    img = x.reshape(-1, c, h, w)
+    n = img.shape[0]
+    padded = nn.functional.pad(img.float(), (pad, pad, pad, pad), mode="replicate")
+    dx = torch.randint(0, 2 * pad + 1, (n,), generator=gen).to(x.device)
+    dy = torch.randint(0, 2 * pad + 1, (n,), generator=gen).to(x.device)
+    rows = (dy[:, None] + torch.arange(h, device=x.device)[None, :])[:, None, :, None]
+    cols = (dx[:, None] + torch.arange(w, device=x.device)[None, :])[:, None, None, :]
+    batch = torch.arange(n, device=x.device)[:, None, None, None]
+    chans = torch.arange(c, device=x.device)[None, :, None, None]
+    out = padded[batch, chans, rows, cols]
+    return out.to(x.dtype).reshape(*lead, -1)

@@ -182,11 +182,18 @@ class RecurrentMemory(nn.Module):
         act: str = "tanh",
         ortho: bool = False,
         trunk_reads: str = "obs",
+        encoder: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if trunk_reads not in TRUNK_READS:
             raise ValueError(f"trunk_reads must be one of {TRUNK_READS}, got {trunk_reads!r}")
         hidden = list(hidden)
+        # Image observations: an encoder (encoders.ImageEncoder) before everything, so that
+        # core and trunk read its features, not the pixels. A module of its own (sync role
+        # "encoder"); None keeps the layout and the state_dict keys of flat observations.
+        self.encoder = encoder
+        if encoder is not None:
+            in_dim = int(encoder.out_dim)
         # Without a trunk the core reads the observation whatever the key says.
         self.trunk_reads = "core" if trunk_reads == "obs" and not hidden else trunk_reads
         self.skip = self.trunk_reads == "core+obs"
@@ -216,6 +223,8 @@ class RecurrentMemory(nn.Module):
     def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x [N, in_dim]``, ``state [N, state_dim]`` -> (features ``[N, features_dim]``,
         next state)."""
+        if self.encoder is not None:
+            x = self.encoder(x)
         if self._trunk_first:
             return self.core.step(self.trunk(x), state)
         y, state = self.core.step(x, state)
@@ -227,6 +236,8 @@ class RecurrentMemory(nn.Module):
         """``x [T, N, in_dim]`` replayed from ``state0 [N, state_dim]`` -> (features
         ``[T, N, features_dim]``, state after the last step); ``starts`` as in
         :meth:`RecurrentCore.sequence`."""
+        if self.encoder is not None:
+            x = self.encoder(x)
         if self._trunk_first:
             return self.core.sequence(self.trunk(x), state0, starts)
         y, state = self.core.sequence(x, state0, starts)
