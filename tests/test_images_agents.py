@@ -9,12 +9,18 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from wheeler2.agents.parts.encoders import ImageEncoder, image_encoder, random_shift
 
 from wheeler2 import registry
 from wheeler2.agent import Agent, Batch, SpaceInfo
-from wheeler2.agents.parts.encoders import ImageEncoder, image_encoder, random_shift
-from wheeler2.sync import SyncPlan, WeightClient, WeightPublisher, check_sync, float_state
-from wheeler2.sync import source_shapes
+from wheeler2.sync import (
+    SyncPlan,
+    WeightClient,
+    WeightPublisher,
+    check_sync,
+    float_state,
+    source_shapes,
+)
 
 SHAPE = (2, 8, 8)
 DIM = 128
