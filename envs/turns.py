@@ -135,6 +135,10 @@ class TurnBasedVecEnv:
                 for a in names:
                     self._group_of.setdefault(a, g)
         self._others: OtherAgents | None = None
+        # Self-play ([play] random_opening): the "self" group's moves among a game's first
+        # plies are uniformly random, as a strong player's opening book is wide.
+        self.random_opening = 0
+        self._plies = np.zeros(num_envs, np.int64)  # moves made in each copy's current game
         self._rng = np.random.default_rng(seed)
         self._episode = np.zeros(num_envs, np.int64)
         self._seat = [first] * num_envs
@@ -154,6 +158,7 @@ class TurnBasedVecEnv:
         env.reset(seed=seed)
         self._seat[c] = self.seats[(c + int(self._episode[c])) % len(self.seats)]
         self._return[c] = 0.0
+        self._plies[c] = 0
         for g in self.groups.values():
             lo = c * len(g.names)
             g.pending[lo : lo + len(g.names)] = False
@@ -193,6 +198,7 @@ class TurnBasedVecEnv:
             a = int(action[c])
             self._check_legal(self._seat[c], c, a, self._obs[c])
             self.copies[c].step(a + int(self.action_space.start))
+            self._plies[c] += 1
         self._play_others(list(range(n)))
 
         reward = np.zeros(n, np.float32)
@@ -271,6 +277,8 @@ class TurnBasedVecEnv:
                 for c, agent in who:
                     i = g.row(c, agent)
                     a = int(chosen[i])
+                    if name == SELF and self._plies[c] < self.random_opening:
+                        a = self._random_action(self.copies[c], agent)
                     g.pending[i], g.action[i] = True, a
                     g.acted_obs[i] = g.obs[i]
                     self._move(c, agent, a, g.obs[i])
@@ -282,6 +290,7 @@ class TurnBasedVecEnv:
         if row is not None:
             self._check_legal(agent, c, a, row)
         self.copies[c].step(a + int(self.action_space.start))
+        self._plies[c] += 1
 
     def _random_action(self, env: Any, agent: str) -> int:
         if self.masked:

@@ -522,3 +522,82 @@ def test_opponent_epsilon_mixes_random_legal_moves_into_self_play():
     assert 0 not in moves  # still legal
     odd = (moves != 1).mean()  # a random legal move differs from 1 in 7 of 8 draws
     assert abs(odd - 0.25 * 7 / 8) < 0.03
+
+
+def _first_legal(obs):
+    return legal_mask(obs, 9).argmax(axis=1)
+
+
+def test_random_opening_randomizes_only_the_opponents_opening_moves():
+    """[play] random_opening = 2: the self-play opponent's move among the game's first two
+    plies is random (whichever seat it has), its later moves its policy's."""
+
+    def opponent_moves(opening):
+        env = make(TTT, {}, 8, 0)
+        env.random_opening = opening
+        env.attach_others(Recorder({"self": _first_legal}))
+        moves: list[tuple[int, int, int]] = []  # (ply, action, the policy's action)
+        plain = env._move
+
+        def logged(c, agent, a, row=None):
+            moves.append((int(env._plies[c]), a, int(_first_legal(row[None])[0])))
+            plain(c, agent, a, row)
+
+        env._move = logged
+        obs = env.reset(seed=0).obs
+        for _ in range(200):
+            obs = env.step(_first_legal(obs)).obs
+        return moves
+
+    assert all(a == policy for _, a, policy in opponent_moves(0))
+    moves = opponent_moves(2)
+    later = [a == policy for p, a, policy in moves if p >= 2]
+    assert len(later) > 100 and all(later)
+    early = [a for p, a, _ in moves if p < 2]
+    assert len(early) > 50 and len(set(early)) >= 7  # spread over the board
+
+
+def test_record_opponents_writes_the_pool_moves_but_not_the_random_players():
+    from wheeler2.runtime.opponents import RANDOM, Drivers, _Recorder
+
+    class Fixed:
+        def act(self, obs, explore):
+            return types.SimpleNamespace(action=_first_legal(obs))
+
+    class Writer:
+        def __init__(self):
+            self.rows: list[tuple[np.ndarray, int, float, bool]] = []
+
+        layout = types.SimpleNamespace(logp=False)
+
+        def add(self, obs, action, reward, next_obs, terminated, truncated, logp, valid):
+            for i in np.flatnonzero(valid):
+                self.rows.append(
+                    (obs[i].copy(), int(action[i]), float(reward[i, 0]), bool(terminated[i]))
+                )
+
+        def flush(self):
+            pass
+
+    env = make(TTT, {}, 4, 0)
+    drivers = Drivers(Fixed(), {}, None, None, copies=4, act_dim=9)
+    drivers.facing[:] = [-1, RANDOM, -1, RANDOM]  # copies 1 and 3 face the random player
+    writer = Writer()
+    drivers.own_recorder = _Recorder(writer)
+    seen = Recorder({"self": lambda obs: drivers.act("self", obs)})
+    seen.record = lambda group, step: (
+        Recorder.record(seen, group, step),
+        drivers.record(group, step),
+    )
+    env.attach_others(seen)
+    obs = env.reset(seed=0).obs
+    for _ in range(6):  # games of two first-legal players end in 4 seat moves: no reset yet
+        obs = env.step(_first_legal(obs)).obs
+    driven = [(i, s) for _, s in seen.steps for i in np.flatnonzero(s.valid)]
+    # Rows are copy * 2 + seat: copies 0 and 2 (rows 0-1, 4-5) face the policy.
+    from_policy = [(i, s) for i, s in driven if i // 2 in (0, 2)]
+    assert from_policy and len(writer.rows) == len(from_policy) < len(driven)
+    for (obs_row, action, reward, term), (i, s) in zip(writer.rows, from_policy, strict=True):
+        np.testing.assert_array_equal(obs_row, s.obs[i])  # the mover's own view
+        assert action == s.action[i] and reward == s.reward[i] and term == s.terminated[i]
+    assert drivers.figures()["pool/recorded"] == len(writer.rows)

@@ -155,6 +155,14 @@ class PlayConfig:
     # Self-play: each move of the table's own opponents is uniformly random with this chance,
     # so the table meets the openings and lines a strong player may choose, not only its own.
     opponent_epsilon: float = bounded(0.0, ge=0, le=1)
+    # Self-play: the table's own opponents move uniformly at random while the game has had
+    # fewer than this many moves, so the table meets every opening a strong player may choose
+    # (in tic-tac-toe each first move draws with best play) followed by strong play.
+    random_opening: int = bounded(0, ge=0)
+    # Self-play: the moves of the table's own opponents (its current policy and snapshots, not
+    # the random player) go into its replay too, seen from the mover's side (an off-policy
+    # table; an on-policy one learns from its own rollouts only).
+    record_opponents: bool = False
     # Head-to-head evals at each eval point (turn-based games): win / draw / loss and an
     # Elo-style rating against each.
     eval_vs: tuple[str, ...] = setting((), choices=EVAL_OPPONENTS)  # eval_episodes games each

@@ -367,7 +367,7 @@ class MemberLoop:
         self.drivers: Drivers | None = None
         if hasattr(env, "attach_others"):
             self.drivers = build_drivers(
-                config, plan, env, agent, space, wiring.others, seed, pool_state
+                config, plan, env, agent, space, wiring.others, seed, pool_state, wiring.replay
             )
             if self.drivers is not None:
                 self._closing.append(self.drivers)

@@ -134,24 +134,18 @@ class OpponentPool:
         self.rng.bit_generator.state = state["rng"]
 
 
-class _Driven:
-    """Another table's agents in this member's copies: its policy, kept fresh, and its writer."""
+class _Recorder:
+    """Steps that a member drove, into the replay of the table they belong to."""
 
-    def __init__(self, agent: Agent, source: WeightSource, writer: ReplayWriter | None) -> None:
-        self.agent = agent
-        self.source = source
+    def __init__(self, writer: ReplayWriter) -> None:
         self.writer = writer
         self.no_logp: np.ndarray | None = None
-        self.steps = 0
 
-    def record(self, step: GroupStep) -> None:
-        self.steps += int(step.valid.sum())
-        if self.writer is None:
-            return
+    def add(self, step: GroupStep, valid: np.ndarray) -> None:
         logp = None
         if self.writer.layout.logp:  # a deterministic drive has no behaviour probability
-            if self.no_logp is None or len(self.no_logp) != len(step.valid):
-                self.no_logp = np.full(len(step.valid), np.nan, np.float32)
+            if self.no_logp is None or len(self.no_logp) != len(valid):
+                self.no_logp = np.full(len(valid), np.nan, np.float32)
             logp = self.no_logp
         self.writer.add(
             step.obs,
@@ -161,8 +155,24 @@ class _Driven:
             step.terminated,
             step.truncated,
             logp=logp,
-            valid=step.valid,
+            valid=valid,
         )
+
+
+class _Driven:
+    """Another table's agents in this member's copies: its policy, kept fresh, and its writer."""
+
+    def __init__(self, agent: Agent, source: WeightSource, writer: ReplayWriter | None) -> None:
+        self.agent = agent
+        self.source = source
+        self.writer = writer
+        self.recorder = None if writer is None else _Recorder(writer)
+        self.steps = 0
+
+    def record(self, step: GroupStep) -> None:
+        self.steps += int(step.valid.sum())
+        if self.recorder is not None:
+            self.recorder.add(step, step.valid)
 
 
 class Drivers:
@@ -192,6 +202,10 @@ class Drivers:
         if pool is not None:
             self.facing[:] = [pool.draw() for _ in range(copies)]
         self.results: list[tuple[int, float]] = []  # (opponent, outcome) since last figures()
+        # [play] record_opponents: the own opponents' moves (not the random player's) go into
+        # the table's replay too; set by build_drivers.
+        self.own_recorder: _Recorder | None = None
+        self.recorded = 0
 
     # -- OtherAgents --
     def act(self, group: str, obs: np.ndarray) -> np.ndarray:
@@ -215,9 +229,25 @@ class Drivers:
         return out
 
     def record(self, group: str, step: GroupStep) -> None:
+        if group == SELF:
+            if self.own_recorder is not None:
+                self._record_own(self.own_recorder, step)
+            return
         driven = self.tables.get(group)
         if driven is not None:
             driven.record(step)
+
+    def _record_own(self, own: _Recorder, step: GroupStep) -> None:
+        """An opponent that is the table itself (now or a snapshot) made a move whose outcome
+        the table can learn from like its own: the observations are the mover's view, so one
+        Q-function serves both. The random player's moves are left out: an n-step return that
+        follows them would value the next moves as random play."""
+        rows_per_copy = len(step.valid) // len(self.facing)
+        keep = step.valid & (np.repeat(self.facing, rows_per_copy) != RANDOM)
+        if not keep.any():
+            return
+        self.recorded += int(keep.sum())
+        own.add(step, keep)
 
     def episode_ended(self, copy: int, outcome: float) -> None:
         if self.pool is None:
@@ -257,6 +287,8 @@ class Drivers:
             out[f"driven/{name}/steps"] = float(driven.steps)
             if driven.source.version:
                 out[f"driven/{name}/sync_version_lag"] = float(driven.source.lag())
+        if self.own_recorder is not None:
+            out["pool/recorded"] = float(self.recorded)
         if self.pool is not None:
             out["pool/size"] = float(len(self.pool.snapshots))
             if self.results:
@@ -269,6 +301,8 @@ class Drivers:
         for driven in self.tables.values():
             if driven.writer is not None:
                 driven.writer.flush()
+        if self.own_recorder is not None:
+            self.own_recorder.writer.flush()
 
     def close(self) -> None:
         for driven in self.tables.values():
@@ -329,8 +363,11 @@ def build_drivers(
     others: dict[str, OtherTable],
     seed: int,
     pool_state: dict[str, Any] | None = None,
+    replay: ReplayTable | None = None,
 ) -> Drivers | None:
-    """The member's drivers for the groups its env adapter reports (None: it has none)."""
+    """The member's drivers for the groups its env adapter reports (None: it has none);
+    ``replay``: the member's table's, where ``[play] record_opponents`` sends its own
+    opponents' moves."""
     groups = getattr(env, "groups", None)
     if not groups:
         return None
@@ -361,8 +398,13 @@ def build_drivers(
             pool.load_state_dict(pool_state)
         opponent = make_agent(config, plan, space, seed)
     epsilon = play.opponent_epsilon if SELF in groups else 0.0
+    if SELF in groups:
+        env.random_opening = int(play.random_opening)
     copies, act_dim = int(env.num_copies), space.act_dim
-    return Drivers(agent, tables, pool, opponent, copies, act_dim, epsilon, seed + 2)
+    drivers = Drivers(agent, tables, pool, opponent, copies, act_dim, epsilon, seed + 2)
+    if SELF in groups and play.record_opponents and replay is not None:
+        drivers.own_recorder = _Recorder(replay.writer(num_envs=len(groups[SELF].obs), block=False))
+    return drivers
 
 
 def match_figures(
