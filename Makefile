@@ -12,7 +12,7 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch first and pinned: the local CPU build; an unpinned torch pulls gigabytes of CUDA.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test,bench,pettingzoo,unity,ray,robotics,mo,export,video,envpool,report,wandb,tune]'
+	$(PY) -m pip install -q -e '.[test,bench,pettingzoo,unity,ray,robotics,mo,export,video,envpool,report,wandb,tune,minatar,atari]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -94,12 +94,15 @@ def test_pixels_are_scaled_inside_the_net():
     assert torch.allclose(enc(x), enc(x.float()))
     body_in = x.float().reshape(3, *SHAPE) / 255.0
     assert torch.allclose(enc(x), enc.body(body_in))
+    # The body starts from [0, 1]: a mutant without the scale reads 255x larger inputs.
+    assert not torch.allclose(enc.body(x.float().reshape(3, *SHAPE)), enc(x))
 
 
 def test_nature_cnn_refuses_small_images_naming_the_key():
     with pytest.raises(ValueError, match=r'encoder = "nature_cnn" needs images of at least 36'):
         image_encoder("nature_cnn", SHAPE)
-    assert image_encoder("nature_cnn", (4, 36, 36)).out_dim == 512
+    assert image_encoder("nature_cnn", (4, 36, 36)).out_dim == 64  # 64 channels of 1x1
+    assert image_encoder("nature_cnn", (4, 84, 84)).out_dim == 3136  # the paper's 64 x 7 x 7
 
 
 def test_image_keys_are_refused_on_flat_observations_and_flat_keys_on_images():
@@ -174,7 +177,7 @@ def test_dqn_learner_seeds_a_ppo_explorer_encoder_and_all():
     explorer = make("ppo", DISCRETE, seed=2, encoder="impala", activation="relu")
     mine = encoders(explorer.actor)[0]
     theirs = encoders(learner.actor)[0]
-    assert not torch.equal(mine.body[1].weight, theirs.body[1].weight)
+    assert not torch.equal(mine.body[0].weight, theirs.body[0].weight)
     check_sync(learner.actor, explorer.actor, ["actor.head"], "explorer")
     with WeightPublisher.create(learner.actor) as pub:
         client = WeightClient.attach(pub.handle(), explorer.actor, keep=["head"], alpha=1.0)

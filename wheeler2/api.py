@@ -12,7 +12,7 @@ action mapping, env actions out.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -217,6 +217,14 @@ class Policy:
         self.observation_space = loaded.observation_space
         self.action_space = loaded.action_space
         self.state: np.ndarray | None = None  # [N, state_dim] of a recurrent policy
+        # Image observations (info.obs_shape): raw frames are flattened channels-first as the
+        # env adapter does; with [env] stack = k the policy keeps each row's last k frames
+        # (``frames``), or takes whole stacks shaped as gymnasium's FrameStackObservation.
+        self.image = bool(info.obs_shape)
+        self.stack = info.stack
+        self.frames: np.ndarray | None = None  # [N, stack, frame values] uint8
+        self._fresh: np.ndarray | None = None  # rows whose next frame starts a stack
+        self._frame = _frame_reader(self.observation_space, info) if self.image else None
 
     @property
     def recurrent(self) -> bool:
@@ -226,6 +234,11 @@ class Policy:
     def reset(self, n: int | None = None, where: np.ndarray | None = None) -> None:
         """Start new episodes: all ``n`` rows (default: as many as the state has, else 1), or
         only the rows of the bool mask ``where``. A no-op for a feedforward policy."""
+        if self.image:  # the next frames start new stacks
+            if where is None:
+                self.frames = None
+            else:
+                self._fresh = np.asarray(where, bool).reshape(-1)
         if not self.recurrent:
             return
         if where is None:
@@ -255,6 +268,8 @@ class Policy:
         from wheeler2.env import policy_obs
 
         space = self.observation_space
+        if self._frame is not None:
+            return self._image_input(obs, *self._frame)
         if not self.goal:
             return _rows(obs, space, self.observation_dim, "observation")
         if not isinstance(obs, dict) or any(k not in obs for k in GOAL_KEYS):
@@ -271,6 +286,44 @@ class Policy:
         if self.achieved_goal_in_obs:
             head = np.concatenate([head, part["achieved_goal"]], axis=-1)
         return policy_obs(head, part["desired_goal"]), single
+
+    def _image_input(
+        self,
+        obs: Any,
+        frame_shape: tuple[int, ...],
+        stacked_shape: tuple[int, ...],
+        flatten: Callable[[np.ndarray], np.ndarray],
+    ) -> tuple[np.ndarray, bool]:
+        """Raw image observation(s) -> uint8 rows ``[N, input_dim]``: one frame per row (kept
+        in the policy's own stack when ``stack > 1``; :meth:`reset` at episode starts), or
+        whole stacks ``[N, stack, *frame]``."""
+        arr = np.asarray(obs)
+        if arr.shape in (frame_shape, stacked_shape):
+            arr, single = arr[None], True
+        elif arr.shape[1:] in (frame_shape, stacked_shape):
+            single = False
+        else:
+            want = frame_shape if self.stack == 1 else f"{frame_shape} or {stacked_shape}"
+            raise ValueError(
+                f"observation: got shape {arr.shape}, expected {want} (one observation) or "
+                "a batch of them"
+            )
+        n = len(arr)
+        if self.stack > 1 and arr.shape[1:] == stacked_shape:
+            return flatten(arr.reshape(n * self.stack, *frame_shape)).reshape(n, -1), single
+        rows = flatten(arr)
+        if self.stack == 1:
+            return rows, single
+        if self.frames is None or len(self.frames) != n:
+            # Episodes' first frames, repeated to fill the stack (FrameStack's padding).
+            self.frames = np.repeat(rows[:, None], self.stack, axis=1)
+        else:
+            self.frames = np.concatenate([self.frames[:, 1:], rows[:, None]], axis=1)
+            fresh = self._fresh
+            if fresh is not None and fresh.any():
+                self.frames[fresh] = rows[fresh][:, None]
+        self._fresh = None
+        return self.frames.reshape(n, -1).copy(), single
 
     def engine_action(self, flat: np.ndarray) -> np.ndarray:
         """The agent's deterministic action for a flat input batch: ``[-1, 1]`` or int64. A
@@ -325,6 +378,34 @@ def load_policy(run_dir: str | Path, checkpoint: str = "best") -> Policy:
     >>> action = policy(env.reset(seed=0)[0])                     # doctest: +SKIP
     """
     return Policy(load_learner(run_dir, checkpoint))
+
+
+def _frame_reader(
+    space: Any, info: EnvInfo
+) -> tuple[tuple[int, ...], tuple[int, ...], Callable[[np.ndarray], np.ndarray]]:
+    """(raw frame shape, stacked shape, frames ``[M, *frame]`` -> uint8 rows ``[M, values]``)
+    of an image env's observation ``space`` (stacked: the frames along a first axis), through
+    the adapter's own flattening (``envs/spaces.py``, found by name: the engine imports no env
+    module)."""
+    from gymnasium import spaces
+
+    from wheeler2 import registry
+
+    if space is None:
+        raise ValueError("an image policy needs its env's observation space")
+    frame = space
+    if info.stack > 1:
+        frame = spaces.Box(space.low[0], space.high[0], dtype=space.dtype)
+    flattener = registry.resolve_object("wheeler2.envs.spaces:ObsFlattener")(frame)
+    dim = flattener.dim
+
+    def flatten(frames: np.ndarray) -> np.ndarray:
+        out = np.empty((len(frames), dim), np.uint8)
+        for i, f in enumerate(frames):
+            flattener(f, out[i])
+        return out
+
+    return tuple(frame.shape), tuple(space.shape), flatten
 
 
 # -- agents that meet: a run's tables against another run or random play --------------------------

@@ -290,9 +290,11 @@ def _stacked_space(space: Any, k: int) -> Any:
         and space.dtype in (np.uint8, np.bool_)
         and len(space.shape) > 1
     ):
-        # An image: k raw observations side by side, as the policy's uint8 rows hold them.
-        shape = (k * int(np.prod(space.shape)),)
-        return spaces.Box(0, 255 if space.dtype == np.uint8 else 1, shape, dtype=space.dtype)
+        # An image: the k raw frames along a new first axis, oldest first (gymnasium's
+        # FrameStackObservation), which load_policy flattens frame by frame as the env does.
+        low = np.broadcast_to(space.low, (k, *space.shape))
+        high = np.broadcast_to(space.high, (k, *space.shape))
+        return spaces.Box(low, high, dtype=space.dtype)
     if isinstance(space, spaces.Box):
         low, high = space.low.reshape(-1), space.high.reshape(-1)
         return spaces.Box(np.tile(low, k), np.tile(high, k), dtype=np.float32)

@@ -103,6 +103,7 @@ def record(
     try:
         for i, path in enumerate(episode_paths(out, episodes)):
             obs, _ = env.reset(seed=seed + i)
+            policy.reset()  # a new episode: fresh memory and frame stacks
             frames = [env.render()]
             total, over = 0.0, False
             while not over:

@@ -198,9 +198,9 @@ class AugmentParams(ImageParams):
     shift_pad: int = bounded(4, ge=1, le=16)  # the shift's largest offset, in pixels
 
 
-def nature_cnn(shape: Sequence[int], out_dim: int = 512) -> tuple[nn.Module, int]:
-    """Mnih et al. (2015)'s network: 32 8x8/4, 64 4x4/2, 64 3x3/1 convolutions, then a
-    ``out_dim`` linear layer, ReLU after each; (body, out_dim)."""
+def nature_cnn(shape: Sequence[int]) -> tuple[nn.Module, int]:
+    """The convolutions of Mnih et al. (2015)'s network: 32 8x8/4, 64 4x4/2, 64 3x3/1, ReLU
+    after each, flattened; (body, width). ``hidden = [512]`` after it is the paper's network."""
     c, h, w = shape
     if min(h, w) < NATURE_MIN_SIDE:
         raise ValueError(
@@ -216,9 +216,13 @@ def nature_cnn(shape: Sequence[int], out_dim: int = 512) -> tuple[nn.Module, int
         nn.ReLU(),
         nn.Flatten(),
     )
+    return convs, _width(convs, shape)
+
+
+def _width(body: nn.Module, shape: Sequence[int]) -> int:
+    """The number of features ``body`` gives for one image of ``shape``."""
     with torch.no_grad():
-        flat = convs(torch.zeros(1, c, h, w)).shape[1]
-    return nn.Sequential(convs, nn.Linear(flat, out_dim), nn.ReLU()), out_dim
+        return int(body(torch.zeros(1, *shape)).shape[1])
 
 
 class ResidualBlock(nn.Module):
@@ -234,12 +238,13 @@ class ResidualBlock(nn.Module):
 
 
 def impala_cnn(
-    shape: Sequence[int], channels: Sequence[int] = (16, 32, 32), out_dim: int = 256
+    shape: Sequence[int], channels: Sequence[int] = (16, 32, 32)
 ) -> tuple[nn.Module, int]:
     """Espeholt et al. (2018)'s small ResNet: per stage a 3x3 convolution, a 3x3 max pool of
-    stride 2 and two residual blocks; then ReLU and a ``out_dim`` linear layer with ReLU.
-    Any image of at least 1x1 fits (each pool rounds up), MinAtar's 10x10 included."""
-    c, h, w = shape
+    stride 2 and two residual blocks; then ReLU, flattened; (body, width). ``hidden = [256]``
+    after it is the paper's network. Any image fits (each pool rounds up), MinAtar's 10x10
+    included."""
+    c = shape[0]
     layers: list[nn.Module] = []
     for out in channels:
         layers += [
@@ -250,9 +255,7 @@ def impala_cnn(
         ]
         c = out
     convs = nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
-    with torch.no_grad():
-        flat = convs(torch.zeros(1, *shape)).shape[1]
-    return nn.Sequential(convs, nn.Linear(flat, out_dim), nn.ReLU()), out_dim
+    return convs, _width(convs, shape)
 
 
 def small_cnn(shape: Sequence[int], channels: int = 16) -> tuple[nn.Module, int]:
@@ -263,7 +266,7 @@ def small_cnn(shape: Sequence[int], channels: int = 16) -> tuple[nn.Module, int]
     if min(h, w) < 3:
         raise ValueError(f'encoder = "small_cnn" needs images of at least 3x3, got {h}x{w}')
     body = nn.Sequential(nn.Conv2d(c, channels, 3, stride=1), nn.ReLU(), nn.Flatten())
-    return body, channels * (h - 2) * (w - 2)
+    return body, _width(body, shape)
 
 
 def image_encoder(kind: str, shape: Sequence[int], passthrough: int = 0) -> ImageEncoder:

@@ -1,0 +1,167 @@
+"""Image observations end to end: the gymnasium adapter and [env] stack on images, MinAtar's
+channels, `check`'s memory refusal with the image replay's byte figure, a serial team on
+pixels (a DQN learner seeding a PPO explorer), and load_policy / export / eval --video of an
+image policy. The task is wheeler2/Catch-v0 on a 6x6 screen (envs/pixels.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import wheeler2.envs.pixels  # noqa: F401 - registers wheeler2/Catch-v0 and the MinAtar ids
+from wheeler2.envs.gym import GymVecEnv
+
+import wheeler2
+from wheeler2 import cli
+from wheeler2.config import ConfigError, load
+from wheeler2.registry import make_env
+from wheeler2.runtime.probe import buffer_bytes, check_against_env, check_with_env
+
+RUN = """
+[experiment]
+name = "{name}"
+seed = 0
+total_steps = {steps}
+eval_every = {steps}
+eval_episodes = 2
+backend = "serial"
+
+[env]
+id = "wheeler2/Catch-v0"
+kwargs = {{ size = 6 }}
+num_envs = 2
+stack = {stack}
+
+[buffer]
+capacity = {capacity}
+batch_size = 16
+
+[[team]]
+name = "q"
+algo = "dqn"
+role = "learner"
+[team.params]
+hidden = [16]
+learning_starts = 64
+encoder = "small_cnn"
+augment = "shift"
+shift_pad = 1
+{extra}
+"""
+
+EXPLORER = """
+[[team]]
+name = "explorer"
+algo = "ppo"
+role = "explorer"
+sync = { every = 64, keep = ["head"] }
+[team.params]
+hidden = [16]
+activation = "relu"
+encoder = "small_cnn"
+n_steps = 32
+batch_size = 32
+"""
+
+
+def write(tmp_path: Path, name: str = "catch", steps: int = 256, stack: int = 2, **kw) -> Path:
+    path = tmp_path / f"{name}.toml"
+    fields = {"capacity": 1000, "extra": ""} | kw
+    path.write_text(RUN.format(name=name, steps=steps, stack=stack, **fields))
+    return path
+
+
+def test_the_adapter_gives_channels_first_uint8_rows_and_stacks_them():
+    env = GymVecEnv("wheeler2/Catch-v0", {"size": 6}, 2, seed=0)
+    assert env.info.obs_shape == (1, 6, 6) and env.info.obs_dim == 36
+    first = env.reset().obs
+    assert first.dtype == np.uint8 and set(np.unique(first)) <= {0, 255}
+    env.close()
+    cfg = load_env_cfg(stack=3)
+    stacked = make_env(cfg, 2, seed=0)
+    assert stacked.info.obs_shape == (3, 6, 6) and stacked.info.stack == 3
+    assert stacked.info.frame_shape == (1, 6, 6)
+    obs = stacked.reset().obs
+    assert obs.dtype == np.uint8 and obs.shape == (2, 108)
+    frames = obs.reshape(2, 3, 36)
+    assert (frames == frames[:, :1]).all()  # an episode starts with its first frame repeated
+    st = stacked.step(np.ones(2, np.int64))
+    f = st.obs.reshape(2, 3, 36)
+    assert (f[:, 1] == frames[:, 2]).all() and st.obs.dtype == np.uint8
+    stacked.close()
+
+
+def load_env_cfg(stack: int):
+    from wheeler2.config.model import EnvConfig
+
+    return EnvConfig(id="wheeler2/Catch-v0", kwargs={"size": 6}, stack=stack)
+
+
+def test_minatar_channels_become_channels_first_bytes():
+    pytest.importorskip("minatar")
+    env = GymVecEnv("MinAtar/Breakout-v1", {}, 1, seed=0)
+    raw_env = env.envs[0]
+    raw, _ = raw_env.reset(seed=0)
+    assert raw.shape == (10, 10, 4) and raw.dtype == bool
+    assert env.info.obs_shape == (4, 10, 10)
+    obs = env.reset(seed=0).obs[0].reshape(4, 10, 10)
+    np.testing.assert_array_equal(obs, np.moveaxis(raw, 2, 0).astype(np.uint8) * 255)
+    env.close()
+
+
+def test_check_refuses_a_capacity_that_does_not_fit_with_its_byte_figure(tmp_path):
+    config = load(write(tmp_path, stack=4, capacity=1_000_000))
+    env = make_env(config.env, 1, seed=0)
+    info = env.info
+    env.close()
+    need = buffer_bytes(config, info)
+    # Each 6x6 frame once per transition (+ the ring's slack), not 2 x 4 stacked float32 copies.
+    per = need / 1_000_000
+    assert 36 < per < 36 * 1.1 + 120, per
+    with pytest.raises(ConfigError) as err:
+        check_against_env(config, [info], free=lambda: {"/dev/shm": need - 1})
+    assert (err.value.table, err.value.key) == ("[buffer]", "capacity")
+    assert f"need {need:_} bytes" in err.value.message
+    check_against_env(config, [info], free=lambda: {"/dev/shm": need})  # fits exactly: fine
+
+
+def test_a_team_on_pixels_runs_and_its_policy_loads_exports_and_films(tmp_path, capsys):
+    path = write(tmp_path, stack=2, extra=EXPLORER)
+    check_with_env(load(path))
+    run = wheeler2.run(path, out=str(tmp_path / "runs"))
+    import json
+
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] >= 256 and summary["eval"]
+    # The PPO explorer took the DQN learner's convolutions with its trunk.
+    synced = json.loads((run / "team.json").read_text())["explorer"]["synced"]
+    assert "trunk.0.body.0.weight" in synced
+    policy = wheeler2.load_policy(run)
+    # One raw 6x6 frame per call; the policy keeps the stack of 2 itself.
+    frame = np.zeros((6, 6), np.uint8)
+    action = policy(frame)
+    assert isinstance(action, int)
+    assert policy.frames is not None and policy.frames.shape == (1, 2, 36)
+    # Or a whole stack, shaped as gymnasium's FrameStackObservation gives it.
+    assert isinstance(policy(np.zeros((2, 6, 6), np.uint8)), int)
+    batch = np.zeros((5, 2, 6, 6), np.uint8)
+    assert policy(batch).shape == (5,)
+    for fmt in ("torchscript", "onnx"):
+        out = tmp_path / f"policy.{fmt}"
+        assert cli.main(["export", str(run), "--format", fmt, "-o", str(out)]) == 0
+    import torch
+
+    from wheeler2.export import sample_inputs
+
+    flat = sample_inputs(policy)
+    assert flat.dtype == np.uint8
+    module = torch.jit.load(str(tmp_path / "policy.torchscript"))
+    np.testing.assert_array_equal(
+        module(torch.as_tensor(flat)).numpy(), policy.env_action(policy.engine_action(flat))
+    )
+    pytest.importorskip("imageio")
+    out = tmp_path / "clip.gif"
+    assert cli.main(["eval", str(run), "--episodes", "1", "--video", str(out)]) == 0
+    assert (tmp_path / "clip_ep0.gif").exists()
+    assert "wrote" in capsys.readouterr().out
