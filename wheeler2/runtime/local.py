@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from wheeler2.buffer import Replay, ReplayHandle
     from wheeler2.config import Config
     from wheeler2.runtime.replays import ReplaySpec
+    from wheeler2.shared import SharedBlock, SharedHandle
     from wheeler2.sync import WeightHandle, WeightPublisher
 
 
@@ -67,6 +68,7 @@ class MemberArgs:
     environ: dict[str, str]  # the coordinator's, as spawn would have given it
     # Joint play: every other table's weight block and replay (None: on-policy, no replay).
     others: dict[str, tuple[WeightHandle, ReplayHandle | None]] | None = None
+    shared: SharedHandle | None = None  # its table's shared parameters, where it shares them
 
 
 class Inherited:
@@ -144,6 +146,7 @@ def _run(args: MemberArgs, link: StartBeat) -> None:
     from wheeler2.buffer import Replay
     from wheeler2.runtime.member import Wiring, run_member
     from wheeler2.runtime.opponents import OtherTable
+    from wheeler2.shared import SharedBlock
     from wheeler2.sync import WeightClient, WeightPublisher
 
     set_compute_threads()
@@ -152,6 +155,7 @@ def _run(args: MemberArgs, link: StartBeat) -> None:
     replay = None if args.replay is None else Replay.attach(args.replay)
     sink = None
     attached: list[Replay] = []
+    shared = None if args.shared is None else SharedBlock.attach(args.shared)
     try:
         others = {}
         for table, (weights, handle) in (args.others or {}).items():
@@ -178,10 +182,11 @@ def _run(args: MemberArgs, link: StartBeat) -> None:
             env_steps=args.env_steps,
             next_eval=args.next_eval,
             others=others,
+            shared=shared,
         )
         run_member(config, plan, wiring)
     finally:
-        for res in (sink, replay, *attached):
+        for res in (sink, replay, shared, *attached):
             if res is not None:
                 res.close()
 
@@ -205,6 +210,7 @@ class LocalTransport:
         self.conns: dict[Any, str] = {}
         self.replays: dict[str, Replay] = {}  # table -> replay (an on-policy learner's: none)
         self.publishers: dict[str, WeightPublisher] = {}  # table -> its learner's weights
+        self.shared: dict[str, SharedBlock] = {}  # table -> its shared parameters (A3C)
         steps = [member_payload(payload, p.name)[1] for p in setup.plans]
         stage = saved_stage(config, payload)
         self.block = new_block(steps, shared=self.ctx, opened=False, stage=stage)
@@ -219,6 +225,7 @@ class LocalTransport:
                 publisher = WeightPublisher.create(table.published)
                 self.publishers[table.name] = publisher
                 publisher.publish(table.published)
+            self.shared = setup.shared_blocks()
         except BaseException:
             self.close()
             raise
@@ -245,6 +252,7 @@ class LocalTransport:
                 inherited=Inherited({"stdout": 1, "stderr": 2, "lifeline": self.lifeline_r}),
                 environ=dict(os.environ),
                 others=self._others(p.spec.table),
+                shared=self._shared_handle(p),
             )
             proc = self.ctx.Process(
                 target=member_main, args=(args,), name=f"wheeler2-{p.name}", daemon=True
@@ -262,6 +270,11 @@ class LocalTransport:
             self.conns[reader] = p.name
         os.close(self.lifeline_r)  # every member holds its own copy now
         self.lifeline_r = -1
+
+    def _shared_handle(self, plan: MemberPlan) -> SharedHandle | None:
+        block = self.shared.get(plan.spec.table)
+        shares = block is not None and self.setup.table_of(plan).shares(plan)
+        return block.handle() if block is not None and shares else None
 
     def _others(self, own: str) -> dict[str, tuple[WeightHandle, ReplayHandle | None]]:
         if not self.config.play.joint:
@@ -338,6 +351,8 @@ class LocalTransport:
             publisher.close()
         for replay in self.replays.values():
             replay.close()
+        for block in self.shared.values():
+            block.close()
         for fd in (self.lifeline_r, self.lifeline_w):
             if fd >= 0:
                 os.close(fd)

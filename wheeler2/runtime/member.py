@@ -58,6 +58,7 @@ from wheeler2.runtime.protocols import (
 from wheeler2.runtime.replays import ReplaySpec
 from wheeler2.runtime.seeds import eval_env_seed, eval_reset_seed, member_seed
 from wheeler2.runtime.trainer import NonFiniteError, Trainer, check_losses
+from wheeler2.shared import SharedBlock, share
 from wheeler2.sync import publish_view, sink_pulls, sync_target
 from wheeler2.task import RewardHeads
 
@@ -317,6 +318,8 @@ class Wiring:
     where: dict[str, Any] = field(default_factory=dict)
     # Joint play: every other table's weights and replay (runtime/opponents.py).
     others: dict[str, OtherTable] = field(default_factory=dict)
+    # The table's shared parameters (wheeler2/shared.py, A3C), where this member shares them.
+    shared: SharedBlock | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -364,6 +367,8 @@ class MemberLoop:
         pool_state = None if state is None else state.pop(POOL_KEY, None)
         if state is not None:
             agent.load_state_dict(state)
+        if wiring.shared is not None:  # after the restore: the table's shared values win
+            share(agent, wiring.shared)
         self.drivers: Drivers | None = None
         if hasattr(env, "attach_others"):
             self.drivers = build_drivers(

@@ -29,6 +29,7 @@ from wheeler2.runtime.team import TeamSetup
 if TYPE_CHECKING:
     from wheeler2.buffer import Replay
     from wheeler2.config import Config
+    from wheeler2.shared import SharedBlock
     from wheeler2.sync import WeightPublisher
 
 
@@ -58,6 +59,7 @@ class SerialTransport:
         self.inbox: list[Message] = []
         self.replays: dict[str, Replay] = {}  # table -> replay (an on-policy learner's: none)
         self.publishers: dict[str, WeightPublisher] = {}  # table -> its learner's, where one syncs
+        self.shared: dict[str, SharedBlock] = {}  # table -> its shared parameters (A3C)
         self.loops: dict[str, MemberLoop] = {}
         self.wirings: dict[str, Wiring] = {}
         self.done: set[str] = set()
@@ -84,6 +86,7 @@ class SerialTransport:
                     publisher = WeightPublisher.create(table.published)
                     publisher.publish(table.published)
                     self.publishers[table.name] = publisher
+            self.shared = setup.shared_blocks()
             for p in plans:
                 state, env_steps = member_payload(payload, p.name)
                 table_name = p.spec.table
@@ -108,6 +111,7 @@ class SerialTransport:
                     state=state,
                     env_steps=env_steps,
                     others=self._others(table_name, p.name),
+                    shared=self.shared.get(table_name) if setup.table_of(p).shares(p) else None,
                 )
         except BaseException:
             self.close()
@@ -230,6 +234,8 @@ class SerialTransport:
             publisher.close()
         for replay in self.replays.values():
             replay.close()
+        for block in self.shared.values():
+            block.close()
 
 
 def run_serial(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from wheeler2.runtime.parts import make_agent, make_env, replay_layout, space_in
 from wheeler2.runtime.plan import MemberPlan, learner_plan, plan_team
 from wheeler2.runtime.resources import check_members
 from wheeler2.runtime.seeds import member_seed
+from wheeler2.shared import SharedBlock, shared_tensors
 from wheeler2.sync import SyncError, check_pulls, publish_view
 from wheeler2.task import RewardHeads
 
@@ -45,6 +46,11 @@ class TableSetup:
     uses_logp: bool  # some explorer stores a behaviour log-prob
     # Modules besides the actor that its explorers pull by name (detached explorers: "critic").
     pulls: tuple[str, ...] = ()
+    # [[team]] names whose members share parameters with the learner (A3C, wheeler2/shared.py).
+    sharing: tuple[str, ...] = ()
+
+    def shares(self, plan: MemberPlan) -> bool:
+        return plan.team in self.sharing
 
     @property
     def uses_replay(self) -> bool:
@@ -84,6 +90,21 @@ class TeamSetup:
     def table_of(self, plan: MemberPlan) -> TableSetup:
         return next(t for t in self.tables if t.name == plan.spec.table)
 
+    def shared_blocks(self) -> dict[str, SharedBlock]:
+        """One block per table whose members share parameters, holding its learner's (resumed)
+        values; the caller owns and closes them."""
+        blocks: dict[str, SharedBlock] = {}
+        try:
+            for table in self.tables:
+                tensors = shared_tensors(table.learner) if table.sharing else None
+                if tensors is not None:
+                    blocks[table.name] = SharedBlock.create(tensors)
+        except BaseException:
+            for block in blocks.values():
+                block.close()
+            raise
+        return blocks
+
 
 def prepare_team(config: Config, payload: dict[str, Any]) -> TeamSetup:
     """Probe the env, build each table's learner (resumed from ``payload``) and one agent per
@@ -117,6 +138,8 @@ def _prepare_table(
         learner.load_state_dict(state)
     uses_logp = False
     pulls: list[str] = []
+    shared = shared_tensors(learner)
+    sharing = [] if shared is None else [lead.team]
     checked: set[str] = set()
     for p in plans:
         if p.role == "learner" or p.team in checked:
@@ -126,6 +149,8 @@ def _prepare_table(
             _check_same_space(config, p, _probe(config, p), lead, info, name)
         explorer = _agent(config, p, space, 0)
         uses_logp = uses_logp or not explorer.uses_replay
+        if _shares(config, p, shared, explorer, lead):
+            sharing.append(p.team)
         if p.spec.sync is not None:
             try:
                 pulled = check_pulls(learner, explorer, list(p.spec.sync.keep), p.team, lead.team)
@@ -141,7 +166,49 @@ def _prepare_table(
                     f'ray backend does not publish yet: use backend = "local" or "serial"',
                 )
             pulls += [m for m in pulled if m not in pulls]
-    return TableSetup(name, index, plans, lead, heads, info, learner, uses_logp, tuple(pulls))
+    if shared is not None and config.experiment.backend == "ray":
+        raise _error(
+            config,
+            lead,
+            "algo",
+            f"{lead.algo!r} shares one set of parameters between its members in this machine's "
+            f'memory, and ray may place them on other nodes: use backend = "local" or "serial"',
+        )
+    return TableSetup(
+        name, index, plans, lead, heads, info, learner, uses_logp, tuple(pulls), tuple(sharing)
+    )
+
+
+def _shares(
+    config: Config,
+    plan: MemberPlan,
+    shared: dict[str, Any] | None,
+    explorer: Agent,
+    lead: MemberPlan,
+) -> bool:
+    """Whether ``plan``'s members share the learner's parameters (both algorithms offer
+    ``shared_tensors``); a ConfigError where only the explorer does or the two do not fit."""
+    mine = shared_tensors(explorer)
+    if mine is None:
+        return False
+    if shared is None:
+        raise _error(
+            config,
+            plan,
+            "algo",
+            f"{plan.algo!r} shares its parameters with the table's learner, and the learner "
+            f"({lead.team!r}, {lead.algo!r}) shares none: make the learner {plan.algo!r} too",
+        )
+    theirs = {k: tuple(v.shape) for k, v in shared.items()}
+    if {k: tuple(v.shape) for k, v in mine.items()} != theirs:
+        raise _error(
+            config,
+            plan,
+            "params",
+            f"its shared parameters differ in shape from the learner {lead.team!r}'s: set the "
+            f"same network options (hidden, core, ...) in both members' [team.params]",
+        )
+    return True
 
 
 def _error(config: Config, plan: MemberPlan, key: str, message: str) -> ConfigError:

@@ -1,0 +1,165 @@
+"""A3C against A2C on CartPole-v1 at equal env steps and equal worker count (issue 37, item 2).
+
+    python -m experiments.a3c_vs_a2c                           # 1 and 2 workers, seeds 0-2
+    python -m experiments.a3c_vs_a2c --workers 1 2 4 --seeds 0 1 2 3 4 --steps 100000
+    python -m experiments.a3c_vs_a2c --table                   # the .md from the stored runs
+
+Arms, both with A2C's loss and defaults (n_steps 5, RMSprop 7e-4) and ``--steps`` env steps in
+all: **a2c**, one process stepping W env copies and taking one update per 5 vector steps of all
+of them (serial backend); **a3c**, W worker processes of one env copy each, every worker's
+update applied to the one shared set of parameters (``cfg/cartpole_a3c.toml``'s shape on the
+local backend: an a3c learner and W - 1 a3c explorers). So at equal env steps A3C takes W times
+as many updates, each on a W times smaller batch. Seeds interleaved, arm order rotating.
+Eval: the framework's (every ``eval_every`` env steps, the mean of 10 deterministic episodes of
+the learner's policy). Writes ``experiments/results/a3c_vs_a2c.md`` and ``..._runs.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from experiments.lib import RESULTS, report, runs
+from experiments.lib.arms import Arm, run_config, sweep
+
+TEAM = """
+[experiment]
+name = "{name}"
+seed = 0
+total_steps = {steps}
+eval_every = {eval_every}
+eval_episodes = 10
+backend = "{backend}"
+
+[env]
+id = "CartPole-v1"
+num_envs = {num_envs}
+
+[[team]]
+name = "worker"
+algo = "{algo}"
+role = "learner"
+{others}
+"""
+
+OTHERS = """
+[[team]]
+name = "workers"
+algo = "a3c"
+role = "explorer"
+count = {count}
+"""
+
+
+def team(algo: str, workers: int, steps: int, eval_every: int) -> dict[str, Any]:
+    """The parsed TOML of one arm."""
+    import tomllib
+
+    a3c = algo == "a3c"
+    text = TEAM.format(
+        name=f"cartpole-{algo}-w{workers}",
+        steps=steps,
+        eval_every=eval_every,
+        backend="local" if a3c else "serial",
+        num_envs=1 if a3c else workers,
+        algo=algo,
+        others=OTHERS.format(count=workers - 1) if a3c and workers > 1 else "",
+    )
+    return tomllib.loads(text)
+
+
+def run_arm(arm: Arm, seed: int, steps: int, eval_every: int, out: Path) -> dict[str, Any]:
+    algo, workers = arm.name.split("-w")
+    run = run_config(team(algo, int(workers), steps, eval_every), seed=seed, out=out)
+    s = run.summary
+    members = s.get("members", {})
+    return {
+        "arm": algo,
+        "workers": int(workers),
+        "seed": seed,
+        "env_steps": s["env_steps"],
+        "final_eval": s["final_eval_return"],
+        "best_eval": s["best_eval_return"],
+        "wall_s": round(run.call_s, 1),
+        "curve": [(e["env_steps"], e["return"]) for e in s["eval"]],
+        "members": sorted(members) if isinstance(members, dict) else [],
+    }
+
+
+def render(rows: list[dict[str, Any]], steps: int) -> str:
+    lines = [
+        "# A3C vs A2C on CartPole-v1: equal env steps, equal workers",
+        "",
+        f"{steps:,} env steps per run, all workers together; A2C's loss and defaults in both "
+        "arms (n_steps 5, RMSprop lr 7e-4, 64-64 tanh). a2c: W env copies in one process "
+        "(serial), one update per 5 vector steps of all W. a3c: W processes of one copy each "
+        "(local), each update applied to the shared parameters (shared RMSProp statistics). "
+        "Eval: mean of 10 deterministic episodes every eval_every steps. x86_64, 2 shared "
+        "cores (two other engineers' jobs running beside), one torch thread per process.",
+        "",
+        "| workers | arm | seeds | median final eval | median best eval | finals | median wall s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["workers"], r["arm"]), []).append(r)
+    for (workers, arm), rs in sorted(groups.items()):
+        finals = [r["final_eval"] for r in sorted(rs, key=lambda r: r["seed"])]
+        lines.append(
+            f"| {workers} | {arm} | {len(rs)} | {statistics.median(finals):.1f} | "
+            f"{statistics.median(r['best_eval'] for r in rs):.1f} | "
+            f"{', '.join(f'{f:.0f}' for f in finals)} | "
+            f"{statistics.median(r['wall_s'] for r in rs):.0f} |"
+        )
+    lines += [
+        "",
+        "Three seeds say little: read a gap as a difference only where the seeds' finals do "
+        "not overlap. Wall-clock includes each run's start (a3c starts W processes).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--steps", type=int, default=30_000)
+    ap.add_argument("--eval-every", type=int, default=5_000)
+    ap.add_argument("--name", default="a3c_vs_a2c")
+    ap.add_argument("--table", action="store_true", help="only rewrite the .md from the runs")
+    args = ap.parse_args(argv)
+    jsonl = RESULTS / f"{args.name}_runs.jsonl"
+    if not args.table:
+        jsonl.unlink(missing_ok=True)
+        arms = [Arm(f"{algo}-w{w}") for w in args.workers for algo in ("a2c", "a3c")]
+        with tempfile.TemporaryDirectory() as tmp:
+            sweep(
+                args.seeds,
+                arms,
+                lambda arm, seed: run_arm(arm, seed, args.steps, args.eval_every, Path(tmp)),
+                runs_file=jsonl,
+                rotate=True,
+                describe=lambda r: (
+                    f"{r['arm']} w{r['workers']} seed {r['seed']}: final {r['final_eval']}, "
+                    f"best {r['best_eval']}, {r['wall_s']} s"
+                ),
+            )
+    params = {"steps": args.steps}
+    text = render(runs.load(jsonl), **params)
+    report.write(
+        RESULTS / f"{args.name}.md",
+        text,
+        render=render,
+        params=params,
+        runs_file=jsonl,
+        command=report.command_line(argv),
+    )
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

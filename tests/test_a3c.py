@@ -1,0 +1,190 @@
+"""A3C (issue 37, agents/a3c.py): workers whose gradients update one shared set of parameters
+(wheeler2/shared.py). Checked: one worker is A2C to the bit; two workers' updates land, in turn,
+on the shared parameters with shared RMSProp statistics (by hand); the second worker acts with
+the first one's update after its own; a team on serial and local applies every worker's
+updates; the shared count survives a resume; the refusals by key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from wheeler2.agents.a2c import A2C, Params
+from wheeler2.agents.a3c import A3C
+
+from wheeler2 import checkpoint, cli
+from wheeler2.agent import SpaceInfo, Transitions
+from wheeler2.config import ConfigError, load
+from wheeler2.runtime import run_experiment
+from wheeler2.runtime.team import prepare_team
+from wheeler2.shared import SharedBlock, share
+
+SPACE = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
+PARAMS = Params(hidden=[8], n_steps=4)
+
+
+def _rollout(agent: A2C, rng: np.random.Generator, steps: int = 4) -> dict | None:
+    """``steps`` vector steps of one env copy with random observations and rewards."""
+    metrics = None
+    for t in range(steps):
+        obs = rng.normal(size=(1, 3)).astype(np.float32)
+        nxt = rng.normal(size=(1, 3)).astype(np.float32)
+        out = agent.act(obs, explore=True)
+        step = Transitions(
+            obs,
+            out.action,
+            rng.normal(size=(1, 1)),
+            nxt,
+            np.array([t == 2]),
+            np.array([False]),
+            nxt,
+            out,
+        )
+        metrics = agent.observe(step) or metrics
+    return metrics
+
+
+def test_one_worker_is_a2c_to_the_bit():
+    a3c, a2c = A3C(SPACE, PARAMS, seed=1), A2C(SPACE, PARAMS, seed=1)
+    block = SharedBlock.create(a3c.shared_tensors())
+    try:
+        share(a3c, block)
+        for agent in (a3c, a2c):
+            _rollout(agent, np.random.default_rng(0), 12)  # three updates
+        for mine, theirs in zip(a3c.params_list, a2c.params_list):
+            assert torch.equal(mine, theirs)
+        assert a3c.theta is not None
+        for shared, theirs in zip(a3c.theta, a2c.params_list):
+            assert torch.equal(shared, theirs)
+    finally:
+        block.close()
+
+
+def test_two_workers_apply_their_gradients_to_the_shared_parameters_in_turn():
+    a, b = A3C(SPACE, PARAMS, seed=1), A3C(SPACE, PARAMS, seed=2)
+    block = SharedBlock.create(a.shared_tensors())
+    try:
+        share(a, block)
+        share(b, block)  # b takes a's initial parameters: the table's, not its own seed's
+        views = block.tensors()
+        theta0 = [views[f"theta/{i}"].clone() for i in range(len(a.params_list))]
+        for mine, start in zip(b.params_list, theta0):
+            assert torch.equal(mine, start)
+        grads: dict[str, list[torch.Tensor]] = {}
+        for name, worker in (("a", a), ("b", b)):
+
+            def spy(loss, params, norm, _w=worker, _n=name):
+                out = A3C.worker_grads(_w, loss, params, norm)
+                grads[_n] = [g.clone() for g in out]
+                return out
+
+            worker.worker_grads = spy  # type: ignore[method-assign]
+        _rollout(a, np.random.default_rng(0))  # a's update: theta0 -> theta1
+        after_a = [p.detach().clone() for p in a.params_list]
+        metrics = _rollout(b, np.random.default_rng(1))  # b's gradient, taken at theta0
+        assert metrics is not None and metrics["shared_updates"] == 2.0
+        # By hand: RMSProp's two steps on one theta with one g (the statistics shared).
+        ref = [t.clone().requires_grad_(True) for t in theta0]
+        opt = torch.optim.RMSprop(ref, lr=PARAMS.lr, alpha=0.99, eps=PARAMS.rms_prop_eps)
+        for name in ("a", "b"):
+            for r, g in zip(ref, grads[name]):
+                r.grad = g
+            opt.step()
+        assert a.theta is not None
+        for shared, want in zip(a.theta, ref):
+            torch.testing.assert_close(shared.detach(), want.detach(), rtol=0, atol=1e-7)
+        # b acts with both updates now; a still with its own until its next update.
+        for mine, shared in zip(b.params_list, a.theta):
+            assert torch.equal(mine.detach(), shared.detach())
+        for mine, own in zip(a.params_list, after_a):
+            assert torch.equal(mine.detach(), own)
+        assert not all(torch.equal(x, y) for x, y in zip(after_a, b.params_list))
+    finally:
+        block.close()
+
+
+TEAM = """
+[experiment]
+name = "a3c"
+seed = 0
+total_steps = {total}
+eval_every = {total}
+eval_episodes = 1
+backend = "{backend}"
+progress = false
+out = "{out}"
+
+[env]
+id = "CartPole-v1"
+
+[[team]]
+name = "w0"
+algo = "{learner}"
+role = "learner"
+[team.params]
+hidden = [8]
+
+[[team]]
+name = "w"
+algo = "a3c"
+role = "explorer"
+count = 2
+[team.params]
+hidden = [{hidden}]
+"""
+
+
+def _config(tmp_path: Path, **kw: object) -> Path:
+    values: dict[str, object] = {
+        "total": 600,
+        "backend": "serial",
+        "out": (tmp_path / "runs").as_posix(),
+        "learner": "a3c",
+        "hidden": "8",
+    }
+    values.update(kw)
+    path = tmp_path / "a3c.toml"
+    path.write_text(TEAM.format(**values))
+    return path
+
+
+@pytest.mark.parametrize("backend", ["serial", "local"])
+def test_a_team_applies_every_workers_updates_to_the_shared_parameters(tmp_path, backend):
+    run = run_experiment(load(_config(tmp_path, backend=backend)))
+    assert json.loads((run / "summary.json").read_text())["env_steps"] == 600
+    members = checkpoint.load(run / "checkpoints" / "latest.pt")["members"]
+    own = sum(int(members[m]["updates"]) for m in ("w0", "w-0", "w-1"))
+    # 600 steps of 1 copy, one update per 5 of a worker's steps: 120 updates (one or two fewer
+    # where local's workers stop between updates), every one applied to the block.
+    assert 117 <= own <= 120
+    assert max(int(members[m]["shared_updates"]) for m in members) == own
+    assert int(members["w0"]["updates"]) < own
+
+
+def test_the_shared_count_and_parameters_go_on_after_a_resume(tmp_path):
+    run = run_experiment(load(_config(tmp_path)))
+    saved = checkpoint.load(run / "checkpoints" / "latest.pt")["members"]["w0"]
+    assert saved["shared_updates"] == 120
+    config = (run / "config.toml").read_text().replace("total_steps = 600", "total_steps = 1200")
+    (run / "config.toml").write_text(config)
+    assert cli.main(["resume", str(run)]) == 0
+    again = checkpoint.load(run / "checkpoints" / "latest.pt")["members"]["w0"]
+    assert again["shared_updates"] == 240
+
+
+def _refused(tmp_path: Path, **kw: object) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        prepare_team(load(_config(tmp_path, **kw)), {})
+    return info.value
+
+
+def test_what_cannot_share_is_one_error_naming_the_key(tmp_path):
+    err = _refused(tmp_path, backend="ray")
+    assert (err.table, err.key) == ("[[team]] w0", "algo") and "ray" in err.message
+    err = _refused(tmp_path, learner="a2c")
+    assert (err.table, err.key) == ("[[team]] w", "algo") and "'a2c'" in err.message
+    err = _refused(tmp_path, hidden="16")
+    assert (err.table, err.key) == ("[[team]] w", "params") and "hidden" in err.message
