@@ -12,9 +12,9 @@ like any member's, so a TD3 / DDPG learner trains on the population's data.
   generation whenever a new one has arrived; it competes for the elite like any sample, so a
   good RL actor pulls the distribution toward itself. (ERL's population is a genetic
   algorithm; here the same injection feeds CEM, whose state is a mean and a variance.)
-* ``grad_share > 0``, CEM-RL (Pourchot & Sigaud, ICLR 2019): before a generation is played,
-  that share of its samples takes ``grad_steps`` deterministic policy gradient steps on the
-  learner's critic,
+* ``grad_share > 0``, CEM-RL (Pourchot & Sigaud, ICLR 2019): that share of each generation's
+  samples takes ``grad_steps`` deterministic policy gradient steps on the learner's critic,
+  each right before its first episode,
 
       L(theta_k) = - mean_i  sum_h c_h Q1_h(s_i, mu_theta_k(s_i)),  s_i from this member's
                                                                     last ``states`` observations
@@ -120,6 +120,8 @@ class CEM(Agent):
         self.injected_at: int | None = None  # its index in the generation being played
         self.roster: Roster | None = None  # made at the first act, when the copies are known
         self._saved_roster: dict[str, Any] | None = None  # a checkpoint's, until then
+        self.climb: list[int] = []  # CEM-RL: actors of this generation still to step
+        self.gains: list[float] = []  # and the rise of mean Q of those stepped
         self.ep_return: np.ndarray | None = None
 
     # -- what the engine reads -------------------------------------------------------------
@@ -183,8 +185,19 @@ class CEM(Agent):
                 self._new_generation()
             self.ep_return = np.zeros(copies, np.float64)
             for i in range(copies):
-                self.roster.assign(i)
+                self._assign(i)
         return self.roster
+
+    def _assign(self, copy: int) -> None:
+        """Copy ``copy`` starts an episode with the next actor; CEM-RL steps an actor on the
+        critic right before its first episode, not the whole share at once: the member's
+        heartbeat waits for each step of the loop, and one actor's steps take seconds."""
+        assert self.roster is not None
+        self.roster.assign(copy)
+        k = int(self.roster.playing[copy])
+        if k in self.climb:
+            self.climb.remove(k)
+            self.gains.append(self._climb(self.pop[k]))
 
     def observe(self, step: Transitions) -> dict[str, float] | None:
         roster = self._roster(len(step.obs))
@@ -198,7 +211,7 @@ class CEM(Agent):
             self.ep_return[i] = 0.0
         metrics = self._tell() if roster.complete else None
         for i in ended:
-            roster.assign(int(i))
+            self._assign(int(i))
         return metrics
 
     def _remember(self, obs: np.ndarray) -> None:
@@ -229,10 +242,12 @@ class CEM(Agent):
             # 0: the learner's actor was the generation's best.
             rank = int((order == self.injected_at).nonzero()[0, 0])
             metrics["injected_rank"] = float(rank)
-        metrics.update(self._new_generation())
+        if self.gains:  # how far the stepped actors climbed the critic, on average
+            metrics["cemrl_q_gain"] = float(np.mean(self.gains))
+        self._new_generation()
         return metrics
 
-    def _new_generation(self) -> dict[str, float]:
+    def _new_generation(self) -> None:
         p = self.params
         pulled = flat(self.slot) if p.inject else None
         if pulled is not None and self.injected is None:
@@ -246,15 +261,15 @@ class CEM(Agent):
         if pulled is not None and (self.injected is None or not torch.equal(pulled, self.injected)):
             set_flat(self.pop[-1], pulled)
             self.injected, self.injected_at = pulled, p.pop_size - 1
-        metrics: dict[str, float] = {}
+        # CEM-RL: which actors climb the critic before they play (see _assign).
         stepped = int(round(p.grad_share * p.pop_size))
+        self.gains = []
+        self.climb = []
         if stepped and self.env_steps >= p.grad_starts and self.size >= p.grad_batch:
-            gains = [self._climb(self.pop[k]) for k in range(stepped) if k != self.injected_at]
-            metrics["cemrl_q_gain"] = float(np.mean(gains))
+            self.climb = [k for k in range(stepped) if k != self.injected_at]
         if self.roster is not None:
             self.roster.start()
         self.generation += 1
-        return metrics
 
     def _q(self, s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """sum_h c_h Q1_h(s, a) of the pulled critic, [B]."""
@@ -288,6 +303,8 @@ class CEM(Agent):
             "generation": self.generation,
             "injected": self.injected,
             "injected_at": self.injected_at,
+            "climb": list(self.climb),
+            "gains": list(self.gains),
             "slot": self.slot.state_dict(),
             "critic": self.critic.state_dict(),
             # The whole window, a fixed shape that resume can check against the config.
@@ -306,6 +323,8 @@ class CEM(Agent):
         self.generation = int(state["generation"])
         self.injected = state["injected"]
         self.injected_at = state["injected_at"]
+        self.climb = [int(k) for k in state["climb"]]
+        self.gains = [float(g) for g in state["gains"]]
         self.slot.load_state_dict(state["slot"])
         self.critic.load_state_dict(state["critic"])
         self.states[...] = state["states"].numpy()

@@ -157,45 +157,40 @@ def test_the_critic_and_actor_are_pulled_by_name_and_the_steps_move_half_the_act
     agent.act(obs, explore=True)
     _play(agent, [1.0, 2.0, 3.0, 4.0], obs)  # fills the window of states
     critic_before = flat(agent.critic)
+    _play(agent, [1.0, 2.0, 3.0, 4.0], obs)  # generation 3 is drawn with 8 states known
     metrics = _play(agent, [1.0, 2.0, 3.0, 4.0], obs)
-    # The two stepped actors climbed the critic (their mean Q rose); see the next test for
+    # Its two stepped actors climbed the critic (their mean Q rose); see the next test for
     # which actors moved.
     assert metrics is not None and metrics["cemrl_q_gain"] > 0.0
     torch.testing.assert_close(flat(agent.critic), critic_before)  # never trained here
 
 
-def test_stepped_actors_differ_from_their_draw_and_the_others_do_not():
-    agent = _cem(grad_share=0.5, grad_steps=10, grad_starts=0, grad_batch=4)
-    obs = np.ones((1, 3), np.float32)
-    agent.act(obs, explore=True)
-    _play(agent, [1.0, 2.0, 3.0, 4.0], obs)  # generation 1 played: states in the window
-    # Replay generation 2's draw: CEM's state just before the tell that makes it.
-    agent2 = _cem(grad_share=0.5, grad_steps=10, grad_starts=0, grad_batch=4)
-    agent2.load_state_dict(agent.state_dict())
-    fitness = torch.tensor([1.0, 2.0, 3.0, 4.0])
-    samples = torch.stack([flat(net) for net in agent.pop])
-    cem = agent2.cem
-    cem.tell(samples, fitness)
-    drawn = cem.ask()
-    _play(agent, [1.0, 2.0, 3.0, 4.0], obs)  # CEM-RL steps actors 0 and 1 of generation 2
-    for k in range(4):
-        same = torch.equal(flat(agent.pop[k]), drawn[k])
-        assert same == (k >= 2), k
+def _spied(agent: CEM) -> list[torch.Tensor]:
+    """Every generation CEM draws for ``agent``, as drawn (before any step on the critic)."""
+    draws: list[torch.Tensor] = []
+    ask = agent.cem.ask
+
+    def spy() -> torch.Tensor:
+        draws.append(ask().clone())
+        return draws[-1].clone()
+
+    agent.cem.ask = spy  # type: ignore[method-assign]
+    return draws
 
 
-def test_without_the_critic_steps_every_actor_is_its_draw():
-    agent = _cem()
+@pytest.mark.parametrize(("share", "stepped"), [(0.5, {0, 1}), (0.0, set())])
+def test_stepped_actors_differ_from_their_draw_and_the_others_do_not(share, stepped):
+    agent = _cem(grad_share=share, grad_steps=10, grad_starts=0, grad_batch=4)
+    draws = _spied(agent)
     obs = np.ones((1, 3), np.float32)
-    agent.act(obs, explore=True)
-    _play(agent, [1.0, 2.0, 3.0, 4.0], obs)
-    twin = _cem()
-    twin.load_state_dict(agent.state_dict())
-    samples = torch.stack([flat(net) for net in agent.pop])
-    twin.cem.tell(samples, torch.tensor([1.0, 2.0, 3.0, 4.0]))
-    drawn = twin.cem.ask()
-    _play(agent, [1.0, 2.0, 3.0, 4.0], obs)
+    agent.act(obs, explore=True)  # generation 1: no states yet, nobody steps
+    _play(agent, [1.0, 2.0, 3.0, 4.0], obs)  # generation 2 drawn with 4 states known
+    # Actors 0-2 of generation 2 played, 3 playing: each stepped one took its steps as it began.
+    _play(agent, [1.0, 2.0, 3.0], obs)
+    assert len(draws) == 2
     for k in range(4):
-        assert torch.equal(flat(agent.pop[k]), drawn[k])
+        moved = not torch.equal(flat(agent.pop[k]), draws[-1][k])
+        assert moved == (k in stepped), k
 
 
 # -- checkpoints -------------------------------------------------------------------------------
@@ -267,7 +262,7 @@ hidden = [8]
 
 def _config(tmp_path: Path, **kw: object) -> Path:
     values: dict[str, object] = {
-        "total": 1_200,
+        "total": 2_000,
         "backend": "serial",
         "out": (tmp_path / "runs").as_posix(),
         "role": "explorer",
@@ -323,7 +318,7 @@ def test_a_population_learner_cannot_inject(tmp_path):
 def test_a_td3_and_cemrl_team_runs_evolves_and_resumes(tmp_path, backend):
     path = _config(tmp_path, backend=backend)
     run = run_experiment(load(path))
-    assert json.loads((run / "summary.json").read_text())["env_steps"] == 1_200
+    assert json.loads((run / "summary.json").read_text())["env_steps"] == 2_000
     rows = (run / "metrics.csv").read_text().splitlines()
     pop = {r.split(",")[3] for r in rows if r.split(",")[2] == "pop"}
     assert {"generation", "fitness_best", "injected_rank", "cemrl_q_gain"} <= pop

@@ -205,8 +205,8 @@ def _shares(
             config,
             plan,
             "params",
-            f"its shared parameters differ in shape from the learner {lead.team!r}'s: set the "
-            f"same network options (hidden, core, ...) in both members' [team.params]",
+            f"its shared parameters differ in shape from those of the learner {lead.team!r}: "
+            f"set the same network options (hidden, core, ...) in both members' [team.params]",
         )
     return True
 
