@@ -13,6 +13,10 @@ with the protocol a real Unity build follows:
   the ``lagging_agents``, whose reset observation only arrives one step later;
 * the observation ``[agent id, step in episode, last action code, episode count]`` echoes the
   action it was given, so a test can check that every row's action reached the right agent.
+* ``camera = (H, W, C)`` replaces that vector with one visual observation, as a Unity camera
+  sensor sends it (float pixels in [0, 1], height x width x channels): channel 0 is dark but
+  for one lit pixel at row ``step % H``, column ``agent index % W``; each further channel ``c``
+  is uniformly ``(episode count % 5) / 4`` scaled by ``c / (C - 1)``.
 
 ``MockUnityEnvironment`` is a ``UnityEnvironment`` whose ``_get_communicator`` returns one of
 these (or the stock ``MockCommunicator`` when ``stock=True``).
@@ -70,8 +74,12 @@ class ScriptedCommunicator(MockCommunicator):
         episode_length: int = 8,
         interrupt_every: int = 3,
         lagging_agents: Sequence[int] = (),
+        camera: Sequence[int] | None = None,
     ) -> None:
         super().__init__(discrete_action=discrete_action, num_agents=num_agents)
+        if camera is not None and (len(camera) != 3 or min(camera) < 1):
+            raise ValueError(f"camera must be (height, width, channels), got {camera}")
+        self.camera = None if camera is None else tuple(int(d) for d in camera)
         self.behaviors = list(behaviors)
         self.interrupt_every = interrupt_every
         self.lagging = set(lagging_agents)
@@ -83,11 +91,26 @@ class ScriptedCommunicator(MockCommunicator):
         }
         self._decision_order: dict[str, list[_Agent]] = {b: [] for b in self.behaviors}
 
-    @staticmethod
-    def _info(agent: _Agent, reward: float, done: bool = False, interrupted: bool = False):
+    def _pixels(self, agent: _Agent) -> list[float]:
+        """The camera image of ``agent`` (module docstring), flattened height-major."""
+        assert self.camera is not None
+        h, w, c = self.camera
+        img = [[[0.0] * c for _ in range(w)] for _ in range(h)]
+        img[agent.t % h][(agent.id % 100) % w][0] = 1.0
+        for k in range(1, c):
+            level = (agent.episode % 5) / 4.0 * k / (c - 1)
+            for row in img:
+                for px in row:
+                    px[k] = level
+        return [v for row in img for px in row for v in px]
+
+    def _info(self, agent: _Agent, reward: float, done: bool = False, interrupted: bool = False):
+        data, shape = (agent.obs(), [OBS_SIZE])
+        if self.camera is not None:
+            data, shape = self._pixels(agent), list(self.camera)
         obs = ObservationProto(
-            float_data=ObservationProto.FloatData(data=agent.obs()),
-            shape=[OBS_SIZE],
+            float_data=ObservationProto.FloatData(data=data),
+            shape=shape,
             compression_type=NONE,
         )
         return AgentInfoProto(

@@ -98,6 +98,14 @@ def _flat(obs_list: list[np.ndarray], n: int) -> np.ndarray:
     return np.concatenate([np.asarray(o, np.float32).reshape(n, -1) for o in obs_list], axis=1)
 
 
+def _camera(obs_list: list[np.ndarray], n: int) -> np.ndarray:
+    """A camera sensor's float pixels in [0, 1] ``[n, H, W, C]`` -> flat channels-first uint8
+    rows (the engine's image rows, docs/envs.md "Images")."""
+    img = np.asarray(obs_list[0], np.float32).reshape(n, *obs_list[0].shape[1:])
+    img = np.rint(np.clip(img, 0.0, 1.0) * 255.0).astype(np.uint8)
+    return img.transpose(0, 3, 1, 2).reshape(n, -1)
+
+
 class UnityVecEnv:
     """The agents of one behavior in ``num_envs`` Unity environments, one VecEnv row each."""
 
@@ -158,9 +166,27 @@ class UnityVecEnv:
         self.discrete = action_spec.discrete_size > 0
         self.branches = tuple(int(b) for b in action_spec.discrete_branches)
         act_dim = int(np.prod(self.branches)) if self.discrete else action_spec.continuous_size
-        obs_dim = int(sum(np.prod(o.shape) for o in self.spec.observation_specs))
+        specs = self.spec.observation_specs
+        obs_dim = int(sum(np.prod(o.shape) for o in specs))
+        # A camera sensor (a 3-axis visual observation, H x W x C) is an image observation.
+        obs_shape: tuple[int, ...] = ()
+        if any(len(o.shape) == 3 for o in specs):
+            if len(specs) != 1:
+                shapes = [tuple(o.shape) for o in specs]
+                raise ValueError(
+                    f"{self.env_id}: behavior {behavior!r} observes {shapes}: a camera beside "
+                    "other observations; wheeler2 reads one camera alone (an image) or vector "
+                    "observations, not both side by side"
+                )
+            h, w, c = (int(d) for d in specs[0].shape)
+            obs_shape = (c, h, w)
+        self._rows_of = _camera if obs_shape else _flat
         self.info = EnvInfo(
-            obs_dim=obs_dim, act_dim=act_dim, discrete=self.discrete, agents=(behavior,)
+            obs_dim=obs_dim,
+            act_dim=act_dim,
+            discrete=self.discrete,
+            agents=(behavior,),
+            obs_shape=obs_shape,
         )
 
         self._reset_copies()
@@ -196,7 +222,8 @@ class UnityVecEnv:
             for c, ids in enumerate(self._agent_ids)
         ]
         n = self.num_copies * a
-        self._obs = np.zeros((n, self.info.obs_dim), np.float32)
+        dtype = np.uint8 if self.info.obs_shape else np.float32
+        self._obs = np.zeros((n, self.info.obs_dim), dtype)
         self.active = np.zeros(n, bool)
         self._carry = np.zeros(n, np.float32)  # reward given with a reset obs: the next step's
         self._order: list[np.ndarray] = []  # per copy: rows in DecisionSteps order
@@ -204,7 +231,7 @@ class UnityVecEnv:
         for c, dec in enumerate(decisions):
             rows = self._rows(c, dec.agent_id)
             known = rows >= 0
-            self._obs[rows[known]] = _flat(dec.obs, len(dec))[known]
+            self._obs[rows[known]] = self._rows_of(dec.obs, len(dec))[known]
             self.active[rows[known]] = True
             self._order.append(rows)
 
@@ -256,7 +283,7 @@ class UnityVecEnv:
             ended = np.zeros(n, bool)
             if len(term):
                 t_rows = self._rows(c, term.agent_id)
-                t_obs = _flat(term.obs, len(term))
+                t_obs = self._rows_of(term.obs, len(term))
                 for j, i in enumerate(t_rows):
                     if i < 0 or not was_active[i]:
                         continue  # a transition nobody acted on: nothing to report
@@ -271,7 +298,7 @@ class UnityVecEnv:
 
             d_rows = self._rows(c, dec.agent_id)
             if len(dec):
-                d_obs = _flat(dec.obs, len(dec))
+                d_obs = self._rows_of(dec.obs, len(dec))
                 for j, i in enumerate(d_rows):
                     if i < 0:
                         continue

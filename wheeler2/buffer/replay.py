@@ -288,7 +288,9 @@ class Replay:
             return rows0[:, lo:hi]
 
         images = self.layout.images  # frames rebuilt into stacks (buffer/frames.py)
-        raw: dict[str, Any] = {"obs": st.gather("obs", slot0) if images else col("obs")}
+        pair = st.stack_pair(slot0) if images and self.cfg.n_step == 1 else None
+        obs = pair[0] if pair is not None else st.gather("obs", slot0) if images else col("obs")
+        raw: dict[str, Any] = {"obs": obs}
         raw["action"] = np.take(a["action"], slot0) if self.layout.discrete else col("action")
         if self.layout.logp:
             raw["logp"] = col("logp")[:, 0]
@@ -305,7 +307,7 @@ class Replay:
             # The common case without window bookkeeping.
             raw["reward"] = col("reward").copy()  # relabelling writes into it
             raw["terminated"] = np.take(a["terminated"], slot0)
-            raw["next_obs"] = st.gather("next_obs", slot0) if images else col("next_obs")
+            raw["next_obs"] = pair[1] if pair is not None else col("next_obs")
             if her is not None:
                 # Everything the relabelled rows' new rewards need, in one gather of their
                 # packed rows (column views of it are handed to the relabel function).
@@ -366,13 +368,16 @@ class Replay:
         if "goal" in raw:
             obs = np.concatenate([obs, raw["goal"]], axis=1)
             next_obs = np.concatenate([next_obs, raw["goal"]], axis=1)
-        # Column slices of the packed gather are strided; learners may .view() them.
+        # Column slices of the packed gather are strided; learners may .view() them. Image
+        # stacks stay the two row views of one gather (stack_pair): the encoders reshape, and
+        # a copy here would cost what sharing the frames saved.
         contiguous = np.ascontiguousarray
+        rows = np.asarray if self.layout.images else contiguous
         out = {
-            "obs": contiguous(obs),
+            "obs": rows(obs),
             "action": contiguous(raw["action"]),
             "reward": reward,
-            "next_obs": contiguous(next_obs),
+            "next_obs": rows(next_obs),
             "discount": discount,
             "weight": weight,
             "index": j,

@@ -300,6 +300,16 @@ class Storage:
         rows = self.frames[refs % self.num_frames]
         return rows.reshape(*np.shape(index), -1)
 
+    def stack_pair(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(obs, next_obs) stacks of slots ``index [B]`` from one gather of their ``k + 1``
+        frames: two row views of it (``[B, stack * frame_size]``, rows ``k + 1`` frames apart),
+        since a transition's stacks share ``k - 1`` frames: k + 1 frames copied, not 2 k."""
+        refs = np.take(self.arrays["refs"], index, axis=0)
+        # np.take: ~15 % faster than fancy indexing for these scattered 7 KB rows.
+        rows = np.take(self.frames, refs % self.num_frames, axis=0)  # [B, k + 1, frame_size]
+        b = rows.shape[0]
+        return rows[:, :-1].reshape(b, -1), rows[:, 1:].reshape(b, -1)
+
     def size(self) -> int:
         return int(min(self.hdr[TOTAL], self.capacity))
 
