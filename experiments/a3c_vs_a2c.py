@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -100,24 +101,32 @@ def render(rows: list[dict[str, Any]], steps: int) -> str:
         "Eval: mean of 10 deterministic episodes every eval_every steps. x86_64, 2 shared "
         "cores (two other engineers' jobs running beside), one torch thread per process.",
         "",
-        "| workers | arm | seeds | median final eval | median best eval | finals | median wall s |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| workers | arm | seeds | median final eval | median best eval | finals | "
+        "steps to eval >= 475 | median wall s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["workers"], r["arm"]), []).append(r)
     for (workers, arm), rs in sorted(groups.items()):
-        finals = [r["final_eval"] for r in sorted(rs, key=lambda r: r["seed"])]
+        rs = sorted(rs, key=lambda r: r["seed"])
+        finals = [r["final_eval"] for r in rs]
+        reached = [next((f"{s:,}" for s, ret in r["curve"] if ret >= 475), "never") for r in rs]
         lines.append(
             f"| {workers} | {arm} | {len(rs)} | {statistics.median(finals):.1f} | "
             f"{statistics.median(r['best_eval'] for r in rs):.1f} | "
-            f"{', '.join(f'{f:.0f}' for f in finals)} | "
+            f"{', '.join(f'{f:.0f}' for f in finals)} | {', '.join(reached)} | "
             f"{statistics.median(r['wall_s'] for r in rs):.0f} |"
         )
     lines += [
         "",
-        "Three seeds say little: read a gap as a difference only where the seeds' finals do "
-        "not overlap. Wall-clock includes each run's start (a3c starts W processes).",
+        "Finals and steps to 475 are per seed, in seed order. Three seeds say little: read a "
+        "gap as a difference only where the seeds' finals do not overlap. With one worker the "
+        "two arms are the same algorithm (A3C's one worker is A2C to the bit, "
+        "tests/test_a3c.py) and gave the same evals on every seed. Wall-clock includes each "
+        "run's start (a3c starts W processes on the local backend, a2c runs serial) and the "
+        "load of the other jobs on the machine, which varied by 3x between runs: it is no "
+        "speed comparison.",
         "",
     ]
     return "\n".join(lines)
@@ -156,7 +165,8 @@ def main(argv: list[str] | None = None) -> None:
         render=render,
         params=params,
         runs_file=jsonl,
-        command=report.command_line(argv),
+        # --table rebuilds from the stored runs: the header names the sweep that made them.
+        command=report.command_line([a for a in (argv or sys.argv[1:]) if a != "--table"]),
     )
     print(text)
 
