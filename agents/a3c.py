@@ -125,7 +125,14 @@ class A3C(a2c.A2C):
             self._take_theta()
 
     def state_dict(self) -> dict[str, Any]:
-        return super().state_dict() | {"shared_updates": self._shared_count()}
+        state = super().state_dict()
+        # The shared optimizer's statistics are views of the whole block: saved as copies of
+        # their own, not as the block's storage under every one of them.
+        for slot in state["opt"]["state"].values():
+            for key, value in slot.items():
+                if isinstance(value, torch.Tensor):
+                    slot[key] = value.clone()
+        return state | {"shared_updates": self._shared_count()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)

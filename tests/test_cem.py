@@ -100,6 +100,30 @@ def test_fitness_is_the_mean_return_over_episodes_and_over_steps():
     torch.testing.assert_close(agent.cem.mean.float(), played[1])
 
 
+def test_a_copy_with_nobody_left_to_play_plays_the_mean_and_gives_no_fitness():
+    agent = _cem(pop_size=2, elites=1, sigma_init=0.5)
+    x = np.zeros((3, 3), np.float32)
+    agent.act(x, explore=True)
+    roster = agent.roster
+    assert roster is not None and roster.playing.tolist() == [0, 1, -1]
+    mean_action = agent.mean_net(torch.as_tensor(x[2:])).detach().numpy()
+    np.testing.assert_allclose(agent.act(x, explore=True).action[2:], mean_action)
+    # Copy 2 (the mean) ends an episode with a huge return: nobody's fitness.
+    out = agent.act(x, explore=True)
+    ended = np.array([False, False, True])
+    reward = np.array([[0.0], [0.0], [1e6]])
+    step = Transitions(x, out.action, reward, x, ended, np.zeros(3, bool), x, out)
+    assert agent.observe(step) is None and roster.returns.tolist() == [0.0, 0.0]
+    # Copies 0 and 1 end theirs: the generation is told, the best is actor 1's 3.0.
+    out = agent.act(x, explore=True)
+    ended = np.array([True, True, False])
+    reward = np.array([[2.0], [3.0], [0.0]])
+    step = Transitions(x, out.action, reward, x, ended, np.zeros(3, bool), x, out)
+    metrics = agent.observe(step)
+    assert metrics is not None and metrics["fitness_best"] == 3.0
+    assert roster.playing.tolist() == [0, 1, -1]  # the next generation, copy 2 mid-episode
+
+
 # -- ERL: the learner's actor joins the population through the weight sync --------------------
 
 
