@@ -578,3 +578,58 @@ def test_two_tables_with_joint_play_on_ray(tmp_path: Path, cluster: Cluster) -> 
     # ... but the predators' shard also took their steps from the prey's copies: at one update
     # per insert, the learner made more updates than its own rows could feed.
     assert members["predators"]["updates"] > own
+
+
+ERL_TEAM = """
+[experiment]
+name = "erl-ray"
+seed = 0
+total_steps = 2_000
+eval_every = 1_000
+eval_episodes = 1
+backend = "ray"
+progress = false
+
+[env]
+id = "Pendulum-v1"
+
+[buffer]
+capacity = 5_000
+batch_size = 16
+
+[[team]]
+name = "target"
+algo = "td3"
+role = "learner"
+[team.params]
+hidden = [16]
+learning_starts = 200
+
+[[team]]
+name = "pop"
+algo = "cem"
+role = "explorer"
+sync = { every = 200 }
+[team.params]
+hidden = [16]
+pop_size = 2
+elites = 1
+inject = true
+"""
+
+
+# Slow: the evolutionary member runs in the default run on serial and local
+# (tests/test_cem.py), and the board's actor sync in this file's default tests; this checks
+# that ERL's injection reaches a population through the ray board (issue 37).
+@pytest.mark.slow
+@pytest.mark.timeout(540)
+def test_a_population_takes_the_learners_actor_through_the_ray_board(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    cfg = tmp_path / "erl.toml"
+    cfg.write_text(ERL_TEAM)
+    config = load(cfg, overrides=[f"experiment.ray_address={cluster.address}"])
+    run = run_experiment(config, tmp_path / "run")
+    pop = json.loads((run / "summary.json").read_text())["members"]["pop"]
+    assert pop["sync_version"] >= 1 and pop["generation"] >= 2
+    assert "injected_rank" in pop
