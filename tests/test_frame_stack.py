@@ -177,14 +177,16 @@ def test_stack_refuses_a_goal_env_naming_the_key(tmp_path: Path):
     assert "goal env" in err.message and str(path) in str(err)
 
 
-def test_stack_refuses_image_observations():
-    class Image:
+def test_stack_refuses_observations_of_several_axes_that_are_not_images():
+    # Images (uint8 / bool Box, reported in EnvInfo.obs_shape) stack along their channels
+    # (tests/test_images_envs.py); a float grid does not.
+    class Grid:
         num_envs = 1
         info = GymVecEnv("CartPole-v1", {}, 1, 0).info
-        observation_space = gymnasium.spaces.Box(0, 255, (8, 8, 3), np.uint8)
+        observation_space = gymnasium.spaces.Box(0, 1, (8, 8, 3), np.float32)
 
     with pytest.raises(FrameStackError, match=r"\(8, 8, 3\)"):
-        FrameStack(Image(), 2)
+        FrameStack(Grid(), 2)
 
 
 def test_stack_key_is_bounded(tmp_path: Path):

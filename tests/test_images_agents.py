@@ -74,6 +74,49 @@ def test_every_algorithm_reads_images_through_an_encoder(algo):
         assert all(np.isfinite(v) for v in metrics.values())
 
 
+@pytest.mark.parametrize(
+    ("algo", "extra"),
+    [("ppo", {}), ("a2c", {}), ("pg", {}), ("ppo", {"core": "gru", "core_size": 8})],
+    ids=["ppo", "a2c", "pg", "ppo-gru"],
+)
+def test_on_policy_learners_update_from_image_rollouts(algo, extra):
+    import wheeler2.envs.pixels  # noqa: F401 - registers wheeler2/Catch-v0
+    from wheeler2.envs.gym import GymVecEnv
+
+    from wheeler2.agent import Transitions
+
+    env = GymVecEnv("wheeler2/Catch-v0", {"size": 8}, 2, seed=0)
+    info = env.info
+    space = SpaceInfo(info.obs_dim, info.act_dim, True, obs_shape=info.obs_shape)
+    params = {"n_steps": 8} | ({"batch_size": 16} if algo == "ppo" else {}) | extra
+    agent = make(algo, space, encoder="small_cnn", **params)
+    before = [t.detach().clone() for t in encoders(agent.actor)[0].parameters()]
+    obs = env.reset().obs
+    state = agent.initial_state(2) if agent.state_dim else None
+    reports = []
+    for _ in range(8):
+        out = agent.act(obs, explore=True, state=state)
+        st = env.step(out.action)
+        reward = st.reward[:, None]
+        step = Transitions(
+            obs,
+            out.action,
+            reward,
+            st.final_obs,
+            st.terminated,
+            st.truncated,
+            st.obs,
+            out,
+            state=state,
+        )
+        reports.append(agent.observe(step))
+        obs, state = st.obs, out.state
+    env.close()
+    assert any(r for r in reports), f"{algo} never updated"
+    after = list(encoders(agent.actor)[0].parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after)), "the encoder did not learn"
+
+
 @pytest.mark.parametrize(("algo", "core"), [("dqn", "gru"), ("td3", "lstm"), ("ppo", "gru")])
 def test_recurrent_cores_read_the_encoder_features(algo, core):
     extra = {"critic_core": True} if algo == "ppo" else {}
