@@ -202,6 +202,32 @@ def _spied(agent: CEM) -> list[torch.Tensor]:
     return draws
 
 
+def test_a_ddpg_learners_single_critic_is_pulled_and_climbed():
+    from wheeler2.agents.ddpg import DDPG
+    from wheeler2.agents.ddpg import Params as DDPGParams
+
+    learner = DDPG(SPACE, DDPGParams(hidden=[4], learning_starts=0), seed=7)
+    agent = _cem(grad_share=0.5, grad_steps=5, grad_starts=0, grad_batch=2, critic_pair=False)
+    assert check_pulls(learner, agent, [], "pop") == ("critic",)
+    view = publish_view(learner, ("critic",))
+    pub = WeightPublisher.create(view)
+    try:
+        pub.publish(view)
+        with WeightClient.attach(pub.handle(), sync_target(agent), [], 1.0, "pop") as client:
+            client.pull()
+    finally:
+        pub.close()
+    torch.testing.assert_close(flat(agent.critic), flat(learner.critic))
+    s = torch.ones(2, 3)
+    a = agent.pop[0](s)
+    torch.testing.assert_close(agent._q(s, a), learner.critic(s, a)[:, 0])
+    before = flat(agent.pop[0])
+    agent.states[:2] = 1.0
+    agent.size = 2
+    agent._climb(agent.pop[0])
+    assert not torch.equal(flat(agent.pop[0]), before)
+
+
 @pytest.mark.parametrize(("share", "stepped"), [(0.5, {0, 1}), (0.0, set())])
 def test_stepped_actors_differ_from_their_draw_and_the_others_do_not(share, stepped):
     agent = _cem(grad_share=share, grad_steps=10, grad_starts=0, grad_batch=4)
