@@ -11,9 +11,10 @@ the flat parameter vector theta of an actor. Each generation:
            eps    <- tau eps + (1 - tau) eps_limit                 (the added noise decays)
 
 Its state is three tensors and a float, so a checkpoint holds it as it is (weights_only).
-Why not CMA-ES through the ``cma`` package (docs/populations.md): a full covariance of an actor
-of 400-300 units (~120k parameters) is ~1.4e10 numbers, and the package's state is a Python
-object that a ``weights_only`` checkpoint cannot hold without unpickling code on load.
+Why not CMA-ES through the ``cma`` package (docs/populations.md): a full covariance of an
+actor of 400-300 units (124,502 parameters on Swimmer) is ~1.5e10 numbers, and the package's
+state is a Python object that a ``weights_only`` checkpoint cannot hold without unpickling code
+on load.
 
 :class:`Roster` hands individuals to env copies: each copy plays one episode for one
 individual at a time; an individual's fitness is its mean return over ``episodes`` episodes.
