@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 from wheeler2.envs.pz_import import import_env_module, make_parallel_env
-from wheeler2.envs.spaces import box_bounds, scale_box_action
+from wheeler2.envs.spaces import ObsFlattener, box_bounds, scale_box_action
 
 from wheeler2.env import EnvInfo, EnvReset, EnvStep, GroupStep, OtherAgents
 
@@ -78,6 +78,13 @@ def _obs_dim(space: spaces.Space) -> int:
     return int(np.prod(space.shape))
 
 
+def _rows(space: spaces.Space) -> ObsFlattener:
+    """How an agent's raw observation becomes its row: flat float32, or an image (uint8 or
+    bool Box) as channels-first uint8 (docs/envs.md "Images")."""
+    _obs_dim(space)  # a Box, or the one error line
+    return ObsFlattener(space)
+
+
 class AgentGroup:
     """The agents of one other table in ``num_copies`` copies (joint play): their rows, laid out
     as that table's own members lay theirs out, and how their actions reach the env."""
@@ -99,15 +106,17 @@ class AgentGroup:
         if not self.discrete:
             self.low, self.high = box_bounds(env_id, self.action_space)
         act_dim = int(self.action_space.n) if self.discrete else int(self.low.shape[0])
+        self.flat = _rows(env.observation_space(first))
         self.info = EnvInfo(
-            obs_dim=_obs_dim(env.observation_space(first)),
+            obs_dim=self.flat.dim,
             act_dim=act_dim,
             discrete=self.discrete,
             max_episode_steps=_max_cycles(env),
             agents=tuple(names),
+            obs_shape=self.flat.image_shape,
         )
         rows = copies * len(names)
-        self.obs = np.zeros((rows, self.info.obs_dim), np.float32)
+        self.obs = np.zeros((rows, self.info.obs_dim), self.flat.dtype)
         self.active = np.zeros(rows, bool)
         self.actions: np.ndarray | None = None
 
@@ -119,7 +128,7 @@ class AgentGroup:
             i = self.row(c, k)
             self.active[i] = name in live and name in raw_obs
             if self.active[i]:
-                self.obs[i] = np.asarray(raw_obs[name], np.float32).reshape(-1)
+                self.flat(raw_obs[name], self.obs[i])
 
     def env_action(self, c: int, name: str) -> Any:
         assert self.actions is not None
@@ -206,16 +215,18 @@ class PettingZooVecEnv:
         m = len(self.agent_names)
         self.num_envs = num_envs * m
         self.head_names = list(self.agent_names)
+        self._flat = _rows(obs_space)
         self.info = EnvInfo(
-            obs_dim=_obs_dim(obs_space),
+            obs_dim=self._flat.dim,
             act_dim=act_dim,
             discrete=self.discrete,
             max_episode_steps=_max_cycles(env),
             agents=tuple(self.agent_names),
+            obs_shape=self._flat.image_shape,
         )
         self.active = np.zeros(self.num_envs, bool)
         self.head_rewards = np.zeros((self.num_envs, m), np.float32)
-        self._obs = np.zeros((self.num_envs, self.info.obs_dim), np.float32)
+        self._obs = np.zeros((self.num_envs, self.info.obs_dim), self._flat.dtype)
         # The raw observations of every live agent, other agents included (other_policy needs them).
         self._raw_obs: list[dict[str, Any]] = [{} for _ in range(num_envs)]
 
@@ -249,7 +260,7 @@ class PettingZooVecEnv:
             i = self._row(c, k)
             self.active[i] = name in live and name in raw_obs
             if self.active[i]:
-                self._obs[i] = np.asarray(raw_obs[name], np.float32).reshape(-1)
+                self._flat(raw_obs[name], self._obs[i])
         for group in self.groups.values():
             group.load(c, raw_obs, live)
 
@@ -328,7 +339,7 @@ class PettingZooVecEnv:
                 terminated[i] = bool(term.get(name, False))
                 truncated[i] = bool(trunc.get(name, False)) and not terminated[i]
                 if name in raw_obs:
-                    final_obs[i] = np.asarray(raw_obs[name], np.float32).reshape(-1)
+                    self._flat(raw_obs[name], final_obs[i])
                 if self.reward_mode == "heads":
                     self.head_rewards[i] = heads
 
@@ -390,7 +401,7 @@ def _fill_group(
         gstep.terminated[i] = bool(term.get(name, False))
         gstep.truncated[i] = bool(trunc.get(name, False)) and not gstep.terminated[i]
         if name in raw_obs:
-            gstep.final_obs[i] = np.asarray(raw_obs[name], np.float32).reshape(-1)
+            group.flat(raw_obs[name], gstep.final_obs[i])
 
 
 def _end_group(group: AgentGroup, gstep: GroupStep, c: int) -> None:
