@@ -90,7 +90,7 @@ def run_arm(arm: Arm, seed: int, steps: int, eval_every: int, out: Path) -> dict
     }
 
 
-def render(rows: list[dict[str, Any]], steps: int) -> str:
+def render(rows: list[dict[str, Any]], steps: int, name: str = "a3c_vs_a2c") -> str:
     lines = [
         "# A3C vs A2C on CartPole-v1: equal env steps, equal workers",
         "",
@@ -128,8 +128,41 @@ def render(rows: list[dict[str, Any]], steps: int) -> str:
         "load of the other jobs on the machine, which varied by 3x between runs: it is no "
         "speed comparison.",
         "",
+        f"![eval curves: each seed thin, the median over seeds thick]({name}.png)",
+        "",
     ]
     return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path, **_: Any) -> None:
+    """Eval return against env steps: one panel per worker count, each seed a thin line and
+    each arm's median over seeds a thick one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts = sorted({r["workers"] for r in rows})
+    fig, axes = plt.subplots(1, len(counts), figsize=(6 * len(counts), 4), squeeze=False)
+    for ax, workers in zip(axes[0], counts):
+        for arm, colour in (("a2c", "tab:blue"), ("a3c", "tab:orange")):
+            rs = [r for r in rows if r["workers"] == workers and r["arm"] == arm]
+            for r in rs:
+                xs, ys = zip(*r["curve"])
+                ax.plot(xs, ys, color=colour, alpha=0.3, linewidth=1)
+            if rs:
+                xs = [x for x, _ in rs[0]["curve"]]
+                med = [statistics.median(r["curve"][i][1] for r in rs) for i in range(len(xs))]
+                ax.plot(
+                    xs, med, color=colour, linewidth=2.5, label=f"{arm}: median, {len(rs)} seeds"
+                )
+        ax.set_title(f"CartPole-v1, {workers} worker{'s' if workers > 1 else ''}")
+        ax.set_xlabel("env steps, all workers")
+        ax.set_ylabel("eval return (10 episodes)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -157,14 +190,18 @@ def main(argv: list[str] | None = None) -> None:
                     f"best {r['best_eval']}, {r['wall_s']} s"
                 ),
             )
-    params = {"steps": args.steps}
-    text = render(runs.load(jsonl), **params)
+    params = {"steps": args.steps, "name": args.name}
+    stored = runs.load(jsonl)
+    text = render(stored, **params)
+    png = RESULTS / f"{args.name}.png"
+    plot(stored, png)
     report.write(
         RESULTS / f"{args.name}.md",
         text,
         render=render,
         params=params,
         runs_file=jsonl,
+        plots=[png],
         # --table rebuilds from the stored runs: the header names the sweep that made them.
         command=report.command_line([a for a in (argv or sys.argv[1:]) if a != "--table"]),
     )
