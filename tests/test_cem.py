@@ -342,8 +342,6 @@ def test_what_the_member_cannot_do_is_one_error_naming_the_key(tmp_path):
     assert info.value.key == "role" and 'role = "explorer"' in info.value.message
     err = _refused(tmp_path, extra="grad_share = 0.5\ncritic_pair = false")
     assert (err.table, err.key) == ("[[team]] pop", "sync") and "critic" in err.message
-    err = _refused(tmp_path, backend="ray")
-    assert (err.table, err.key) == ("[[team]] pop", "sync") and "ray" in err.message
 
 
 def test_a_population_learner_cannot_inject(tmp_path):

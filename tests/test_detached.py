@@ -353,10 +353,11 @@ def test_a_critic_of_other_sizes_is_refused(tmp_path):
     assert "critic" in err.message and "[8, 16]" in err.message and "hidden" in err.message
 
 
-def test_ray_is_refused_for_now(tmp_path):
-    err = _refused(tmp_path, backend="ray")
-    assert (err.table, err.key) == ("[[team]] reach", "sync")
-    assert "ray" in err.message
+def test_ray_publishes_the_pulled_critic_too(tmp_path):
+    # Since issue 37 the ray board carries the modules explorers pull by name, as the shared
+    # block does (tests/test_ray.py runs CEM-RL's critic pull on a cluster).
+    setup = prepare_team(load(_config(tmp_path, backend="ray")), {})
+    assert setup.tables[0].pulls == ("critic",)
 
 
 def test_the_table_pulls_the_critic_only_when_a_member_asks(tmp_path):

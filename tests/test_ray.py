@@ -584,8 +584,8 @@ ERL_TEAM = """
 [experiment]
 name = "erl-ray"
 seed = 0
-total_steps = 2_000
-eval_every = 1_000
+total_steps = 3_000
+eval_every = 1_500
 eval_episodes = 1
 backend = "ray"
 progress = false
@@ -615,15 +615,19 @@ hidden = [16]
 pop_size = 2
 elites = 1
 inject = true
+grad_share = 0.5
+grad_steps = 5
+grad_starts = 200
 """
 
 
 # Slow: the evolutionary member runs in the default run on serial and local
 # (tests/test_cem.py), and the board's actor sync in this file's default tests; this checks
-# that ERL's injection reaches a population through the ray board (issue 37).
+# that ERL's injection and CEM-RL's critic, pulled by name, reach a population through the ray
+# board (issue 37).
 @pytest.mark.slow
 @pytest.mark.timeout(540)
-def test_a_population_takes_the_learners_actor_through_the_ray_board(
+def test_a_population_takes_the_learners_actor_and_critic_through_the_ray_board(
     tmp_path: Path, cluster: Cluster
 ) -> None:
     cfg = tmp_path / "erl.toml"
@@ -632,4 +636,4 @@ def test_a_population_takes_the_learners_actor_through_the_ray_board(
     run = run_experiment(config, tmp_path / "run")
     pop = json.loads((run / "summary.json").read_text())["members"]["pop"]
     assert pop["sync_version"] >= 1 and pop["generation"] >= 2
-    assert "injected_rank" in pop
+    assert "injected_rank" in pop and pop["cemrl_q_gain"] > 0.0

@@ -252,11 +252,13 @@ class BoardLink:
 
 class BoardSink:
     """Learner side: publish = ``ray.put`` the actor's float tensors, post the reference under
-    the learner's table."""
+    the learner's table. ``pulls``: the modules besides the actor its explorers pull by name
+    (detached explorers, CEM-RL's critic), published with it, as the shared-memory sink does."""
 
-    def __init__(self, board: Any, table: str) -> None:
+    def __init__(self, board: Any, table: str, pulls: tuple[str, ...] = ()) -> None:
         self.board = board
         self.table = table
+        self.pulls = pulls
         self.version = 1  # the driver published version 1 before the members started
 
     def publish(self, actor: Any) -> int:
@@ -316,6 +318,11 @@ class TableArgs:
     shards: list[Any]
     layout: Layout
     publish_shapes: dict[str, tuple[int, ...]]
+
+    @property
+    def pulls(self) -> tuple[str, ...]:
+        """The modules its learner publishes besides the actor (``critic/...`` names)."""
+        return tuple(dict.fromkeys(n.split("/", 1)[0] for n in self.publish_shapes if "/" in n))
 
     def source(
         self, budget: BoardBudget, member: str, keep: Sequence[str], alpha: float
@@ -402,7 +409,7 @@ def _run_member(args: dict[str, Any], link: StartBeat) -> None:
         link=link,
         replay=replay,
         own_process=True,
-        sink=BoardSink(board, own_table.name) if learner else None,
+        sink=BoardSink(board, own_table.name, own_table.pulls) if learner else None,
         own=args["own"] if learner else None,
         source=source,
         state=args["state"],

@@ -157,14 +157,6 @@ def _prepare_table(
             except SyncError as exc:  # its text names the member already: said once here
                 text = str(exc).removeprefix(f"[[team]] {p.team}: ")
                 raise _error(config, p, "sync", text) from None
-            if pulled and config.experiment.backend == "ray":
-                raise _error(
-                    config,
-                    p,
-                    "sync",
-                    f"it pulls the learner's {', '.join(pulled)} (not only its actor), which the "
-                    f'ray backend does not publish yet: use backend = "local" or "serial"',
-                )
             pulls += [m for m in pulled if m not in pulls]
     if shared is not None and config.experiment.backend == "ray":
         raise _error(
