@@ -249,3 +249,33 @@ def test_a_recurrent_learner_trains_on_image_sequences(tmp_path):
     run = wheeler2.run(path, out=str(tmp_path / "runs"))
     member = json.loads((run / "summary.json").read_text())["members"]["q"]
     assert member["updates"] > 0 and member["ended"] == "finished"
+
+
+WIDE = """
+import gymnasium as gym
+import numpy as np
+
+
+class Wide(gym.ObservationWrapper):
+    def __init__(self, env):
+        super().__init__(env)
+        self.observation_space = gym.spaces.Box(0, 255, (3, 12), np.uint8)
+
+    def observation(self, obs):
+        return obs.reshape(3, 12)
+"""
+
+
+def test_eval_video_plays_inside_the_runs_wrappers(tmp_path, capsys):
+    # The wrapper reshapes Catch's 6x6 frames to 3x12: a policy trained on those refuses the
+    # plain env's 6x6 ones, so the video must play inside the same wrappers.
+    pytest.importorskip("imageio")
+    (tmp_path / "wide.py").write_text(WIDE)
+    wrap = '\nwrappers = ["./wide.py:Wide"]'
+    path = write(tmp_path, name="reshaped", steps=128, stack=1)
+    path.write_text(path.read_text().replace("stack = 1", "stack = 1" + wrap))
+    run = wheeler2.run(path, out=str(tmp_path / "runs"))
+    assert wheeler2.load_policy(run).loaded.info.obs_shape == (1, 3, 12)
+    out = tmp_path / "clip.gif"
+    assert cli.main(["eval", str(run), "--episodes", "1", "--video", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out and (tmp_path / "clip_ep0.gif").exists()

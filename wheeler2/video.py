@@ -1,7 +1,8 @@
 """``wheeler2 eval RUN_DIR --video out.mp4``: episodes of a run's policy as video files.
 
-Each episode is played in a plain ``gymnasium.make(id, render_mode="rgb_array")`` env by
-:func:`wheeler2.load_policy`, so the video also shows that policy working on raw observations.
+Each episode is played in a ``gymnasium.make(id, render_mode="rgb_array")`` env inside the
+run's ``[env] wrappers`` by :func:`wheeler2.load_policy`, so the video also shows that policy
+working on raw observations (an image policy keeping its own frame stack).
 Episode ``i`` resets with the seed the eval env gives copy ``i`` (``eval_reset_seed + i``): the
 recorded episodes are the ones ``wheeler2 eval`` scores. One file per episode, ``out_ep0.mp4``,
 ``out_ep1.mp4``, ...; each holds the first frame and one frame per step.
@@ -72,6 +73,12 @@ def make_render_env(config: Any) -> Any:
         raise UsageError(
             f"--video: {env_id} cannot render rgb_array frames ({type(exc).__name__}: {exc})"
         ) from None
+    # The run's [env] wrappers, as its copies had them: the policy then sees the observations
+    # it was trained on (Atari's AtariPreprocessing frames), while render() draws the env
+    # inside them. Through the gymnasium adapter's own function, found by name.
+    wrappers = tuple((w.wrapper, dict(w.kwargs)) for w in config.env.wrappers)
+    if wrappers:
+        env = registry.resolve_object("wheeler2.envs.gym:wrapped")(env, wrappers, env_id)
     modes = env.metadata.get("render_modes") or []
     if "rgb_array" not in modes:
         env.close()
