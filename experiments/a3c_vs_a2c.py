@@ -1,6 +1,7 @@
 """A3C against A2C on CartPole-v1 at equal env steps and equal worker count (issue 37, item 2).
 
     python -m experiments.a3c_vs_a2c                           # 1 and 2 workers, seeds 0-2
+    python -m experiments.a3c_vs_a2c --workers 4               # adds 4 (keeps 1 and 2's runs)
     python -m experiments.a3c_vs_a2c --workers 1 2 4 --seeds 0 1 2 3 4 --steps 100000
     python -m experiments.a3c_vs_a2c --table                   # the .md from the stored runs
 
@@ -176,7 +177,11 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     jsonl = RESULTS / f"{args.name}_runs.jsonl"
     if not args.table:
+        # The worker counts run now replace their stored runs; the others' stay in the table.
+        kept = [r for r in runs.load(jsonl) if r["workers"] not in args.workers]
         jsonl.unlink(missing_ok=True)
+        for record in kept:
+            runs.append(jsonl, record)
         arms = [Arm(f"{algo}-w{w}") for w in args.workers for algo in ("a2c", "a3c")]
         with tempfile.TemporaryDirectory() as tmp:
             sweep(
