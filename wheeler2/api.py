@@ -254,8 +254,17 @@ class Policy:
         self.state[where] = self.agent.initial_state(int(where.sum()))
 
     @property
+    def input_dtype(self) -> str:
+        """The flat input's dtype: uint8 for image observations, else float32."""
+        return "uint8" if self.image else "float32"
+
+    @property
     def input_layout(self) -> str:
         """The flat input's parts, in order (what :meth:`flat_input` builds and export takes)."""
+        if self.image:
+            c, *hw = self.loaded.info.frame_shape
+            frames = f"{self.stack} frames, oldest first, " if self.stack > 1 else ""
+            return f"image[{self.input_dim}]: {frames}channels-first {(c, *hw)} uint8"
         if not self.goal:
             return f"observation[{self.observation_dim}]"
         g = self.loaded.info.goal_dim

@@ -333,7 +333,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     policy = load_policy(args.run_dir, args.checkpoint)
     out = write_policy(policy, args.format, args.output)
-    print(f"wrote {out}: input float32 [B, {policy.input_dim}] = [{policy.input_layout}]")
+    dtype, dim = policy.input_dtype, policy.input_dim
+    print(f"wrote {out}: input {dtype} [B, {dim}] = [{policy.input_layout}]")
     print(f"  output: action, {_action_kind(policy)}")
     return EXIT_OK
 
