@@ -17,7 +17,7 @@ from wheeler2.agents.parts.evolution import SepCEM, flat
 from wheeler2.agents.td3 import TD3
 from wheeler2.agents.td3 import Params as TD3Params
 
-from wheeler2 import checkpoint
+from wheeler2 import checkpoint, cli
 from wheeler2.agent import SpaceInfo, Transitions
 from wheeler2.config import ConfigError, load
 from wheeler2.runtime import run_experiment
@@ -373,6 +373,14 @@ def test_a_td3_and_cemrl_team_runs_evolves_and_resumes(tmp_path, backend):
     saved = checkpoint.load(run / "checkpoints" / "latest.pt")["members"]["pop"]
     assert saved["algo"] == "cem" and saved["generation"] >= 2
     assert saved["population"].shape[0] == 2
+    # Resumed for 1,000 more steps: the member goes on from its saved generation (its state
+    # came through the backend's transport into the checkpoint and back).
+    config = (run / "config.toml").read_text().replace("total_steps = 2000", "total_steps = 3000")
+    (run / "config.toml").write_text(config)
+    assert cli.main(["resume", str(run)]) == 0
+    again = checkpoint.load(run / "checkpoints" / "latest.pt")["members"]["pop"]
+    assert again["generation"] >= saved["generation"] + 1
+    assert again["env_steps"] > saved["env_steps"]
 
 
 def test_the_population_alone_learns_and_is_evaluated_on_its_mean(tmp_path):
