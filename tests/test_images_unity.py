@@ -67,18 +67,43 @@ def test_a_camera_beside_vector_observations_is_refused():
         mp.undo()
 
 
-def test_a_dqn_learns_from_the_camera():
-    from wheeler2.agents.dqn import DQN, Params
+RUN = """
+[experiment]
+name = "unitycam"
+total_steps = 200
+eval_every = 200
+eval_episodes = 1
+backend = "serial"
 
-    from wheeler2.agent import SpaceInfo
+[env]
+id = "unity:mock"
+kwargs = { camera = [6, 5, 2], discrete_action = true, num_agents = 2 }
 
-    env = make()
-    try:
-        info = env.info
-        space = SpaceInfo(info.obs_dim, info.act_dim, True, obs_shape=info.obs_shape)
-        agent = DQN(space, Params(hidden=[8], encoder="small_cnn", learning_starts=0))
-        obs = env.reset().obs
-        out = agent.act(obs, explore=True)
-        assert out.action.shape == (4,)
-    finally:
-        env.close()
+[buffer]
+capacity = 1000
+batch_size = 16
+
+[[team]]
+name = "q"
+algo = "dqn"
+role = "learner"
+[team.params]
+hidden = [8]
+encoder = "small_cnn"
+learning_starts = 50
+"""
+
+
+def test_a_team_trains_on_the_camera_and_its_policy_loads(tmp_path):
+    import json
+
+    import wheeler2
+
+    path = tmp_path / "unitycam.toml"
+    path.write_text(RUN)
+    run = wheeler2.run(path, out=str(tmp_path / "runs"))
+    assert json.loads((run / "summary.json").read_text())["members"]["q"]["updates"] > 0
+    policy = wheeler2.load_policy(run)
+    # No gymnasium space behind Unity: the policy takes the engine's uint8 rows as they are.
+    assert policy.input_layout.startswith("image[60]") and policy.input_dtype == "uint8"
+    assert policy(np.zeros((3, C * H * W), np.uint8)).shape == (3,)

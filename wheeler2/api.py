@@ -224,7 +224,9 @@ class Policy:
         self.stack = info.stack
         self.frames: np.ndarray | None = None  # [N, stack, frame values] uint8
         self._fresh: np.ndarray | None = None  # rows whose next frame starts a stack
-        self._frame = _frame_reader(self.observation_space, info) if self.image else None
+        # Adapters without a gymnasium space (Unity) take the engine's flat rows as they are.
+        reader = self.image and self.observation_space is not None
+        self._frame = _frame_reader(self.observation_space, info) if reader else None
 
     @property
     def recurrent(self) -> bool:
@@ -400,8 +402,6 @@ def _frame_reader(
 
     from wheeler2 import registry
 
-    if space is None:
-        raise ValueError("an image policy needs its env's observation space")
     frame = space
     if info.stack > 1:
         frame = spaces.Box(space.low[0], space.high[0], dtype=space.dtype)
