@@ -74,6 +74,29 @@ class Task:
         """Does this task say when a goal is reached (override :meth:`success`)?"""
         return cls.success is not Task.success
 
+    def worth_keeping(
+        self,
+        obs: np.ndarray,
+        action: np.ndarray,
+        next_obs: np.ndarray,
+        achieved_goal: np.ndarray | None,
+        desired_goal: np.ndarray | None,
+        info: Any,
+        reward: np.ndarray,
+    ) -> np.ndarray:
+        """Per-row flags ``[B]`` bool: transitions the replay must keep (the seed's ``good``).
+
+        Called on every vector step, beside the reward heads (``reward`` is their ``[B, H]``
+        matrix), only when ``[buffer] keep < 1``: a flagged row, or with ``admit = "episode"``
+        an episode with a flagged step, is always stored; the rest with chance ``keep``
+        (``wheeler2/buffer/admission.py``). The base class flags nothing."""
+        return np.zeros(len(obs), np.bool_)
+
+    @classmethod
+    def defines_worth_keeping(cls) -> bool:
+        """Does this task flag transitions worth keeping (override :meth:`worth_keeping`)?"""
+        return cls.worth_keeping is not Task.worth_keeping
+
 
 @dataclass(frozen=True)
 class Head:
@@ -90,9 +113,12 @@ class RewardHeads:
         heads: Sequence[Head],
         goal_reward: RewardFn | None = None,
         reached: Callable[..., np.ndarray] | None = None,
+        worth_keeping: Callable[..., np.ndarray] | None = None,
     ) -> None:
         if not heads:
             raise ValueError("a task needs at least one reward head")
+        # The task's worth_keeping (only while [buffer] keep < 1): the replay's admission flags.
+        self.worth_keeping = worth_keeping
         # The task's success(achieved, desired): where HER's terminate_on_goal ends a transition.
         self.reached = reached
         self.heads = tuple(heads)
@@ -123,6 +149,29 @@ class RewardHeads:
                     head, head.fn(obs, action, next_obs, achieved_goal, desired_goal, info), n
                 )
         return out
+
+    def worth(
+        self,
+        obs: np.ndarray,
+        action: np.ndarray,
+        next_obs: np.ndarray,
+        achieved_goal: np.ndarray | None,
+        desired_goal: np.ndarray | None,
+        info: Any,
+        reward: np.ndarray,
+    ) -> np.ndarray | None:
+        """The task's ``worth_keeping`` flags of a vector step ([N] bool), or None without it."""
+        if self.worth_keeping is None:
+            return None
+        n = len(reward)
+        value = self.worth_keeping(obs, action, next_obs, achieved_goal, desired_goal, info, reward)
+        flags = np.asarray(value)
+        if flags.shape != (n,):
+            raise ValueError(
+                f"worth_keeping returned shape {flags.shape} for a batch of {n}; expected "
+                f"({n},): one flag per transition"
+            )
+        return flags.astype(np.bool_, copy=False)
 
     def relabel(
         self,

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from wheeler2.needs import SequenceConfig
 from wheeler2.schema import bounded, choice, problems
 
+from .admission import ADMIT_UNITS
+
 HER_STRATEGIES = ("future", "final", "episode", "random")
 
 
@@ -114,6 +116,10 @@ class BufferConfig:
     # capacity, for the first frame of each episode (episodes averaging fewer than 1 / slack
     # steps lose their oldest transitions before the ring overwrites them).
     frame_slack: float = bounded(0.0625, gt=0, le=4)
+    # Admission (buffer/admission.py): the chance that a row or episode the task's
+    # worth_keeping does not flag is stored anyway (1.0: no filter), and what one decision covers.
+    keep: float = bounded(1.0, ge=0, le=1)
+    admit: str = choice("episode", ADMIT_UNITS)
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,8 @@ class Replay:
             sequences.check(layout, cfg)
         if layout.images and layout.goal_dim:
             raise ReplayError("image observations with goals are not stored (no HER on images)")
+        if cfg.keep < 1.0 and cfg.admit == "transition":
+            _check_transition_admission(layout, cfg)
         handle = ReplayHandle(new_prefix(), layout, cfg, float(gamma), relabel, seed, reached)
         return cls(handle, True)
 
@@ -127,7 +129,7 @@ class Replay:
             uid = int(st.hdr[WRITER_UID])
         finally:
             st.release()
-        return Writer(self, self.layout, self.cfg, num_envs, uid, block)
+        return Writer(self, self.layout, self.cfg, num_envs, uid, block, self._handle.seed)
 
     # -- producer side ---------------------------------------------------------------------
 
@@ -526,6 +528,23 @@ class Replay:
 
     def __getstate__(self) -> None:
         raise TypeError("pass replay.handle() to other processes, not the Replay itself")
+
+
+def _check_transition_admission(layout: Layout, cfg: ReplayConfig) -> None:
+    """Per-row admission leaves holes in episodes: refuse it where a sample reads across steps
+    (buffer/admission.py says why ``admit = "episode"`` is the safe unit)."""
+    reads_across = {
+        "HER": cfg.her is not None,
+        f"n_step = {cfg.n_step}": cfg.n_step > 1,
+        "sequences": cfg.sequence is not None,
+        "image stacks": layout.images,
+    }
+    found = [name for name, on in reads_across.items() if on]
+    if found:
+        raise ReplayError(
+            f'admit = "transition" cannot be used with {", ".join(found)}: a refused step '
+            'would break its episode\'s links; use admit = "episode"'
+        )
 
 
 def _destroy(storage: Storage) -> None:

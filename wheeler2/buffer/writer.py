@@ -17,6 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .admission import Admission
 from .config import Layout, ReplayConfig, ReplayError
 from .frames import FrameStager
 from .storage import DATA_FIELDS, Block
@@ -47,12 +48,20 @@ class Writer:
         num_envs: int,
         uid: int,
         block: bool | None = None,
+        seed: int = 0,
     ) -> None:
         self.table = table
         self.block = block
         self.layout = layout
         self.num_envs = num_envs
-        self.whole_episodes = cfg.her is not None
+        self.her = cfg.her is not None
+        # A filter (keep < 1) decides per row or per whole episode (buffer/admission.py);
+        # an episode is decided at its end, so its rows stay staged until then, as with HER.
+        self.admission: Admission | None = None
+        if cfg.keep < 1.0:
+            self.admission = Admission(cfg.keep, cfg.admit, np.random.default_rng([seed, uid]))
+        per_episode = self.admission is not None and self.admission.per_episode
+        self.whole_episodes = self.her or per_episode
         self.chunk = cfg.chunk
         self.cap = self.chunk if not self.whole_episodes else max(self.chunk, 64)
         lay = self.layout
@@ -83,6 +92,8 @@ class Writer:
         self.stage: dict[str, np.ndarray] = {
             f: np.zeros((n, self.cap, *s), dtype=d) for f, (s, d) in shapes
         }
+        # The task's worth_keeping flag of each staged row (admission only).
+        self.worth = np.zeros((n, self.cap), dtype=np.bool_)
         self.count = np.zeros(n, dtype=np.int64)
         self.ep_step = np.zeros(n, dtype=np.int64)
         # Episode ids: writer uid in the high bits, a per-writer counter below: globally unique.
@@ -106,8 +117,12 @@ class Writer:
         next_achieved_goal: np.ndarray | None = None,
         valid: np.ndarray | None = None,
         state: np.ndarray | None = None,
+        worth: np.ndarray | None = None,
     ) -> None:
         """Stage one vector step (N rows); flushes by itself at episode ends and every chunk.
+
+        ``worth`` ([N] bool): the task's ``worth_keeping`` flags; with ``[buffer] keep < 1`` a
+        flagged row (or an episode with one) is always stored, the rest with chance ``keep``.
 
         ``state`` ([N, state_dim] float32): the policy state each ``obs`` was seen in, stored
         where the layout has a state column (zeros when omitted; ignored without the column).
@@ -169,6 +184,9 @@ class Writer:
             if v.shape[0] != n:
                 raise ReplayError(f"{name} has {v.shape[0]} rows, the writer has {n} envs")
             st[name][r, pos] = v if valid is None else v[r]
+        if self.admission is not None:
+            flags = np.zeros(n, np.bool_) if worth is None else np.asarray(worth, np.bool_)
+            self.worth[r, pos] = flags if valid is None else flags[r]
         if valid is None:
             self.count += 1
             self.ep_step += 1
@@ -203,8 +221,19 @@ class Writer:
             new = np.zeros((arr.shape[0], self.cap, *arr.shape[2:]), dtype=arr.dtype)
             new[:, : arr.shape[1]] = arr
             self.stage[name] = new
+        worth = np.zeros((self.worth.shape[0], self.cap), dtype=np.bool_)
+        worth[:, : self.worth.shape[1]] = self.worth
+        self.worth = worth
 
     def _flush(self, which: np.ndarray) -> None:
+        adm = self.admission
+        if adm is not None and adm.per_episode:
+            which = self._admit_episodes(which)
+            if not which.any():
+                return
+        elif adm is not None:
+            self._flush_admitted(which, adm)
+            return
         envs = np.flatnonzero(which)
         counts = self.count[envs]
         n = int(counts.sum())
@@ -216,7 +245,7 @@ class Writer:
         rel_next = np.arange(1, n + 1, dtype=np.int64)
         last_rows = offsets + counts - 1
         rel_next[last_rows] = -1  # filled in by the next chunk's patch, or the episode ended
-        rel_ep_end = np.repeat(last_rows, counts) if self.whole_episodes else None
+        rel_ep_end = np.repeat(last_rows, counts) if self.her else None
         tails = self.tail[envs]
         has_tail = tails >= 0
         patches = np.stack([tails[has_tail], offsets[has_tail]], axis=1).astype(np.int64)
@@ -232,6 +261,61 @@ class Writer:
         if self.frames is not None:
             self.frames.inserted(block.frame_start)
         self.tail[envs] = np.where(last_done, -1, start + offsets + counts - 1)
+        self.count[envs] = 0
+        self.inserted += n
+
+    def _admit_episodes(self, which: np.ndarray) -> np.ndarray:
+        """Drop the staged episodes the admission refuses; returns the copies still to flush."""
+        assert self.admission is not None
+        envs = np.flatnonzero(which)
+        counts = self.count[envs]
+        flagged = np.array([self.worth[e, :c].any() for e, c in zip(envs, counts)], np.bool_)
+        keep = self.admission.episodes(flagged, counts)
+        refused = envs[~keep]
+        # A refused episode leaves nothing behind: no rows, no link into it (it ended, so the
+        # copy's tail is -1 already) and no frames (its copy's next episode starts afresh).
+        self.count[refused] = 0
+        self.tail[refused] = -1
+        out = np.zeros_like(which)
+        out[envs[keep]] = True
+        return out
+
+    def _flush_admitted(self, which: np.ndarray, adm: Admission) -> None:
+        """Per-row admission (``admit = "transition"``): insert the kept rows of the copies
+        ``which``, each refused row a hole that no link crosses."""
+        envs = np.flatnonzero(which)
+        counts = self.count[envs]
+        env_of_row = np.repeat(envs, counts)
+        pos_of_row = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        kept = adm.rows(self.worth[env_of_row, pos_of_row])
+        first = np.cumsum(counts) - counts  # each copy's first row, in the concatenation
+        last = first + counts - 1
+        env_of_row, pos_of_row = env_of_row[kept], pos_of_row[kept]
+        n = int(kept.sum())
+        ended = (
+            self.stage["terminated"][envs, counts - 1] | self.stage["truncated"][envs, counts - 1]
+        )
+        if n:
+            data = {f: self.stage[f][env_of_row, pos_of_row] for f in self.fields}
+            # A kept row links to the next row only where that row was the next step of the
+            # same copy and was kept too; after a hole the link is -1.
+            pos_next = np.arange(1, n + 1, dtype=np.int64)
+            same = np.append(
+                (env_of_row[1:] == env_of_row[:-1]) & (pos_of_row[1:] == pos_of_row[:-1] + 1), False
+            )
+            rel_next = np.where(same, pos_next, -1)
+            # The previous run's tail links to this run's head only if the head was kept.
+            head_kept = kept[first]
+            new_index = np.cumsum(kept) - 1
+            tails = self.tail[envs]
+            link = head_kept & (tails >= 0)
+            patches = np.stack([tails[link], new_index[first[link]]], axis=1).astype(np.int64)
+            block = Block(data, rel_next, None, patches, n, None)
+            start = self.table.insert(block, wait=self._may_wait())
+            last_kept = kept[last]
+            self.tail[envs] = np.where(last_kept & ~ended, start + new_index[last], -1)
+        else:
+            self.tail[envs] = -1
         self.count[envs] = 0
         self.inserted += n
 

@@ -737,6 +737,14 @@ def _buffer(reader: Reader, data: Any) -> BufferConfig:
             "terminate_on_goal",
             f"needs n_step = 1 (the file has n_step = {buffer.n_step})",
         )
+    if buffer.keep < 1.0 and buffer.admit == "transition" and (buffer.her or buffer.n_step > 1):
+        # A refused step would be a hole inside an HER episode or an n-step window.
+        raise reader.error(
+            "[buffer]",
+            "admit",
+            'expected "episode" with her or n_step > 1 (a refused step would break its '
+            'episode\'s links), got "transition"',
+        )
     return buffer
 
 

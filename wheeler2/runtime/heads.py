@@ -35,7 +35,9 @@ def make_heads(config: Config, env: VecEnv, task: Task | None) -> RewardHeads:
     elif not _heads_written(config) and adapter_heads:
         head_specs = [HeadConfig(h.name, head_reward_spec(h), h.weight) for h in adapter_heads]
     if not head_specs:
-        return RewardHeads([Head("env", 1.0, None)], goal_reward)
+        return RewardHeads(
+            [Head("env", 1.0, None)], goal_reward, None, _worth_keeping(config, task)
+        )
     heads = []
     for h in head_specs:
         if h.reward == "env":
@@ -49,10 +51,17 @@ def make_heads(config: Config, env: VecEnv, task: Task | None) -> RewardHeads:
     if task is not None and task.defines_success():
         # A task that defines success returns its flags (None is the base class's "no notion").
         reached = cast(Callable[..., np.ndarray], task.success)
-    out = RewardHeads(heads, goal_reward, reached)
+    out = RewardHeads(heads, goal_reward, reached, _worth_keeping(config, task))
     if any(h.fn is not None for h in heads):
         validate_heads(out, env)  # a wrong shape fails here, before training, naming the head
     return out
+
+
+def _worth_keeping(config: Config, task: Task | None) -> Callable[..., np.ndarray] | None:
+    """The task's ``worth_keeping``, where the replay filters (``[buffer] keep < 1``)."""
+    if task is None or not task.defines_worth_keeping() or config.buffer.keep >= 1.0:
+        return None
+    return task.worth_keeping
 
 
 def _heads_written(config: Config) -> bool:

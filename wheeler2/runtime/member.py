@@ -196,6 +196,18 @@ class Member:
             if logp is None and self._store_logp:
                 # A deterministic policy has no behaviour probability: NaN says "unknown".
                 logp = self._no_logp
+            extra = self._state_column(state)
+            worth = self.heads.worth(
+                obs,
+                out.action,
+                st.final_obs,
+                st.final_achieved_goal,
+                st.final_desired_goal,
+                st.infos,
+                reward,
+            )
+            if worth is not None:
+                extra["worth"] = worth  # the replay's admission (buffer/admission.py)
             self.writer.add(
                 obs,
                 out.action,
@@ -208,7 +220,7 @@ class Member:
                 desired_goal=dg,
                 next_achieved_goal=st.final_achieved_goal,
                 valid=valid,
-                **self._state_column(state),
+                **extra,
             )
         if state is not None:
             self._state = self._next_state(out.state, st, valid, state)
@@ -270,6 +282,9 @@ class Member:
             for name, value in zip(self.heads.names, np.mean(self._recent_heads, axis=0)):
                 out[f"episode_return/{name}"] = float(value)
         out.update(self.last_metrics)
+        admission = getattr(self.writer, "admission", None)
+        if admission is not None:
+            out.update(admission.figures())  # rows stored and refused by this member
         return out
 
     def close(self) -> None:
@@ -284,6 +299,7 @@ class TeeWriter:
     def __init__(self, shared: ReplayWriter, own: ReplayWriter) -> None:
         self.shared, self.own = shared, own
         self.layout = shared.layout
+        self.admission = getattr(shared, "admission", None)  # the shared table's counts
 
     def add(self, *args: Any, **kwargs: Any) -> None:
         self.shared.add(*args, **kwargs)

@@ -60,6 +60,7 @@ class ReplayWriter(Protocol):
         next_achieved_goal: np.ndarray | None = None,
         valid: np.ndarray | None = None,
         state: np.ndarray | None = None,
+        worth: np.ndarray | None = None,
     ) -> None:
         """Stage one vector step (N rows)."""
         ...

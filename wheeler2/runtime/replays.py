@@ -47,6 +47,8 @@ def replay_config(config: Config, needs: AgentNeeds, chunk: int | None = None) -
         gate_tolerance=max(int(b.batch_size), min(2048, int(config.experiment.total_steps) // 50)),
         # A recurrent learner declares its replayed sequences (batch_size counts them).
         sequence=needs.sequence,
+        keep=float(b.keep),
+        admit=str(b.admit),
     )
 
 
