@@ -223,9 +223,13 @@ role = "learner"
             "admit",
             'expected "episode" with her or n_step > 1',
         ),
+        # Priority terms (tests/test_buffer_priority_terms.py) are [buffer] keys of issue 41 too.
+        ("priority_novelty = -1", "priority_novelty", "expected a number >= 0, got -1"),
+        ("priority_novelty = 0.5", "priority_novelty", "expected 0 without prioritized = true"),
+        ("prioritized = true\npriority_td = 0", "priority_td", "expected a number > 0 while"),
     ],
 )
-def test_bad_admission_keys_are_one_error_line(
+def test_bad_buffer_keys_are_one_error_line(
     tmp_path: Path, buffer: str, key: str, message: str
 ) -> None:
     path = tmp_path / "x.toml"

@@ -120,6 +120,10 @@ class BufferConfig:
     # worth_keeping does not flag is stored anyway (1.0: no filter), and what one decision covers.
     keep: float = bounded(1.0, ge=0, le=1)
     admit: str = choice("episode", ADMIT_UNITS)
+    # A sampled transition's priority: these weights times |TD error| and its RND novelty
+    # (buffer/priority.py); the defaults are TD alone.
+    priority_td: float = bounded(1.0, ge=0)
+    priority_novelty: float = bounded(0.0, ge=0)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from .config import Layout, ReplayConfig, ReplayError
 from .gate import RatioGate
 from .her import Reached, Relabel, call_relabel, choose_goals, relabel_rewards
 from .nstep import fold_returns, gather_window
+from .priority import PriorityTerms
 from .sampler import PrioritizedSampler, UniformSampler
 from .shm import new_prefix, register_cleanup, unregister_cleanup
 from .storage import (
@@ -76,6 +77,11 @@ class Replay:
         self._sampler: PrioritizedSampler | UniformSampler | None = None
         self._closed = False
         self._her_extra = ("obs", "action", "next_obs", "next_achieved_goal")
+        self._terms: PriorityTerms | None = None
+        if self.cfg.priority_novelty > 0.0 or self.cfg.priority_td != 1.0:
+            self._terms = PriorityTerms(
+                self.cfg.priority_td, self.cfg.priority_novelty, handle.seed
+            )
 
     # -- construction ----------------------------------------------------------------------
 
@@ -101,6 +107,12 @@ class Replay:
             sequences.check(layout, cfg)
         if layout.images and layout.goal_dim:
             raise ReplayError("image observations with goals are not stored (no HER on images)")
+        if cfg.priority_novelty > 0.0 and not cfg.prioritized:
+            raise ReplayError(
+                "priority_novelty needs prioritized = true (a uniform replay has no priorities)"
+            )
+        if cfg.priority_td == 0.0 and cfg.priority_novelty == 0.0:
+            raise ReplayError("priority_td and priority_novelty are both 0: no priority is left")
         if cfg.keep < 1.0 and cfg.admit == "transition":
             _check_transition_admission(layout, cfg)
         handle = ReplayHandle(new_prefix(), layout, cfg, float(gamma), relabel, seed, reached)
@@ -395,8 +407,17 @@ class Replay:
         return self.relabel
 
     def update_priorities(self, index: np.ndarray, td_error: np.ndarray) -> None:
-        """New priorities ``|td_error| + eps`` for a sample's ``index`` (stale ones are ignored)."""
-        self.sampler.update(np.asarray(index), np.asarray(td_error))
+        """New priorities ``|td_error| + eps`` for a sample's ``index`` (stale ones are ignored);
+        with ``priority_td`` / ``priority_novelty`` set, the mixed priority of buffer/priority.py
+        in place of ``|td_error|``."""
+        index, td_error = np.asarray(index), np.asarray(td_error)
+        if self._terms is not None and self.sampler.prioritized:
+            next_obs = None
+            if self._terms.novelty_weight > 0.0:
+                # Rows overwritten since the draw get a value here too; the tree skips them.
+                next_obs = self.storage.gather("next_obs", index % self.cfg.capacity)
+            td_error = self._terms.mix(td_error, next_obs)
+        self.sampler.update(index, td_error)
 
     # -- bookkeeping -----------------------------------------------------------------------
 

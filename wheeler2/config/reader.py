@@ -737,6 +737,19 @@ def _buffer(reader: Reader, data: Any) -> BufferConfig:
             "terminate_on_goal",
             f"needs n_step = 1 (the file has n_step = {buffer.n_step})",
         )
+    if buffer.priority_novelty > 0.0 and not buffer.prioritized:
+        raise reader.error(
+            "[buffer]",
+            "priority_novelty",
+            f"expected 0 without prioritized = true (a uniform replay has no priorities), "
+            f"got {buffer.priority_novelty}",
+        )
+    if buffer.priority_td == 0.0 and buffer.priority_novelty == 0.0:
+        raise reader.error(
+            "[buffer]",
+            "priority_td",
+            "expected a number > 0 while priority_novelty is 0 (no priority term is left), got 0",
+        )
     if buffer.keep < 1.0 and buffer.admit == "transition" and (buffer.her or buffer.n_step > 1):
         # A refused step would be a hole inside an HER episode or an n-step window.
         raise reader.error(

@@ -49,6 +49,8 @@ def replay_config(config: Config, needs: AgentNeeds, chunk: int | None = None) -
         sequence=needs.sequence,
         keep=float(b.keep),
         admit=str(b.admit),
+        priority_td=float(b.priority_td),
+        priority_novelty=float(b.priority_novelty),
     )
 
 

@@ -1,0 +1,52 @@
+"""What a transition's priority is made of: the TD error and a novelty term, each weighted.
+
+``[buffer] priority_td`` (default 1) and ``priority_novelty`` (default 0: TD only, as before)
+make the raw priority of a sampled transition
+
+    p_i = priority_td * |delta_i| + priority_novelty * novelty(s'_i)        (+ eps, as before)
+
+and the sum tree holds ``p_i ** alpha``, so the sampling probability ``P_i = p_i^alpha / sum_k
+p_k^alpha`` and the importance weights ``(N P_i)^-beta / max_k w_k`` (the sampler's) are those
+of the mixed priority exactly: nothing downstream knows there are two terms.
+
+The novelty is random network distillation (``wheeler2.novelty.RND``), refreshed when a
+transition's priority is written back after a sample: its predictor takes one step on each
+sampled batch's next observations, so a state stays novel until the learner has trained on
+states like it, and new transitions enter at the running max priority as always. The RND lives
+in the sampling process (never in producers) and is not checkpointed: a resumed run starts a
+new one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class PriorityTerms:
+    """Mixes TD errors and novelty into raw priorities (one per sampling process)."""
+
+    def __init__(self, td_weight: float, novelty_weight: float, seed: int) -> None:
+        self.td_weight = float(td_weight)
+        self.novelty_weight = float(novelty_weight)
+        self.seed = int(seed)
+        self._rnd: Any = None  # built on first use: torch is imported by samplers only
+
+    def novelty(self, next_obs: np.ndarray) -> np.ndarray:
+        """RND's normalized bonus of each row ([B] float64), after which the predictor trains
+        on them once (these states have now been replayed)."""
+        if self._rnd is None:
+            from wheeler2.novelty import RND
+
+            self._rnd = RND(seed=self.seed)
+        x = np.asarray(next_obs, np.float32).reshape(len(next_obs), -1)
+        # Any non-None info makes the RND learn from the batch (novelty.py's convention).
+        return np.asarray(self._rnd(x, None, x, None, None, info=()), np.float64)
+
+    def mix(self, td_error: np.ndarray, next_obs: np.ndarray | None) -> np.ndarray:
+        """Raw priorities ``td_weight * |td| + novelty_weight * novelty`` ([B] float64)."""
+        p = self.td_weight * np.abs(np.asarray(td_error, np.float64))
+        if self.novelty_weight > 0.0 and next_obs is not None:
+            p = p + self.novelty_weight * self.novelty(next_obs)
+        return p
