@@ -227,6 +227,10 @@ role = "learner"
         ("priority_novelty = -1", "priority_novelty", "expected a number >= 0, got -1"),
         ("priority_novelty = 0.5", "priority_novelty", "expected 0 without prioritized = true"),
         ("prioritized = true\npriority_td = 0", "priority_td", "expected a number > 0 while"),
+        # And forgetting (tests/test_buffer_forgetting.py).
+        ('forget = "newest"', "forget", "one of 'oldest', 'priority', 'reservoir'"),
+        ('forget = "priority"', "forget", '"priority" needs prioritized = true'),
+        ("forget_keep = 1", "forget_keep", "expected a number in (0, 1), got 1"),
     ],
 )
 def test_bad_buffer_keys_are_one_error_line(

@@ -9,6 +9,8 @@ from wheeler2.schema import bounded, choice, problems
 
 from .admission import ADMIT_UNITS
 
+FORGET_RULES = ("oldest", "priority", "reservoir")
+
 HER_STRATEGIES = ("future", "final", "episode", "random")
 
 
@@ -124,6 +126,10 @@ class BufferConfig:
     # (buffer/priority.py); the defaults are TD alone.
     priority_td: float = bounded(1.0, ge=0)
     priority_novelty: float = bounded(0.0, ge=0)
+    # What the full ring forgets (buffer/forgetting.py): the oldest rows, or all but the rows
+    # a rule carries forward (at most forget_keep / (1 - forget_keep) per inserted row).
+    forget: str = choice("oldest", FORGET_RULES)
+    forget_keep: float = bounded(0.5, gt=0, lt=1)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from .config import ReplayConfig, ReplayTimeout
 from .locks import SharedCondition
-from .storage import LAST_INSERT, LAST_UPDATE, RELEASED, TOTAL, UPDATES, Storage
+from .storage import CARRIED, LAST_INSERT, LAST_UPDATE, RELEASED, TOTAL, UPDATES, Storage
 
 _WAIT_SLICE_S = 1.0  # wake up now and then to check the progress clocks
 
@@ -34,7 +34,7 @@ class RatioGate:
     def learner_may_update(self) -> bool:
         """Read under the lock (or racily, for a non-blocking peek)."""
         hdr = self.storage.hdr
-        inserts = int(hdr[TOTAL])
+        inserts = int(hdr[TOTAL]) - int(hdr[CARRIED])  # rows carried forward are not new
         if inserts < max(self.min_size, 1):
             return False
         if not self.enabled:
@@ -45,7 +45,7 @@ class RatioGate:
         hdr = self.storage.hdr
         if not self.enabled or hdr[RELEASED]:
             return True
-        ahead = int(hdr[TOTAL]) - self.min_size
+        ahead = int(hdr[TOTAL]) - int(hdr[CARRIED]) - self.min_size
         return ahead <= int(hdr[UPDATES]) / self.ratio + self.tolerance
 
     def wait_learner(self, timeout: float | None) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import sequence as sequences
 from .config import Layout, ReplayConfig, ReplayError
+from .forgetting import Forgetting
 from .gate import RatioGate
 from .her import Reached, Relabel, call_relabel, choose_goals, relabel_rewards
 from .nstep import fold_returns, gather_window
@@ -23,6 +24,7 @@ from .priority import PriorityTerms
 from .sampler import PrioritizedSampler, UniformSampler
 from .shm import new_prefix, register_cleanup, unregister_cleanup
 from .storage import (
+    CARRIED,
     FRAMES,
     LAST_UPDATE,
     LEARNER_PID,
@@ -77,6 +79,8 @@ class Replay:
         self._sampler: PrioritizedSampler | UniformSampler | None = None
         self._closed = False
         self._her_extra = ("obs", "action", "next_obs", "next_achieved_goal")
+        # Any process that inserts applies the rule under the insert's lock (forgetting.py).
+        self._forget = Forgetting(self.cfg, handle.seed) if self.cfg.forget != "oldest" else None
         self._terms: PriorityTerms | None = None
         if self.cfg.priority_novelty > 0.0 or self.cfg.priority_td != 1.0:
             self._terms = PriorityTerms(
@@ -113,6 +117,8 @@ class Replay:
             )
         if cfg.priority_td == 0.0 and cfg.priority_novelty == 0.0:
             raise ReplayError("priority_td and priority_novelty are both 0: no priority is left")
+        if cfg.forget != "oldest":
+            _check_forgetting(layout, cfg)
         if cfg.keep < 1.0 and cfg.admit == "transition":
             _check_transition_admission(layout, cfg)
         handle = ReplayHandle(new_prefix(), layout, cfg, float(gamma), relabel, seed, reached)
@@ -153,6 +159,8 @@ class Replay:
         try:
             if wait:
                 self.gate.wait_producer()
+            if self._forget is not None:
+                self._forget.carry(st, block.n)
             start = st.insert(block)
             if st.hdr[SLEEP_LEARNER]:
                 st.inserted.notify_all()
@@ -423,12 +431,14 @@ class Replay:
 
     def stats(self) -> dict[str, float]:
         hdr = self.storage.hdr
-        inserts = int(hdr[TOTAL])
+        carried = int(hdr[CARRIED])  # rows [buffer] forget copied forward: not new inserts
+        inserts = int(hdr[TOTAL]) - carried
         updates = int(hdr[UPDATES])
         return {
             "inserts": inserts,
+            "carried": carried,
             "updates": updates,
-            "size": int(min(inserts, self.cfg.capacity)),
+            "size": int(min(inserts + carried, self.cfg.capacity)),
             "updates_per_insert": updates / max(1, inserts - self.cfg.min_size),
             "updates_per_insert_target": float(self.cfg.updates_per_insert),
             "max_priority": float(self.storage.fhdr[MAX_PRIORITY]),
@@ -458,6 +468,7 @@ class Replay:
                 "arrays": arrays,
                 "total": int(hdr[TOTAL]),
                 "frames_total": int(hdr[FRAMES]),
+                "carried": int(hdr[CARRIED]),
                 "updates": int(hdr[UPDATES]),
                 "writer_uid": int(hdr[WRITER_UID]),
                 "synced": int(hdr[SYNCED]),
@@ -492,6 +503,7 @@ class Replay:
             hdr = st.hdr
             hdr[TOTAL] = hdr[1] = state["total"]  # RESERVED = TOTAL: nothing in flight
             hdr[FRAMES] = state.get("frames_total", 0)
+            hdr[CARRIED] = state.get("carried", 0)
             hdr[UPDATES] = state["updates"]
             hdr[WRITER_UID] = max(int(hdr[WRITER_UID]), state["writer_uid"])
             hdr[SYNCED] = state["synced"] if "priority" in state["arrays"] else 0
@@ -565,6 +577,18 @@ def _check_transition_admission(layout: Layout, cfg: ReplayConfig) -> None:
         raise ReplayError(
             f'admit = "transition" cannot be used with {", ".join(found)}: a refused step '
             'would break its episode\'s links; use admit = "episode"'
+        )
+
+
+def _check_forgetting(layout: Layout, cfg: ReplayConfig) -> None:
+    """Rules other than "oldest" carry rows forward (forgetting.py), which a sequence start's
+    priority or an image row's frames would not survive."""
+    if cfg.forget == "priority" and not cfg.prioritized:
+        raise ReplayError('forget = "priority" needs prioritized = true')
+    if cfg.sequence is not None or layout.images:
+        raise ReplayError(
+            f'forget = "{cfg.forget}" cannot be used with sequences or image stacks: '
+            'use forget = "oldest"'
         )
 
 

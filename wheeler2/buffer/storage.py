@@ -35,6 +35,7 @@ LEARNER_PID = 9  # the process that samples; its own writers never block on the 
 REPAIR = 10  # set when the lock was taken back from a dead holder
 RELEASED = 11  # the run is stopping: producers insert without waiting on the gate
 FRAMES = 12  # frames inserted so far (image replays, buffer/frames.py)
+CARRIED = 13  # rows copied forward by [buffer] forget (buffer/forgetting.py): not new inserts
 INT_HEADER = 16
 # Float header slots.
 LAST_INSERT = 0  # wall time of the last insert

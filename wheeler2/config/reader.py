@@ -750,6 +750,13 @@ def _buffer(reader: Reader, data: Any) -> BufferConfig:
             "priority_td",
             "expected a number > 0 while priority_novelty is 0 (no priority term is left), got 0",
         )
+    if buffer.forget == "priority" and not buffer.prioritized:
+        raise reader.error(
+            "[buffer]",
+            "forget",
+            '"priority" needs prioritized = true (a uniform replay has no priorities); '
+            'expected "oldest" or "reservoir"',
+        )
     if buffer.keep < 1.0 and buffer.admit == "transition" and (buffer.her or buffer.n_step > 1):
         # A refused step would be a hole inside an HER episode or an n-step window.
         raise reader.error(

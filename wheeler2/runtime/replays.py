@@ -51,6 +51,8 @@ def replay_config(config: Config, needs: AgentNeeds, chunk: int | None = None) -
         admit=str(b.admit),
         priority_td=float(b.priority_td),
         priority_novelty=float(b.priority_novelty),
+        forget=str(b.forget),
+        forget_keep=float(b.forget_keep),
     )
 
 

@@ -1,0 +1,198 @@
+"""Forgetting (``[buffer] forget``, ``forget_keep``; wheeler2/buffer/forgetting.py): a full ring
+keeps what its rule says, carried forward so that validity, the sum tree, n-step links and
+HER's episodes stay consistent; the ratio gate counts only new inserts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from wheeler2.buffer import HerConfig, Layout, Replay, ReplayConfig, ReplayError
+from wheeler2.buffer.storage import MAX_PRIORITY, TOTAL
+
+GAMMA = 0.5
+CAP = 64
+
+
+def _cfg(**keys: object) -> ReplayConfig:
+    base: dict[str, object] = {"capacity": CAP, "min_size": 1, "updates_per_insert": 0}
+    return ReplayConfig(**(base | keys))  # type: ignore[arg-type]
+
+
+def _stored(replay: Replay) -> dict[str, np.ndarray]:
+    st = replay.storage
+    total = int(st.hdr[TOTAL])
+    j = np.arange(max(0, total - CAP), total)
+    slot = j % CAP
+    ok = st.arrays["abs"][slot] == j
+    j, slot = j[ok], slot[ok]
+    out = {name: st.arrays[name][slot] for name in ("next", "episode", "step", "terminated")}
+    out["abs"], out["code"] = j, st.gather("obs", slot)[:, 0].astype(np.int64)
+    if "ep_end" in st.arrays:
+        out["ep_end"] = st.arrays["ep_end"][slot]
+    return out
+
+
+def _episodes(
+    replay: Replay, lengths: list[int], copies: int = 2, chunk_goal: bool = False, between=None
+) -> None:  # noqa: ANN001
+    """``copies`` copies walking through episodes of ``lengths`` (the same for each copy);
+    obs[0] = code = copy * 100_000 + episode * 100 + step, reward = code."""
+    w = replay.writer(num_envs=copies)
+    ep = [0] * copies
+    t = [0] * copies
+    for _ in range(sum(lengths)):
+        codes = np.array([c * 100_000 + ep[c] * 100 + t[c] for c in range(copies)], np.float32)
+        term = np.array([t[c] == lengths[ep[c]] - 1 for c in range(copies)])
+        obs = np.stack([codes, codes], axis=1)
+        goal = np.zeros((copies, 2), np.float32)
+        goals = {"achieved_goal": goal, "desired_goal": goal, "next_achieved_goal": goal}
+        w.add(
+            obs,
+            np.zeros((copies, 1), np.float32),
+            codes[:, None],
+            obs + 0.5,
+            term,
+            np.zeros(copies, bool),
+            **(goals if chunk_goal else {}),
+        )
+        for c in range(copies):
+            ep[c], t[c] = (ep[c] + 1, 0) if term[c] else (ep[c], t[c] + 1)
+        if between is not None:
+            between(replay)
+    w.flush()
+
+
+def test_reservoir_keeps_old_data_and_the_gate_counts_new_inserts_only() -> None:
+    lengths = [10] * 60  # 1,200 rows through a ring of 64
+    fifo, kept = {}, {}
+    for rule, out in (("oldest", fifo), ("reservoir", kept)):
+        with Replay.create(
+            Layout(obs_dim=2, act_dim=1), _cfg(forget=rule, chunk=4), GAMMA, seed=2
+        ) as replay:
+            _episodes(replay, lengths)
+            out.update(_stored(replay), stats=replay.stats())
+    # FIFO holds only the last 64 rows; the reservoir also rows older than all of them.
+    assert fifo["code"].min() % 100_000 >= 56 * 100
+    # A kept row survives each pass of the ring with chance forget_keep, so old data thins
+    # out geometrically instead of vanishing at once.
+    assert (kept["code"] % 100_000 < fifo["code"].min() % 100_000).sum() >= 8
+    assert kept["stats"]["inserts"] == fifo["stats"]["inserts"] == 1200
+    assert kept["stats"]["carried"] > 0 and fifo["stats"]["carried"] == 0
+    assert int(kept["abs"].shape[0]) == CAP  # still a full ring of distinct valid rows
+
+
+def test_carried_rows_keep_their_nstep_links() -> None:
+    """Returns of every sampled row equal the ones computed by hand from its episode: no
+    window follows a link into another row than its real next step, nor stops early."""
+    lengths = [7, 5, 9, 6] * 12
+    cfg = _cfg(forget="reservoir", forget_keep=0.6, n_step=3, chunk=3, batch_size=2048)
+    with Replay.create(Layout(obs_dim=2, act_dim=1), cfg, GAMMA, seed=3) as replay:
+        _episodes(replay, lengths)
+        assert replay.stats()["carried"] > 0
+        rows = _stored(replay)
+        by_abs = dict(zip(rows["abs"].tolist(), rows["code"].tolist()))
+        for code, nxt in zip(rows["code"], rows["next"]):
+            if nxt >= 0 and int(nxt) in by_abs:
+                assert by_abs[int(nxt)] == code + 1  # a link goes to the very next step
+        b = replay.sample()
+        for code, ret, disc in zip(b["obs"][:, 0].astype(int), b["reward"][:, 0], b["discount"]):
+            n, t = lengths[code % 100_000 // 100], code % 100
+            # The return folds a prefix of the episode's own next steps (rewards are codes, so
+            # any other row would show): all of them up to n-step or the episode end, or fewer
+            # where the next step is no longer stored (then it bootstraps from there).
+            prefixes = [sum(GAMMA**k * (code + k) for k in range(m)) for m in range(1, 4)]
+            m = 1 + next(k for k, p in enumerate(prefixes) if ret == pytest.approx(p))
+            assert m <= min(3, n - t)
+            assert disc == pytest.approx(0.0 if t + m == n else GAMMA**m)
+
+
+def test_carried_her_episodes_stay_whole_runs() -> None:
+    """Every stored row's HER episode [j - step, ep_end] is one episode with steps 0, 1, ...
+    at consecutive numbers, its end stored and terminal: what HER's goal choice relies on."""
+
+    def relabel(obs, action, next_obs, achieved_goal, desired_goal):  # noqa: ANN001, ANN202
+        return -np.linalg.norm(achieved_goal - desired_goal, axis=-1, keepdims=True)
+
+    rng = np.random.default_rng(0)
+    lengths = [int(x) for x in rng.integers(2, 9, 150)]
+    cfg = _cfg(forget="reservoir", forget_keep=0.5, her=HerConfig("episode", k=4), batch_size=512)
+    layout = Layout(obs_dim=2, act_dim=1, goal_dim=2)
+    with Replay.create(layout, cfg, GAMMA, relabel=relabel, seed=1) as replay:
+        _episodes(replay, lengths, chunk_goal=True)
+        assert replay.stats()["carried"] > 0
+        rows = _stored(replay)
+        index = {int(a): i for i, a in enumerate(rows["abs"])}
+        total = int(replay.storage.hdr[TOTAL])
+        for i, j in enumerate(rows["abs"]):
+            first, end = int(j - rows["step"][i]), int(rows["ep_end"][i])
+            assert end in index and rows["terminated"][index[end]]
+            for k in range(max(first, total - CAP), end + 1):
+                if k in index:  # stored parts of the run: the same episode, step by offset
+                    assert rows["episode"][index[k]] == rows["episode"][i]
+                    assert rows["step"][index[k]] == k - first
+                    assert rows["code"][index[k]] // 100 == rows["code"][i] // 100
+        replay.sample()  # HER's goal choice runs over carried episodes without complaint
+
+
+def test_priority_rule_keeps_high_priority_rows_and_the_tree_stays_consistent() -> None:
+    cfg = _cfg(
+        forget="priority", forget_keep=0.5, prioritized=True, alpha=1.0, batch_size=32, chunk=4
+    )
+
+    def learner(replay: Replay) -> None:
+        # The learner looks at what is stored: rows with an even code get a high priority.
+        if not replay.can_sample():
+            return
+        b = replay.sample()
+        code = b["obs"][:, 0].astype(np.int64)
+        replay.update_priorities(b["index"], np.where(code % 2 == 0, 10.0, 0.01))
+
+    with Replay.create(Layout(obs_dim=2, act_dim=1), cfg, GAMMA, seed=5) as replay:
+        _episodes(replay, [50] * 20, copies=1, between=learner)
+        rows = _stored(replay)
+        # Rows older than the last 64 (all FIFO would hold) survive only by being carried.
+        old = rows["code"][rows["code"] < 1950 - CAP]
+        assert old.shape[0] > 0 and (old % 2 == 0).mean() > 0.8
+        replay.sample()  # sync: the tree has seen every insert, carried rows included
+        tree = replay.sampler.tree
+        leaves = tree.leaves[:CAP]
+        # The tree's sums are its leaves' and every stored row has a leaf > 0 ...
+        assert tree.total == pytest.approx(leaves.sum())
+        assert tree.min == pytest.approx(leaves.min()) and leaves.min() > 0
+        # ... and a batch's weights are those of the leaves it was drawn by.
+        b = replay.sample(512)
+        p = leaves[b["index"] % CAP]
+        np.testing.assert_allclose(b["weight"], (p / leaves.min()) ** -cfg.beta, rtol=1e-6)
+        assert replay.storage.fhdr[MAX_PRIORITY] >= 10.0
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({"forget": "priority"}, 'forget = "priority" needs prioritized = true'),
+    ],
+)
+def test_forgetting_refusals(keys: dict, message: str) -> None:
+    with pytest.raises(ReplayError, match=message):
+        Replay.create(Layout(obs_dim=2, act_dim=1), _cfg(**keys), GAMMA)
+
+
+def test_forgetting_refused_with_image_stacks() -> None:
+    layout = Layout(obs_dim=2 * 4, act_dim=1, frame_shape=(1, 2, 2), stack=2)
+    with pytest.raises(ReplayError, match="cannot be used with sequences or image stacks"):
+        Replay.create(layout, _cfg(forget="reservoir"), GAMMA)
+
+
+def test_a_checkpointed_replay_keeps_its_carried_count() -> None:
+    """The gate's count of new inserts survives a checkpoint (carried rows stay uncounted)."""
+    layout = Layout(obs_dim=2, act_dim=1)
+    cfg = _cfg(forget="reservoir", chunk=4)
+    with Replay.create(layout, cfg, GAMMA, seed=2) as replay:
+        _episodes(replay, [10] * 30)
+        state, stats = replay.state_dict(), replay.stats()
+    assert stats["carried"] > 0
+    with Replay.create(layout, cfg, GAMMA, seed=2) as again:
+        again.load_state_dict(state)
+        assert again.stats()["inserts"] == stats["inserts"] == 600
+        assert again.stats()["carried"] == stats["carried"]

@@ -1,0 +1,160 @@
+"""What the full ring forgets: the oldest rows, or all but those a rule carries forward.
+
+``[buffer] forget`` (default ``"oldest"``: a plain FIFO ring, as before) and ``forget_keep``:
+
+* ``"priority"``: of the rows an insert is about to overwrite, those whose priority leaf is at
+  least the ring's mean leaf (estimated from 256 random slots) are kept;
+* ``"reservoir"``: each of those rows is kept with chance ``forget_keep``, so a share of old
+  data survives however long the run (a reservoir of past experience).
+
+Either way at most ``forget_keep / (1 - forget_keep)`` kept rows per inserted row, so every
+insert still evicts as many rows as it brings. With HER the unit is an episode's stored
+remainder (``[j, ep_end]``), kept or evicted whole.
+
+A kept row is *carried forward*: copied, under the lock of the insert that would overwrite it,
+to the head of the ring just before that insert's rows. The ring itself stays a ring (slot =
+absolute number mod capacity), so everything that relies on it holds unchanged for every
+producer in shared memory: validity by absolute number, the sampler's mapping of slots to
+numbers and its sync (a carried row enters the sum tree as a new one, at the max priority:
+the learner looks at it again soon and writes its priority back), n-step links (a carried row
+keeps its episode, step and link to its still-stored successor; consecutive carried rows link
+to each other's copies), and HER's episodes: a carried episode remainder is a contiguous run
+again, its ``ep_end`` the copy's last row and its steps renumbered from 0, so ``[j - step,
+ep_end]`` is exactly the copy. Carried rows are counted apart (``CARRIED``): they are not
+inserts for the ratio gate. Not with sequences or image stacks (refused where the replay is
+made).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .config import ReplayConfig
+from .storage import CARRIED, DATA_FIELDS, TOTAL, Block, Storage
+
+_MEAN_SAMPLE = 256
+
+
+class Forgetting:
+    """Carries the rows a rule keeps forward before an insert overwrites them; lock held."""
+
+    def __init__(self, cfg: ReplayConfig, seed: int) -> None:
+        self.rule = cfg.forget
+        self.keep = float(cfg.forget_keep)
+        self.capacity = cfg.capacity
+        self.her = cfg.her is not None
+        # Each process that inserts draws its own stream (reservoir); the pid keeps two
+        # producers from making the same draws.
+        self.rng = np.random.default_rng([seed, os.getpid(), 41])
+
+    def carry(self, st: Storage, n: int) -> int:
+        """Before ``n`` rows are inserted: copy the kept rows among those they would overwrite
+        to the head of the ring. Returns how many rows were carried."""
+        c = self.capacity
+        total = int(st.hdr[TOTAL])
+        budget = min(int(self.keep / (1.0 - self.keep) * n), c - n - 1)
+        if n >= c or total + n <= c or budget <= 0:
+            return 0
+        lo = total - c  # the oldest stored row
+        units = self._her_units(st, lo, total, n, budget) if self.her else None
+        if units is None:
+            units = self._row_units(st, lo, total, n, budget)
+        if not units:
+            return 0
+        rows = np.concatenate([np.arange(a, b + 1, dtype=np.int64) for a, b in units])
+        self._copy(st, rows, units)
+        st.hdr[CARRIED] += rows.shape[0]
+        return int(rows.shape[0])
+
+    def _keeps(self, st: Storage, slots: list[np.ndarray]) -> np.ndarray:
+        """The rule's verdict on each unit (its rows' slots)."""
+        if self.rule == "reservoir":
+            return self.rng.random(len(slots)) < self.keep
+        leaves, mean = st.arrays["priority"], self._mean_leaf(st)
+        return np.array([leaves[s].max() >= mean for s in slots], dtype=bool)
+
+    def _mean_leaf(self, st: Storage) -> float:
+        """The ring's mean priority leaf, from random slots (the whole ring would cost a read
+        of every leaf per insert)."""
+        probe = self.rng.integers(0, self.capacity, _MEAN_SAMPLE)
+        return float(st.arrays["priority"][probe].mean())
+
+    def _row_units(
+        self, st: Storage, lo: int, total: int, n: int, budget: int
+    ) -> list[tuple[int, int]]:
+        """Single rows, decided together: the first ``n + budget`` oldest rows are enough, as
+        at most ``budget`` of them are kept."""
+        j = np.arange(lo, min(total, lo + n + budget), dtype=np.int64)
+        slots = j % self.capacity
+        ok = st.arrays["abs"][slots] == j
+        if self.rule == "priority":
+            keep = ok & (st.arrays["priority"][slots] >= self._mean_leaf(st))
+        else:
+            keep = ok & (self.rng.random(j.shape[0]) < self.keep)
+        keep &= np.cumsum(keep) <= budget
+        # Stop where n rows have been evicted: the rows after that are not overwritten now.
+        evicted = np.cumsum(~keep)
+        stop = int(np.searchsorted(evicted, n)) + 1
+        kept = j[:stop][keep[:stop]]
+        return [(int(a), int(a)) for a in kept]
+
+    def _her_units(
+        self, st: Storage, lo: int, total: int, n: int, budget: int
+    ) -> list[tuple[int, int]]:
+        """Episode remainders ``[j, ep_end]``, oldest first, until ``n`` rows are evicted."""
+        a = st.arrays
+        c = self.capacity
+        units: list[tuple[int, int]] = []
+        j, evicted, kept = lo, 0, 0
+        while evicted < n and j < total:
+            slot = j % c
+            stored = a["abs"][slot] == j
+            end = min(int(a["ep_end"][slot]), total - 1) if stored else j
+            end = max(end, j)
+            length = end - j + 1
+            span = np.arange(j, end + 1) % c
+            if stored and kept + length <= budget and self._keeps(st, [span])[0]:
+                units.append((j, end))
+                kept += length
+            else:
+                evicted += length
+            j = end + 1
+        return units
+
+    def _copy(self, st: Storage, rows: np.ndarray, units: list[tuple[int, int]]) -> None:
+        """Insert copies of ``rows`` (absolute numbers, oldest first) as one block."""
+        a = st.arrays
+        c = self.capacity
+        slots = rows % c
+        fields = [f for f in DATA_FIELDS if f in a and f != "refs"]
+        data = {f: np.take(a[f], slots, axis=0) for f in fields}
+        m = rows.shape[0]
+        old_next = a["next"][slots]
+        rel_ep_end = None
+        if self.her:
+            # Each unit a contiguous episode remainder again: linked inside, its own end, its
+            # steps from 0 (HER's episode is [j - step, ep_end]).
+            rel_next = np.arange(1, m + 1, dtype=np.int64)
+            rel_ep_end = np.empty(m, np.int64)
+            at = 0
+            for first, last in units:
+                size = last - first + 1
+                rel_next[at + size - 1] = -1
+                rel_ep_end[at : at + size] = at + size - 1
+                data["step"][at : at + size] -= data["step"][at]
+                at += size
+            outside = np.zeros(m, dtype=bool)
+        else:
+            # A carried row's successor: its copy when carried too, else the stored original.
+            pos = np.searchsorted(rows, old_next)
+            inside = (pos < m) & (rows[np.minimum(pos, m - 1)] == old_next)
+            rel_next = np.where(inside, pos, -1).astype(np.int64)
+            outside = ~inside & (old_next >= 0)
+        block = Block(data, rel_next, rel_ep_end, np.zeros((0, 2), np.int64), m)
+        start = st.insert(block)
+        if outside.any():
+            # Links back to rows still stored (older numbers); a successor that this very
+            # insert overwrites fails the usual validity check, as any overwritten one does.
+            a["next"][(start + np.flatnonzero(outside)) % c] = old_next[outside]
