@@ -300,3 +300,30 @@ def test_a_serial_run_filters_by_the_task_and_reports_the_counts(tmp_path: Path)
     # step the member took is counted once, as stored or refused.
     assert last["replay_admitted"] > 0 and last["replay_refused"] > 0
     assert last["replay_admitted"] + last["replay_refused"] <= 400
+
+
+def test_episode_admission_with_sequences_cuts_them_from_whole_stored_episodes() -> None:
+    """Sequences walk along links: from admitted episodes only, each alive step the next one
+    of the same episode, and as long as an unfiltered replay would make them."""
+    from wheeler2.buffer import SequenceConfig
+
+    seq = SequenceConfig(length=3, burn_in=0, stride=1)
+    cfg = ReplayConfig(
+        capacity=4096,
+        batch_size=256,
+        min_size=1,
+        updates_per_insert=0,
+        keep=0.0,
+        sequence=seq,
+        chunk=2,
+    )
+    lengths = [[6, 4, 8, 3, 5], [5, 7, 2, 6, 4]]
+    with Replay.create(Layout(obs_dim=2, act_dim=1), cfg, gamma=GAMMA) as replay:
+        length_of = _write_codes(replay, lengths, lambda c, ep, t, n: ep in (1, 3) and t == 0)
+        b = replay.sample()
+        for codes, alive in zip(b["obs"][:, :, 0].astype(int), b["alive"]):
+            first = codes[0]
+            assert first % 10_000 // 100 in (1, 3)  # a refused episode gave no sequence
+            n, t = length_of[first], first % 100
+            assert alive.sum() == min(3, n - t)  # cut by the episode's end only
+            np.testing.assert_array_equal(codes[alive], first + np.arange(alive.sum()))
