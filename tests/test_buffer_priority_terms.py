@@ -98,6 +98,9 @@ def test_rnd_novelty_is_the_priority_and_trains_on_what_was_replayed() -> None:
         (novelty,) = seen
         assert novelty.shape == (N,) and np.isfinite(novelty).all() and novelty.std() > 0
         assert terms._rnd.steps == 1  # the predictor took one step on the replayed batch
+        for _ in range(4):  # and one more on every 4th batch after it (priority.TRAIN_EVERY)
+            terms.novelty(np.ones((3, 2), np.float32))
+        assert terms._rnd.steps == 2
         leaves = replay.sampler.tree.leaves[:N]
         np.testing.assert_allclose(leaves, (novelty + EPS) ** ALPHA, rtol=1e-9)
         _check_weights_are_those_of(replay, novelty + EPS)

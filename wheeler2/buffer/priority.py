@@ -10,9 +10,12 @@ p_k^alpha`` and the importance weights ``(N P_i)^-beta / max_k w_k`` (the sample
 of the mixed priority exactly: nothing downstream knows there are two terms.
 
 The novelty is random network distillation (``wheeler2.novelty.RND``), refreshed when a
-transition's priority is written back after a sample: its predictor takes one step on each
-sampled batch's next observations, so a state stays novel until the learner has trained on
-states like it, and new transitions enter at the running max priority as always. The RND lives
+transition's priority is written back after a sample: its predictor takes one step on every
+``TRAIN_EVERY``-th sampled batch's next observations, so a state stays novel until the learner
+has trained on states like it, and new transitions enter at the running max priority as
+always. Why not every batch: the Adam step costs about three times the forward passes, and
+training on one batch in four brings the learner's sample + update + priorities from 0.68x to
+0.77x of TD-only (experiments/bench_replay_choice.py). The RND lives
 in the sampling process (never in producers) and is not checkpointed: a resumed run starts a
 new one.
 """
@@ -23,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+TRAIN_EVERY = 4  # sampled batches per predictor step (the module docstring says why)
+
 
 class PriorityTerms:
     """Mixes TD errors and novelty into raw priorities (one per sampling process)."""
@@ -32,17 +37,21 @@ class PriorityTerms:
         self.novelty_weight = float(novelty_weight)
         self.seed = int(seed)
         self._rnd: Any = None  # built on first use: torch is imported by samplers only
+        self._calls = 0
 
     def novelty(self, next_obs: np.ndarray) -> np.ndarray:
-        """RND's normalized bonus of each row ([B] float64), after which the predictor trains
-        on them once (these states have now been replayed)."""
+        """RND's normalized bonus of each row ([B] float64); on every ``TRAIN_EVERY``-th call
+        the predictor then trains on them once (these states have now been replayed)."""
         if self._rnd is None:
             from wheeler2.novelty import RND
 
             self._rnd = RND(seed=self.seed)
         x = np.asarray(next_obs, np.float32).reshape(len(next_obs), -1)
-        # Any non-None info makes the RND learn from the batch (novelty.py's convention).
-        return np.asarray(self._rnd(x, None, x, None, None, info=()), np.float64)
+        # A non-None info makes the RND learn from the batch, None only evaluates it
+        # (novelty.py's convention).
+        info = () if self._calls % TRAIN_EVERY == 0 else None
+        self._calls += 1
+        return np.asarray(self._rnd(x, None, x, None, None, info=info), np.float64)
 
     def mix(self, td_error: np.ndarray, next_obs: np.ndarray | None) -> np.ndarray:
         """Raw priorities ``td_weight * |td| + novelty_weight * novelty`` ([B] float64)."""
