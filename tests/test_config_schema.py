@@ -251,6 +251,27 @@ def test_replay_config_still_lets_code_disable_the_gate():
     assert ReplayConfig(updates_per_insert=0).updates_per_insert == 0
 
 
+def test_every_buffer_key_reaches_the_replay(tmp_path: Path):
+    """replay_config once left [buffer] frame_slack out, so image runs silently ran at the
+    default: each key the plan does not settle itself must arrive as written."""
+    from wheeler2.runtime.plan import learner_plan, needs_of, plan_team
+    from wheeler2.runtime.replays import replay_config
+
+    settled = {"batch_size", "beta_steps", "min_size", "her", "chunk", "gate_tolerance"}
+    cfg = tmp_path / "b.toml"
+    cfg.write_text(
+        '[experiment]\nname = "b"\ntotal_steps = 1000\neval_every = 500\n[env]\nid = "CartPole-v1"\n'
+        '[buffer]\nframe_slack = 0.25\nkeep = 0.5\nforget = "reservoir"\nforget_keep = 0.3\n'
+        'prefetch = true\nalpha = 0.5\n[[team]]\nalgo = "dqn"\nrole = "learner"\n'
+    )
+    c = load(cfg)
+    rc = replay_config(c, needs_of(learner_plan(plan_team(c))))
+    for f in dataclasses.fields(c.buffer):
+        if f.name not in settled:
+            assert getattr(rc, f.name) == getattr(c.buffer, f.name), f.name
+    assert rc.frame_slack == 0.25 and rc.forget == "reservoir"
+
+
 def test_her_config_bounds():
     with pytest.raises(ReplayError, match="k: expected an integer >= 1, got 0"):
         HerConfig(k=0)

@@ -29,30 +29,26 @@ def replay_config(config: Config, needs: AgentNeeds, chunk: int | None = None) -
     min_size = max(int(needs.replay_min_size), int(b.batch_size))
     updates = max(1, int((config.experiment.total_steps - min_size) * b.updates_per_insert))
     her = None if b.her is None else dataclasses.replace(b.her)
+    # Every [buffer] key reaches the replay as written (a key left out here would silently run
+    # at its default); the ones below are what the run's plan settles.
+    keys = {f.name: getattr(b, f.name) for f in dataclasses.fields(b)}
     return ReplayConfig(
-        capacity=int(b.capacity),
-        # With own_share, the shared table gives the rest of the batch, the own table its share.
-        batch_size=int(b.batch_size) - own_batch(config),
-        prioritized=bool(b.prioritized),
-        alpha=float(b.alpha),
-        beta=float(b.beta),
-        beta_steps=updates,
-        n_step=int(b.n_step),
-        updates_per_insert=float(b.updates_per_insert),
-        min_size=min_size,
-        her=her,
-        chunk=int(chunk if chunk is not None else b.chunk),
-        # How far producers may run ahead of the learner: enough to absorb a slow update or an
-        # eval, small against the run so the measured ratio tracks the target throughout.
-        gate_tolerance=max(int(b.batch_size), min(2048, int(config.experiment.total_steps) // 50)),
-        # A recurrent learner declares its replayed sequences (batch_size counts them).
-        sequence=needs.sequence,
-        keep=float(b.keep),
-        admit=str(b.admit),
-        priority_td=float(b.priority_td),
-        priority_novelty=float(b.priority_novelty),
-        forget=str(b.forget),
-        forget_keep=float(b.forget_keep),
+        **keys
+        | dict(
+            # With own_share, the shared table gives the rest of the batch, the own table its share.
+            batch_size=int(b.batch_size) - own_batch(config),
+            beta_steps=updates,
+            min_size=min_size,
+            her=her,
+            chunk=int(chunk if chunk is not None else b.chunk),
+            # How far producers may run ahead of the learner: enough to absorb a slow update or
+            # an eval, small against the run so the measured ratio tracks the target throughout.
+            gate_tolerance=max(
+                int(b.batch_size), min(2048, int(config.experiment.total_steps) // 50)
+            ),
+            # A recurrent learner declares its replayed sequences (batch_size counts them).
+            sequence=needs.sequence,
+        )
     )
 
 
