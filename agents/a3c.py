@@ -62,6 +62,11 @@ class A3C(a2c.A2C):
         out["updates"] = torch.tensor([float(self._shared_count())])
         return out
 
+    def shared_signature(self) -> str:
+        """The networks' layers and activations: workers whose shapes match but whose
+        functions differ must not share theta."""
+        return repr(self.policy) + repr(self.critic)
+
     def _shared_count(self) -> int:
         if self.shared_updates is not None:
             return int(self.shared_updates[0])

@@ -134,6 +134,7 @@ role = "explorer"
 count = 2
 [team.params]
 hidden = [{hidden}]
+{extra}
 """
 
 
@@ -144,6 +145,7 @@ def _config(tmp_path: Path, **kw: object) -> Path:
         "out": (tmp_path / "runs").as_posix(),
         "learner": "a3c",
         "hidden": "8",
+        "extra": "",
     }
     values.update(kw)
     path = tmp_path / "a3c.toml"
@@ -188,3 +190,6 @@ def test_what_cannot_share_is_one_error_naming_the_key(tmp_path):
     assert (err.table, err.key) == ("[[team]] w", "algo") and "'a2c'" in err.message
     err = _refused(tmp_path, hidden="16")
     assert (err.table, err.key) == ("[[team]] w", "params") and "hidden" in err.message
+    # Same shapes, another function: one theta cannot serve both.
+    err = _refused(tmp_path, extra='activation = "relu"')
+    assert (err.table, err.key) == ("[[team]] w", "params") and "activation" in err.message

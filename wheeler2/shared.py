@@ -57,6 +57,14 @@ def shared_tensors(agent: Any) -> dict[str, torch.Tensor] | None:
     return dict(offer()) if callable(offer) else None
 
 
+def shared_signature(agent: Any) -> str | None:
+    """What must match, beyond the tensors' shapes, for two members to share them (the
+    agent's optional ``shared_signature()``: e.g. its networks' layers and activations); None
+    where it declares nothing."""
+    offer = getattr(agent, "shared_signature", None)
+    return str(offer()) if callable(offer) else None
+
+
 class SharedBlock:
     """Named float32 tensors in one shared-memory segment, and its lock."""
 

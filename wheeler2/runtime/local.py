@@ -153,10 +153,11 @@ def _run(args: MemberArgs, link: StartBeat) -> None:
     plan, config = args.plan, args.config
     set_niceness(plan.spec.nice)
     replay = None if args.replay is None else Replay.attach(args.replay)
-    sink = None
+    sink = shared = None
     attached: list[Replay] = []
-    shared = None if args.shared is None else SharedBlock.attach(args.shared)
     try:
+        # Inside the try: a block that fails to attach still lets the replay go.
+        shared = None if args.shared is None else SharedBlock.attach(args.shared)
         others = {}
         for table, (weights, handle) in (args.others or {}).items():
             other = None if handle is None else Replay.attach(handle)

@@ -23,7 +23,7 @@ from wheeler2.runtime.parts import make_agent, make_env, replay_layout, space_in
 from wheeler2.runtime.plan import MemberPlan, learner_plan, plan_team
 from wheeler2.runtime.resources import check_members
 from wheeler2.runtime.seeds import member_seed
-from wheeler2.shared import SharedBlock, shared_tensors
+from wheeler2.shared import SharedBlock, shared_signature, shared_tensors
 from wheeler2.sync import SyncError, check_pulls, publish_view
 from wheeler2.task import RewardHeads
 
@@ -149,7 +149,7 @@ def _prepare_table(
             _check_same_space(config, p, _probe(config, p), lead, info, name)
         explorer = _agent(config, p, space, 0)
         uses_logp = uses_logp or not explorer.uses_replay
-        if _shares(config, p, shared, explorer, lead):
+        if _shares(config, p, shared, explorer, lead, learner):
             sharing.append(p.team)
         if p.spec.sync is not None:
             try:
@@ -177,6 +177,7 @@ def _shares(
     shared: dict[str, Any] | None,
     explorer: Agent,
     lead: MemberPlan,
+    learner: Agent,
 ) -> bool:
     """Whether ``plan``'s members share the learner's parameters (both algorithms offer
     ``shared_tensors``); a ConfigError where only the explorer does or the two do not fit."""
@@ -199,6 +200,16 @@ def _shares(
             "params",
             f"its shared parameters differ in shape from those of the learner {lead.team!r}: "
             f"set the same network options (hidden, core, ...) in both members' [team.params]",
+        )
+    if shared_signature(explorer) != shared_signature(learner):
+        # Same shapes, other functions (an activation, a core): one theta would serve both.
+        raise _error(
+            config,
+            plan,
+            "params",
+            f"its networks differ from those of the learner {lead.team!r} (layers or "
+            f"activations), so the parameters they share would mean different functions: set "
+            f"the same network options (activation, core, ...) in both members' [team.params]",
         )
     return True
 
