@@ -226,6 +226,7 @@ role = "learner"
         # Priority terms (tests/test_buffer_priority_terms.py) are [buffer] keys of issue 41 too.
         ("priority_novelty = -1", "priority_novelty", "expected a number >= 0, got -1"),
         ("priority_novelty = 0.5", "priority_novelty", "expected 0 without prioritized = true"),
+        ("priority_td = 0.5", "priority_td", "expected 1.0 (the default) without prioritized"),
         ("prioritized = true\npriority_td = 0", "priority_td", "expected a number > 0 while"),
         # And forgetting (tests/test_buffer_forgetting.py).
         ('forget = "newest"', "forget", "one of 'oldest', 'priority', 'reservoir'"),

@@ -744,6 +744,14 @@ def _buffer(reader: Reader, data: Any) -> BufferConfig:
             f"expected 0 without prioritized = true (a uniform replay has no priorities), "
             f"got {buffer.priority_novelty}",
         )
+    if buffer.priority_td != 1.0 and not buffer.prioritized:
+        # It weighs the TD error in the sum tree's priority: a uniform replay has none.
+        raise reader.error(
+            "[buffer]",
+            "priority_td",
+            f"expected 1.0 (the default) without prioritized = true (a uniform replay has no "
+            f"priorities), got {buffer.priority_td}",
+        )
     if buffer.priority_td == 0.0 and buffer.priority_novelty == 0.0:
         raise reader.error(
             "[buffer]",
