@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from wheeler2.buffer import HerConfig, Layout, Replay, ReplayConfig, ReplayError
-from wheeler2.buffer.storage import MAX_PRIORITY, TOTAL
+from wheeler2.buffer.storage import FORGET_CREDIT, MAX_PRIORITY, TOTAL
 
 GAMMA = 0.5
 CAP = 64
@@ -196,3 +196,80 @@ def test_a_checkpointed_replay_keeps_its_carried_count() -> None:
         again.load_state_dict(state)
         assert again.stats()["inserts"] == stats["inserts"] == 600
         assert again.stats()["carried"] == stats["carried"]
+
+
+def _carried_share(stats: dict[str, float]) -> float:
+    """Carried rows as a share of the rows that left the ring's oldest end (new inserts past
+    the first CAP, plus the carried ones): forget_keep is what the rule implies."""
+    carried = stats["carried"]
+    return carried / (carried + stats["inserts"] - CAP)
+
+
+@pytest.mark.parametrize(("keep", "floor"), [(0.1, 0.8), (0.3, 0.88)])
+def test_reservoir_carries_the_share_forget_keep_implies(keep: float, floor: float) -> None:
+    """5-row inserts (one env, 5-step episodes): the allowance per insert, 5 * keep / (1 -
+    keep), is below one row at 0.1 and 2.14 at 0.3; the fractions add up over the run
+    instead of being dropped each insert (which carried 0 and 22% of the rows). The draws
+    are random (pid-seeded): over 20 seeds the share was 0.89-1.0 x keep at 0.1, 0.95-1.0 x
+    at 0.3; never above keep, as the credit caps it."""
+    cfg = _cfg(forget="reservoir", forget_keep=keep)
+    with Replay.create(Layout(obs_dim=2, act_dim=1), cfg, GAMMA, seed=2) as replay:
+        _episodes(replay, [5] * 400, copies=1)
+        stats = replay.stats()
+    assert stats["inserts"] == 2000
+    assert floor * keep <= _carried_share(stats) <= keep + 1e-3
+
+
+@pytest.mark.parametrize("keep", [0.1, 0.3])
+def test_her_episodes_longer_than_one_inserts_allowance_are_carried(keep: float) -> None:
+    """HER keeps whole episode remainders; 10-step episodes come one per insert, whose own
+    allowance (1 or 4 rows) is shorter than an episode: the credit builds up until one fits
+    (per-insert budgets carried only short tails: 0% of the rows at 0.1, 4.5% at 0.3).
+    Over 20 seeds the share was 0.79-1.0 x keep."""
+
+    def relabel(obs, action, next_obs, achieved_goal, desired_goal):  # noqa: ANN001, ANN202
+        return -np.linalg.norm(achieved_goal - desired_goal, axis=-1, keepdims=True)
+
+    whole: set[int] = set()
+
+    def look(replay: Replay) -> None:
+        # Episodes older than the ring's last 64 rows that are stored as a whole 10-step run:
+        # carried whole (a per-insert budget of 1 or 4 rows could only carry short tails).
+        rows = _stored(replay)
+        if not rows["code"].shape[0]:
+            return
+        episode = rows["code"] // 100
+        old = episode < int(rows["code"].max()) // 100 - CAP // 10
+        first = (rows["step"] == 0) & (rows["ep_end"] - rows["abs"] == 9) & old
+        whole.update(episode[first].tolist())
+
+    cfg = _cfg(forget="reservoir", forget_keep=keep, her=HerConfig("episode", k=4))
+    layout = Layout(obs_dim=2, act_dim=1, goal_dim=2)
+    with Replay.create(layout, cfg, GAMMA, relabel=relabel, seed=2) as replay:
+        _episodes(replay, [10] * 400, copies=1, chunk_goal=True, between=look)
+        stats = replay.stats()
+    assert stats["inserts"] == 4000
+    assert 0.7 * keep <= _carried_share(stats) <= keep + 1e-3
+    assert len(whole) >= 5
+
+
+def test_the_forgetting_credit_is_shared_by_every_producer() -> None:
+    """Two producers attached to one ring draw on the one credit in the shared header: their
+    5-row inserts together carry exactly the allowance of all the rows they overwrite (every
+    row is at the mean priority here, so the rule keeps as many as the credit allows)."""
+    keep = 0.1
+    cfg = _cfg(forget="priority", forget_keep=keep, prioritized=True)
+    with Replay.create(Layout(obs_dim=2, act_dim=1), cfg, GAMMA, seed=2) as replay:
+        other = Replay.attach(replay.handle())
+        try:
+            for _ in range(200):  # alternate 5-row inserts from the two
+                _episodes(replay, [5], copies=1)
+                _episodes(other, [5], copies=1)
+            stats = other.stats()
+            credit = float(replay.storage.fhdr[FORGET_CREDIT])
+        finally:
+            other.close()
+    allowance = keep / (1 - keep) * (stats["inserts"] - CAP)
+    assert 0.0 <= credit < 1.0
+    assert stats["carried"] + credit == pytest.approx(allowance)
+    assert _carried_share(stats) == pytest.approx(keep, abs=2e-3)

@@ -7,9 +7,15 @@
 * ``"reservoir"``: each of those rows is kept with chance ``forget_keep``, so a share of old
   data survives however long the run (a reservoir of past experience).
 
-Either way at most ``forget_keep / (1 - forget_keep)`` kept rows per inserted row, so every
-insert still evicts as many rows as it brings. With HER the unit is an episode's stored
-remainder (``[j, ep_end]``), kept or evicted whole.
+Either way at most ``forget_keep / (1 - forget_keep)`` kept rows per inserted row, counted
+over the run rather than per insert: each insert that overwrites rows adds that many rows'
+worth (a fraction too) to a credit, each carried row spends one, and an insert carries at most
+the credit's whole rows (so 5-row inserts at ``forget_keep = 0.1``, 0.56 rows' worth each,
+still keep their share). The credit lives in the shared header (``FORGET_CREDIT``), so every
+producer draws on the one count under the insert's lock; it is capped at the capacity and not
+checkpointed (a restored ring starts it at 0).
+With HER the unit is an episode's stored remainder (``[j, ep_end]``), kept or evicted whole:
+one longer than the credit is evicted, and the credit builds up until a later one fits.
 
 A kept row is *carried forward*: copied, under the lock of the insert that would overwrite it,
 to the head of the ring just before that insert's rows. The ring itself stays a ring (slot =
@@ -32,7 +38,7 @@ import os
 import numpy as np
 
 from .config import ReplayConfig
-from .storage import CARRIED, DATA_FIELDS, TOTAL, Block, Storage
+from .storage import CARRIED, DATA_FIELDS, FORGET_CREDIT, TOTAL, Block, Storage
 
 _MEAN_SAMPLE = 256
 
@@ -43,6 +49,7 @@ class Forgetting:
     def __init__(self, cfg: ReplayConfig, seed: int) -> None:
         self.rule = cfg.forget
         self.keep = float(cfg.forget_keep)
+        self.rate = self.keep / (1.0 - self.keep)  # kept rows allowed per overwritten row
         self.capacity = cfg.capacity
         self.her = cfg.her is not None
         # Each process that inserts draws its own stream (reservoir); the pid keeps two
@@ -54,8 +61,15 @@ class Forgetting:
         to the head of the ring. Returns how many rows were carried."""
         c = self.capacity
         total = int(st.hdr[TOTAL])
-        budget = min(int(self.keep / (1.0 - self.keep) * n), c - n - 1)
-        if n >= c or total + n <= c or budget <= 0:
+        overwritten = min(n, total + n - c)
+        if n >= c or overwritten <= 0:
+            return 0
+        # The credit carries the fractions of rows over from insert to insert (a per-insert
+        # int() would drop them: nothing at all for 5-row inserts at forget_keep = 0.1).
+        credit = min(float(st.fhdr[FORGET_CREDIT]) + self.rate * overwritten, float(c))
+        st.fhdr[FORGET_CREDIT] = credit
+        budget = min(int(credit + 1e-9), c - n - 1)
+        if budget <= 0:
             return 0
         lo = total - c  # the oldest stored row
         units = self._her_units(st, lo, total, n, budget) if self.her else None
@@ -66,6 +80,7 @@ class Forgetting:
         rows = np.concatenate([np.arange(a, b + 1, dtype=np.int64) for a, b in units])
         self._copy(st, rows, units)
         st.hdr[CARRIED] += rows.shape[0]
+        st.fhdr[FORGET_CREDIT] = max(0.0, credit - rows.shape[0])
         return int(rows.shape[0])
 
     def _keeps(self, st: Storage, slots: list[np.ndarray]) -> np.ndarray:

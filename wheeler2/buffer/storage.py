@@ -41,6 +41,7 @@ INT_HEADER = 16
 LAST_INSERT = 0  # wall time of the last insert
 LAST_UPDATE = 1  # wall time of the last sample
 MAX_PRIORITY = 2  # running max of raw priorities (before alpha)
+FORGET_CREDIT = 3  # rows [buffer] forget may still carry (buffer/forgetting.py)
 FLOAT_HEADER = 8
 
 
