@@ -45,6 +45,7 @@ from wheeler2.agents.parts.encoders import (
     image_features_,
     random_shift,
     rbf_features_,
+    shift_offsets,
 )
 from wheeler2.agents.parts.masks import legal_actions_np, random_legal, refuse_mask
 from wheeler2.agents.parts.noisy import noise_off, noisy_layers
@@ -342,9 +343,16 @@ class OffPolicy:
         return LearnOut(metrics=metrics, td_error=v.priority(abs_td))
 
     def shifted(self, batch: Batch) -> Batch:
-        """The batch with DrQ's random shift on its observations and next observations, each
-        row shifted on its own (``augment = "shift"``, ``shift_pad`` pixels)."""
+        """The batch with DrQ's random shift on its observations and next observations
+        (``augment = "shift"``, ``shift_pad`` pixels): each row shifted on its own, or for a
+        recurrent learner one offset per sequence, shared by its obs and next obs at every step
+        (``next_obs[t]`` is ``obs[t + 1]``: the core must not see the frame jitter in place)."""
         shape, pad, gen = self.space.obs_shape, int(self.params.shift_pad), self.aug_gen
+        if self.recurrent:
+            offsets = shift_offsets(batch.obs.shape[0], pad, gen, batch.obs.device)
+            obs = random_shift(batch.obs, shape, pad, gen, offsets)
+            next_obs = random_shift(batch.next_obs, shape, pad, gen, offsets)
+            return dataclasses.replace(batch, obs=obs, next_obs=next_obs)
         obs = random_shift(batch.obs, shape, pad, gen)
         next_obs = random_shift(batch.next_obs, shape, pad, gen)
         return dataclasses.replace(batch, obs=obs, next_obs=next_obs)

@@ -252,3 +252,45 @@ def test_encoder_kinds_differing_are_refused_by_check_sync():
     explorer = make("ppo", DISCRETE, encoder="small_cnn", activation="relu")
     with pytest.raises(SyncError):
         check_sync(learner.actor, explorer.actor, [], "explorer")
+
+
+@pytest.mark.parametrize("algo", ["dqn", "td3"])
+def test_a_recurrent_learner_shifts_each_sequence_as_one(algo):
+    # next_obs[t] and obs[t + 1] are the same frame: a recurrent learner's shift is one offset
+    # per sequence, shared by its obs and next obs at every step, so the core sees no jitter
+    # along the sequence; different sequences still move differently.
+    agent = make(algo, space_of(algo), core="gru", core_size=8, augment="shift", shift_pad=1)
+    b, t = 16, 5
+    img = torch.zeros(b, t + 1, *SHAPE, dtype=torch.uint8)
+    for s in range(t + 1):
+        img[:, s, :, 2 + s % 4, 4] = 100 + s  # a bright pixel moving down over time
+    flat = img.reshape(b, t + 1, -1)
+    space = agent.space
+    act = torch.zeros(b, t, dtype=torch.int64) if space.discrete else torch.zeros(b, t, 2)
+    seq = Batch(
+        obs=flat[:, :-1],
+        action=act,
+        reward=torch.ones(b, t, 1),
+        next_obs=flat[:, 1:],
+        discount=torch.full((b, t), 0.9),
+        weight=torch.ones(b),
+        index=np.arange(b),
+    )
+    out = agent.shifted(seq)
+    assert torch.equal(out.next_obs[:, :-1], out.obs[:, 1:])
+    # One offset per sequence: every step's pixel moved by the same (dy, dx) as its first.
+    shifts = set()
+    for i in range(b):
+        moves = set()
+        for s in range(t):
+            frame = out.obs[i, s].reshape(SHAPE)[0]
+            ys, xs = torch.nonzero(frame == 100 + s, as_tuple=True)
+            assert len(ys) == 1
+            moves.add((int(ys) - (2 + s % 4), int(xs) - 4))
+        assert len(moves) == 1, f"sequence {i} jitters: {moves}"
+        shifts |= moves
+    assert len(shifts) > 1
+    # A step learner still shifts each row (and obs, next obs) on its own.
+    step = make(algo, space_of(algo), augment="shift", seed=0)
+    rows = step.shifted(batch(step.space, 16))
+    assert rows.obs.shape == (16, DIM)

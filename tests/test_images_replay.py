@@ -259,3 +259,93 @@ def test_replay_state_round_trips_frames():
         assert int(rb2.storage.hdr[FRAMES]) == frames and int(rb2.storage.hdr[TOTAL]) == total
         b = rb2.sample(32)
         check_stacks(b["obs"], b["next_obs"])
+
+
+def _record_draws(rb: Replay) -> list[np.ndarray]:
+    """Every batch of absolute numbers the sampler draws (first draws and redraws)."""
+    sampler, drawn = rb.sampler, []
+    draw = sampler.draw
+
+    def recorded(batch: int, updates: int) -> tuple[np.ndarray, np.ndarray]:
+        j, weight = draw(batch, updates)
+        drawn.append(j.copy())
+        return j, weight
+
+    sampler.draw = recorded  # type: ignore[method-assign]
+    return drawn
+
+
+@pytest.mark.parametrize("length", [1, 2])
+def test_short_episodes_sample_uniformly_from_the_frames_still_stored(length: int):
+    # Episodes shorter than 1 / frame_slack (16 steps at the default slack) add a first frame
+    # each besides one per step: the frame ring runs out first and the oldest slots lose their
+    # frames (about half of them for 1-step episodes). The uniform sampler used to draw them
+    # anyway and give up after its redraws ("could not draw valid transitions"); it now draws
+    # only from the oldest transition whose frames are all stored on, and reaches every one.
+    env = Episodes([[length]])
+    with replay(capacity=2000) as rb:
+        env.run(rb, 6000)
+        st = rb.storage
+        total = int(st.hdr[TOTAL])
+        stored = np.flatnonzero(st.valid(np.arange(total - 2000, total), total)) + total - 2000
+        assert len(stored) < (0.75 if length == 1 else 0.85) * 2000  # the frames ran out
+        drawn = _record_draws(rb)
+        seen = []
+        for _ in range(40):
+            b = rb.sample(256)
+            check_stacks(b["obs"], b["next_obs"])
+            seen.append(b["index"])
+        j = np.concatenate(drawn)
+        assert st.valid(j, total).all()  # nothing drawn that had to be redrawn
+        seen_set = np.unique(np.concatenate(seen))
+        assert set(seen_set.tolist()) <= set(stored.tolist())
+        assert len(seen_set) > 0.95 * len(stored)  # uniform over all of them
+
+
+def test_short_episodes_of_two_writers_sharing_the_ring():
+    # Two writers (producers) flush small blocks in turn into one ring: frame numbers still
+    # grow with transition numbers, so the bound holds across producers.
+    cfg = ReplayConfig(capacity=500, batch_size=64, min_size=1, updates_per_insert=0, chunk=3)
+    with Replay.create(layout(), cfg, gamma=0.5, seed=0) as rb:
+        envs = [Episodes([[1], [2]]), Episodes([[1, 3]])]
+        envs[1].ids = [7]
+        envs[1].hist = [[frame(7, 0)] * K]
+        writers = [rb.writer(num_envs=e.n) for e in envs]
+        drawn = _record_draws(rb)
+        for step in range(1500):
+            for env, w in zip(envs, writers):
+                obs, nxt, done = env.step()
+                w.add(
+                    obs, np.zeros(env.n, np.int64), np.ones(env.n), nxt, done, np.zeros(env.n, bool)
+                )
+            if step > 100 and step % 10 == 0:
+                b = rb.sample()
+                check_stacks(b["obs"], b["next_obs"])
+        for w in writers:
+            w.flush()
+        del drawn[:]
+        for _ in range(20):
+            b = rb.sample()
+            check_stacks(b["obs"], b["next_obs"])
+        total = int(rb.storage.hdr[TOTAL])
+        assert rb.storage.valid(np.concatenate(drawn), total).mean() > 0.99
+
+
+@pytest.mark.parametrize("length", [1, 2])
+def test_short_episodes_uniform_sequences(length: int):
+    # The uniform sequence sampler (a tree with alpha 0) zeroes the starts whose frames are
+    # gone as the bound moves, instead of drawing them and finding out.
+    env = Episodes([[length], [length + 1]])
+    seq = SequenceConfig(length=4, burn_in=0, stride=1)
+    with replay(capacity=1000, sequence=seq) as rb:
+        env.run(rb, 2000)
+        st = rb.storage
+        total = int(st.hdr[TOTAL])
+        drawn = _record_draws(rb)
+        for _ in range(20):
+            b = rb.sample(64)
+            for row in range(64):
+                alive = b["alive"][row]
+                obs = b["obs"][row][alive]
+                check_stacks(obs, b["next_obs"][row][: len(obs)])
+        assert st.valid(np.concatenate(drawn), total).mean() > 0.99

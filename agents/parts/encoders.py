@@ -299,21 +299,39 @@ def image_features_(module: nn.Module, kind: str, shape: Sequence[int]) -> nn.Mo
     return module
 
 
+def shift_offsets(
+    n: int, pad: int, gen: torch.Generator, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` random crop offsets ``(dx, dy)`` in [0, 2 pad] (:func:`random_shift`)."""
+    dx = torch.randint(0, 2 * pad + 1, (n,), generator=gen).to(device)
+    dy = torch.randint(0, 2 * pad + 1, (n,), generator=gen).to(device)
+    return dx, dy
+
+
 def random_shift(
-    x: torch.Tensor, shape: Sequence[int], pad: int, gen: torch.Generator
+    x: torch.Tensor,
+    shape: Sequence[int],
+    pad: int,
+    gen: torch.Generator,
+    offsets: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """DrQ's augmentation (Kostrikov et al. 2021): each image of the flat uint8 rows ``x``
     (``[..., C*H*W]``) padded by ``pad`` pixels, edges repeated, and cropped back at a random
     offset in [0, 2 pad]^2; one offset per row, the same for all its channels (its stacked
-    frames move together). Integer shifts keep the bytes exact. Learners apply it to the batch
-    they train on, never to what they act or evaluate on."""
+    frames move together). ``offsets`` (:func:`shift_offsets`, one per index of ``x``'s first
+    axis) instead shares one offset along the other leading axes: a sequence's steps
+    ``[B, T, ...]`` move together. Integer shifts keep the bytes exact. Learners apply it to the
+    batch they train on, never to what they act or evaluate on."""
     c, h, w = shape
     lead = x.shape[:-1]
     img = x.reshape(-1, c, h, w)
     n = img.shape[0]
     padded = nn.functional.pad(img.float(), (pad, pad, pad, pad), mode="replicate")
-    dx = torch.randint(0, 2 * pad + 1, (n,), generator=gen).to(x.device)
-    dy = torch.randint(0, 2 * pad + 1, (n,), generator=gen).to(x.device)
+    if offsets is None:
+        dx, dy = shift_offsets(n, pad, gen, x.device)
+    else:
+        per = n // offsets[0].shape[0]  # rows of x per offset (steps of a sequence)
+        dx, dy = (o.to(x.device).repeat_interleave(per) for o in offsets)
     rows = (dy[:, None] + torch.arange(h, device=x.device)[None, :])[:, None, :, None]
     cols = (dx[:, None] + torch.arange(w, device=x.device)[None, :])[:, None, None, :]
     batch = torch.arange(n, device=x.device)[:, None, None, None]

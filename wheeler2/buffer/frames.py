@@ -16,7 +16,9 @@ the writer stores the observation's own frames instead of linking back.
 
 The frame ring holds ``F = capacity + ceil(capacity * frame_slack) + k`` frames: one per
 transition, the slack for episodes' first frames. A slot whose frames the ring has overwritten
-is no longer valid (``Storage.valid``), and the samplers redraw it, as any overwritten slot.
+is no longer valid (``Storage.valid``): with episodes shorter than ``1 / frame_slack`` steps
+that is the oldest part of the slot ring, which the samplers stop drawing from
+(``sampler.first_valid``); a stray invalid slot above it is redrawn, as any overwritten slot.
 """
 
 from __future__ import annotations

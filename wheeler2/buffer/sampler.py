@@ -18,7 +18,32 @@ from .storage import MAX_PRIORITY, SYNCED, Storage
 from .sumtree import SumMinTree
 
 
+def first_valid(storage: Storage, lo: int, total: int) -> int:
+    """The oldest valid transition of ``[lo, total)`` (``total`` when none is); lock held.
+
+    An image replay's frame ring can run out before its transition ring (episodes shorter than
+    ``1 / frame_slack`` steps add a first frame besides one per step), and a slot whose frames
+    are overwritten is no longer valid. Frame numbers grow with transition numbers and a
+    transition once invalid stays so, so the samplers keep this bound, move it only forward
+    (amortized one check per insert) and draw above it: it never skips a valid transition, and
+    the few invalid ones above it (a stack linking back to an older block, a writer that died
+    mid-copy) are redrawn as any overwritten slot. It reads only the shared ring, whichever
+    producer processes wrote it."""
+    n = 64
+    while lo < total:
+        j = np.arange(lo, min(lo + n, total), dtype=np.int64)
+        ok = storage.valid(j, total)
+        if ok.any():
+            return int(j[int(np.argmax(ok))])
+        lo = int(j[-1]) + 1
+        n = min(2 * n, 1 << 16)
+    return total
+
+
 class UniformSampler:
+    """Uniform over ``[lo, total)``: the ring's oldest slot on, or with images its oldest
+    transition whose frames are all still stored (:func:`first_valid`)."""
+
     prioritized = False
 
     def __init__(self, storage: Storage, cfg: ReplayConfig, rng: np.random.Generator) -> None:
@@ -26,13 +51,20 @@ class UniformSampler:
         self.capacity = cfg.capacity
         self.rng = rng
         self.total = 0
+        self.images = bool(storage.images)
+        self.lo = 0
 
     def sync(self, total: int) -> None:
+        """Take in the inserts so far (lock held)."""
         self.total = total
+        lo = max(self.lo, total - self.capacity, 0)
+        if self.images:
+            lo = first_valid(self.storage, lo, total)
+        self.lo = lo
 
     def draw(self, batch: int, updates: int) -> tuple[np.ndarray, np.ndarray]:
         """(absolute numbers [B] int64, importance weights [B] float32)."""
-        lo = max(0, self.total - self.capacity)
+        lo = self.lo if self.lo < self.total else max(0, self.total - self.capacity)
         j = self.rng.integers(lo, self.total, batch, dtype=np.int64)
         return j, np.ones(batch, dtype=np.float32)
 
@@ -43,7 +75,7 @@ class UniformSampler:
         pass
 
     def rebuild(self) -> None:
-        pass
+        self.total = self.lo = 0  # a loaded ring: the next sync finds the bound again
 
 
 class PrioritizedSampler:
@@ -62,11 +94,32 @@ class PrioritizedSampler:
         # thread that updates priorities must not run them on the same tree at once.
         self._lock = threading.Lock()
         self.total = int(storage.hdr[SYNCED])
+        self.lo = 0  # image replays: the oldest transition whose frames are all stored
 
     def rebuild(self) -> None:
         with self._lock:
             self.tree.rebuild()
             self.total = int(self.storage.hdr[SYNCED])
+            self.lo = 0
+
+    def _drop_stale(self, total: int) -> None:
+        """Image replays: zero the leaves of the transitions whose frames the ring has
+        overwritten since the last sync (:func:`first_valid`), so they are not drawn and
+        redrawn. Lock held, after the new items got their leaves."""
+        if not self.storage.images:
+            return
+        c = self.capacity
+        lo = max(self.lo, total - c, 0)
+        hi = first_valid(self.storage, lo, total)
+        s0, s1 = lo % c, hi % c
+        if hi - lo >= c:
+            self.tree.set_range(0, c, 0.0)
+        elif s0 < s1:
+            self.tree.set_range(s0, s1, 0.0)
+        elif hi > lo:  # the range wraps around the end of the ring
+            self.tree.set_range(s0, c, 0.0)
+            self.tree.set_range(0, s1, 0.0)
+        self.lo = hi
 
     def beta(self, updates: int) -> float:
         if not self.beta_steps:
@@ -90,6 +143,7 @@ class PrioritizedSampler:
             else:  # the new range wraps around the end of the ring
                 self.tree.set_range(s0, c, value)
                 self.tree.set_range(0, s1, value)
+            self._drop_stale(total)
             self.total = total
             self.storage.hdr[SYNCED] = total
 

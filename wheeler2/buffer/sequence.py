@@ -73,6 +73,7 @@ class SequenceSampler(PrioritizedSampler):
         self._lock = threading.Lock()
         # Shared leaves may already hold priorities (a loaded checkpoint); private ones do not.
         self.total = int(storage.hdr[SYNCED]) if cfg.prioritized else 0
+        self.lo = 0
 
     def sync(self, total: int) -> None:
         """New slots get the max priority if they start a sequence, 0 otherwise (lock held)."""
@@ -85,6 +86,7 @@ class SequenceSampler(PrioritizedSampler):
             is_start = self.storage.arrays["step"][slots] % self.every == 0
             value = float(self.storage.fhdr[MAX_PRIORITY]) ** self.alpha
             self.tree.update(slots, np.where(is_start, value, 0.0))
+            self._drop_stale(total)
             self.total = total
             self.storage.hdr[SYNCED] = total
 
