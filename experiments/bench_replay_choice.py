@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
 from experiments.bench_replay import ACT, BATCH, OBS, fill_wheeler
+from experiments.lib import RESULTS, report, runs
 from wheeler2.buffer import Layout, Replay, ReplayConfig
 from wheeler2.process import set_compute_threads
 
@@ -97,13 +97,39 @@ def rate(
     return steps / (time.perf_counter() - start)
 
 
-def main() -> None:
+def render(data: dict[str, object], **_: object) -> str:
+    """The cost table from the stored rates (``{"setup": ..., "rates": {"arm|update": [...]}}``)."""
+    setup = data["setup"]
+    assert isinstance(setup, dict)
+    rates = data["rates"]
+    assert isinstance(rates, dict)
+    lines = [
+        "# Replay rules of issue 41: cost",
+        "",
+        f"capacity {setup['capacity']:,}, obs {OBS}, act {ACT}, batch {BATCH}, {ENVS} rows "
+        f"written per step, {setup['rounds']} interleaved rounds of {setup['seconds']:g} s, one "
+        "process, one torch thread",
+        "",
+        "| arm | learner update | steps/s (median) | ratio to td (median of rounds) |",
+        "| --- | --- | ---: | ---: |",
+    ]
+    for with_update in (False, True):
+        base = np.array(rates[f"td|{with_update}"])
+        for name in ARMS:
+            got = np.array(rates[f"{name}|{with_update}"])
+            ratio = float(np.median(got / base))
+            update = "2x256 critic step" if with_update else "none"
+            lines.append(f"| {name} | {update} | {np.median(got):,.0f} | {ratio:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--capacity", type=int, default=100_000)
-    parser.add_argument("--out", default="experiments/results/bench_replay_choice.md")
-    args = parser.parse_args()
+    parser.add_argument("--name", default="bench_replay_choice")
+    args = parser.parse_args(argv)
     set_compute_threads()  # one torch thread, as in every wheeler2 process (the RND arm)
     replays = {name: make(args.capacity, keys) for name, keys in ARMS.items()}
     rng = np.random.default_rng(0)
@@ -119,22 +145,21 @@ def main() -> None:
     finally:
         for replay in replays.values():
             replay.close()
-    lines = [
-        f"capacity {args.capacity:,}, obs {OBS}, act {ACT}, batch {BATCH}, {ENVS} rows written "
-        f"per step, {args.rounds} interleaved rounds of {args.seconds:g} s, one process, "
-        "one torch thread",
-        "",
-        "| arm | learner update | steps/s (median) | ratio to td (median of rounds) |",
-        "| --- | --- | ---: | ---: |",
-    ]
-    for name, with_update in cases:
-        got = np.array(rates[(name, with_update)])
-        ratio = float(np.median(got / np.array(rates[("td", with_update)])))
-        update = "2x256 critic step" if with_update else "none"
-        lines.append(f"| {name} | {update} | {np.median(got):,.0f} | {ratio:.2f}x |")
-    text = "\n".join(lines) + "\n"
+    data = {
+        "setup": {"capacity": args.capacity, "rounds": args.rounds, "seconds": args.seconds},
+        "rates": {f"{name}|{upd}": v for (name, upd), v in rates.items()},
+    }
+    runs_file = RESULTS / f"{args.name}_runs.json"
+    runs.save(runs_file, data)
+    text = render(data)
+    report.write(
+        RESULTS / f"{args.name}.md",
+        text,
+        render=render,
+        runs_file=runs_file,
+        command=report.command_line(argv),
+    )
     print(text)
-    Path(args.out).write_text("# Replay rules of issue 41: cost\n\n" + text)
 
 
 if __name__ == "__main__":

@@ -229,7 +229,7 @@ def test_unknown_key_suggests_the_closest(write_config):
 
 def test_unknown_key_without_close_match_lists_valid_keys(write_config):
     err = error_of(write_config(BASE + "[env.kwargs]\n[buffer]\nzzzz = 1\n"))
-    assert "valid keys: alpha, batch_size, beta, capacity" in err.message
+    assert "valid keys: admit, alpha, batch_size, beta, capacity" in err.message
 
 
 def test_unknown_param_names_member_table_and_closest_field(write_config):
