@@ -187,15 +187,18 @@ def test_forgetting_refused_with_image_stacks() -> None:
 def test_a_checkpointed_replay_keeps_its_carried_count() -> None:
     """The gate's count of new inserts survives a checkpoint (carried rows stay uncounted)."""
     layout = Layout(obs_dim=2, act_dim=1)
-    cfg = _cfg(forget="reservoir", chunk=4)
+    cfg = _cfg(forget="reservoir", chunk=4, forget_keep=0.3)
     with Replay.create(layout, cfg, GAMMA, seed=2) as replay:
         _episodes(replay, [10] * 30)
         state, stats = replay.state_dict(), replay.stats()
-    assert stats["carried"] > 0
+        credit = float(replay.storage.fhdr[FORGET_CREDIT])
+    assert stats["carried"] > 0 and credit > 0
     with Replay.create(layout, cfg, GAMMA, seed=2) as again:
         again.load_state_dict(state)
         assert again.stats()["inserts"] == stats["inserts"] == 600
         assert again.stats()["carried"] == stats["carried"]
+        # ... and so does the allowance the rule has not spent yet.
+        assert float(again.storage.fhdr[FORGET_CREDIT]) == credit
 
 
 def _carried_share(stats: dict[str, float]) -> float:

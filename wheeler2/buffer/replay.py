@@ -25,6 +25,7 @@ from .sampler import PrioritizedSampler, UniformSampler
 from .shm import new_prefix, register_cleanup, unregister_cleanup
 from .storage import (
     CARRIED,
+    FORGET_CREDIT,
     FRAMES,
     LAST_UPDATE,
     LEARNER_PID,
@@ -473,6 +474,7 @@ class Replay:
                 "writer_uid": int(hdr[WRITER_UID]),
                 "synced": int(hdr[SYNCED]),
                 "max_priority": float(st.fhdr[MAX_PRIORITY]),
+                "forget_credit": float(st.fhdr[FORGET_CREDIT]),
             }
         finally:
             st.release()
@@ -508,6 +510,7 @@ class Replay:
             hdr[WRITER_UID] = max(int(hdr[WRITER_UID]), state["writer_uid"])
             hdr[SYNCED] = state["synced"] if "priority" in state["arrays"] else 0
             st.fhdr[MAX_PRIORITY] = state["max_priority"]
+            st.fhdr[FORGET_CREDIT] = state.get("forget_credit", 0.0)
             st.fhdr[LAST_UPDATE] = st.fhdr[0] = time.time()
         finally:
             st.release()
