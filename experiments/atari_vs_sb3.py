@@ -14,13 +14,13 @@ through ``wheeler2.run`` (serial backend) with those values set; SB3 runs ``DQN.
 Two settings per side: collecting only (``learning_starts`` past the budget: acting, env
 steps and replay inserts) and learning (updates from ``--learning-starts`` on). Reported: env
 steps/s and updates/s over each run's steady stretch (the table's note says which). Writes
-experiments/results/atari_vs_sb3.md and the raw figures beside it.
+experiments/results/atari_vs_sb3.md (through ``experiments.lib.report``: rebuild it with
+``python -m experiments regen``) and the raw figures and setup beside it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import tempfile
@@ -28,14 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
-ROOT = Path(__file__).resolve().parents[1]
+from experiments.lib import RESULTS, ROOT, report, runs
 
 
 def wheeler2_arm(steps: int, learning_starts: int, out: Path) -> dict[str, float]:
     import wheeler2
 
-    sets = {
+    sets: dict[str, Any] = {
         "experiment__total_steps": steps,
         "experiment__eval_every": 10 * steps,
         "experiment__progress": False,
@@ -138,28 +137,55 @@ def main(argv: list[str] | None = None) -> int:
             }
             print(setting, figures[setting], flush=True)
 
+    data = {
+        "setup": {
+            "steps": args.steps,
+            "collect_steps": args.collect_steps,
+            "learning_starts": args.learning_starts,
+            "date": time.strftime("%Y-%m-%d"),
+            "cores": os.cpu_count(),
+            "load": os.getloadavg()[0],
+            "python": platform.python_version(),
+        },
+        **figures,
+    }
+    runs_file = args.out.with_name(args.out.stem + "_runs.json")
+    runs.save(runs_file, data)
+    text = render(data)
+    report.write(
+        args.out, text, render=render, runs_file=runs_file, command=report.command_line(argv)
+    )
+    print(text)
+    return 0
+
+
+def render(data: dict[str, Any], **_: object) -> str:
+    """The table from the stored figures (``{"setup": {...}, "collect": {side: rates},
+    "learn": {side: rates}}``)."""
+    setup = data["setup"]
+
     def row(setting: str, side: str) -> str:
-        f = figures[setting][side]
+        f = data[setting][side]
         ups = f", {f['updates_per_s']:.1f} updates/s" if setting == "learn" else ""
         return f"{f['env_steps_per_s']:,.0f} env steps/s{ups}"
 
     def ratio(setting: str, key: str) -> float:
-        return figures[setting]["wheeler2"][key] / figures[setting]["sb3"][key]
+        return float(data[setting]["wheeler2"][key] / data[setting]["sb3"][key])
 
-    text = f"""# Atari Pong from pixels: wheeler2 against SB3 at the same settings
+    return f"""# Atari Pong from pixels: wheeler2 against SB3 at the same settings
 
-`python -m experiments.atari_vs_sb3 --steps {args.steps} --collect-steps \
-{args.collect_steps} --learning-starts {args.learning_starts}` \
-({time.strftime("%Y-%m-%d")}, {os.cpu_count()} cores shared with other work, load \
-{os.getloadavg()[0]:.1f}, Python {platform.python_version()}, CPU, one torch thread).
+`python -m experiments.atari_vs_sb3 --steps {setup["steps"]} --collect-steps \
+{setup["collect_steps"]} --learning-starts {setup["learning_starts"]}` \
+({setup["date"]}, {setup["cores"]} cores shared with other work, load \
+{setup["load"]:.1f}, Python {setup["python"]}, CPU, one torch thread).
 ALE/Pong-v5 + AtariPreprocessing, 4 frames stacked, DQN with the Nature network, batch 32, one
 update per 4 env steps. One run each: a throughput check, not a learning comparison.
 
 | setting | wheeler2 | SB3 | ratio |
 | --- | --- | --- | --- |
-| collecting only ({args.collect_steps:,} steps) | {row("collect", "wheeler2")} | \
+| collecting only ({setup["collect_steps"]:,} steps) | {row("collect", "wheeler2")} | \
 {row("collect", "sb3")} | {ratio("collect", "env_steps_per_s"):.2f}x env steps/s |
-| learning from step {args.learning_starts:,} | {row("learn", "wheeler2")} | \
+| learning from step {setup["learning_starts"]:,} | {row("learn", "wheeler2")} | \
 {row("learn", "sb3")} | {ratio("learn", "updates_per_s"):.2f}x updates/s |
 
 Rates over each run's steady stretch: from the first point past start-up (collecting: 100 env
@@ -169,13 +195,6 @@ a callback's clock every 0.5 s), so start-up, imports and evaluation are left ou
 the actions of the epsilon = 1 start without their network; wheeler2's DQN runs with
 `double = false`, SB3's target (max over the target network).
 """
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    args.out.with_name(args.out.stem + "_runs.json").write_text(
-        json.dumps(figures, indent=1) + "\n"
-    )
-    print(text)
-    return 0
 
 
 if __name__ == "__main__":

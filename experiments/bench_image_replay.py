@@ -19,13 +19,13 @@
   sample (the way SB3's own training loop feeds its buffer). Samples/s of the main process.
 
 Arms alternate for ``--rounds`` rounds (medians reported), so other load hits both alike.
-Writes experiments/results/image_replay_bench.md and its runs as JSON beside it.
+Writes experiments/results/image_replay_bench.md (through ``experiments.lib.report``: rebuild
+it with ``python -m experiments regen``) and its rounds and setup as JSON beside it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import platform
@@ -36,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
+from experiments.lib import RESULTS, report
+from experiments.lib import runs as stored
 from wheeler2.buffer import Layout, Replay, ReplayConfig
 from wheeler2.buffer.storage import field_specs
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SIDE, STACK, ACTIONS, BATCH, EPISODE = 84, 4, 6, 32, 500
 FRAME = SIDE * SIDE
 
@@ -234,6 +235,36 @@ def main(argv: list[str] | None = None) -> int:
         runs.append({"round": rnd, "one_process": one, "two_producers": two})
         print(runs[-1], flush=True)
     w2.close()
+    data = {
+        "setup": {
+            "fill": args.fill,
+            "seconds": args.seconds,
+            "rounds": args.rounds,
+            "date": time.strftime("%Y-%m-%d"),
+            "cores": os.cpu_count(),
+            "load": os.getloadavg()[0],
+            "python": platform.python_version(),
+            "bytes_per_1m": per_1m,
+            "bytes_shm": shm,
+            "bytes_sb3": sb3_per,
+        },
+        "runs": runs,
+    }
+    runs_file = args.out.with_name(args.out.stem + "_runs.json")
+    stored.save(runs_file, data)
+    text = render(data)
+    report.write(
+        args.out, text, render=render, runs_file=runs_file, command=report.command_line(argv)
+    )
+    print(text)
+    return 0
+
+
+def render(data: dict[str, Any], **_: object) -> str:
+    """The table from the stored rounds and setup (``{"setup": {...}, "runs": [...]}``)."""
+    setup, runs = data["setup"], data["runs"]
+    fill, seconds, rounds = setup["fill"], setup["seconds"], setup["rounds"]
+    per_1m, shm, sb3_per = setup["bytes_per_1m"], setup["bytes_shm"], setup["bytes_sb3"]
 
     def med(path: tuple[str, str], i: int | None = None) -> float:
         vals = [r[path[0]][path[1]] for r in runs]
@@ -242,7 +273,6 @@ def main(argv: list[str] | None = None) -> int:
     one_w2, one_sb3 = med(("one_process", "wheeler2")), med(("one_process", "sb3"))
     two_w2, two_sb3 = med(("two_producers", "wheeler2"), 0), med(("two_producers", "sb3"), 0)
     ins_w2, ins_sb3 = med(("two_producers", "wheeler2"), 1), med(("two_producers", "sb3"), 1)
-    load = os.getloadavg()[0]
 
     def ratios(kind: str, pick: Any) -> str:
         each = [pick(r[kind]["wheeler2"]) / pick(r[kind]["sb3"]) for r in runs]
@@ -250,19 +280,19 @@ def main(argv: list[str] | None = None) -> int:
 
     r_one = f"{one_w2 / one_sb3:.2f}x [{ratios('one_process', float)}]"
     r_two = f"{two_w2 / two_sb3:.2f}x [{ratios('two_producers', lambda v: v[0])}]"
-    text = f"""# Image replay: bytes and sampling against SB3's optimize_memory_usage buffer
+    return f"""# Image replay: bytes and sampling against SB3's optimize_memory_usage buffer
 
-`python -m experiments.bench_image_replay --fill {args.fill} --seconds {args.seconds} --rounds \
-{args.rounds}` ({time.strftime("%Y-%m-%d")}, {os.cpu_count()} cores shared with other work, load \
-{load:.1f}, Python {platform.python_version()}). 84x84 uint8 frames stacked 4, 6 actions,
-500-step episodes, batches of {BATCH} (obs and next obs stacks). Medians of {args.rounds} rounds.
+`python -m experiments.bench_image_replay --fill {fill} --seconds {seconds} --rounds \
+{rounds}` ({setup["date"]}, {setup["cores"]} cores shared with other work, load \
+{setup["load"]:.1f}, Python {setup["python"]}). 84x84 uint8 frames stacked 4, 6 actions,
+500-step episodes, batches of {BATCH} (obs and next obs stacks). Medians of {rounds} rounds.
 
 ## Memory per stored transition
 
 | replay | bytes / transition | x one 84x84 frame ({FRAME} B) |
 | --- | --- | --- |
 | wheeler2, every shared segment at 1M capacity (uniform) | {per_1m:,.0f} | {per_1m / FRAME:.3f} |
-| wheeler2, measured in /dev/shm at {args.fill:,} capacity | {shm:,.0f} | {shm / FRAME:.3f} |
+| wheeler2, measured in /dev/shm at {fill:,} capacity | {shm:,.0f} | {shm / FRAME:.3f} |
 | SB3 ReplayBuffer(optimize_memory_usage=True) | {sb3_per:,} | {sb3_per / FRAME:.3f} |
 
 1M transitions of Atari: {per_1m * 1e6 / 2**30:.2f} GiB of shared memory (issue target <= 8 GB);
@@ -272,20 +302,15 @@ SB3: {sb3_per * 1e6 / 2**30:.2f} GiB.
 
 | setting | wheeler2 | SB3 | ratio |
 | --- | --- | --- | --- |
-| one process, full buffer of {args.fill:,} | {one_w2:,.0f} | {one_sb3:,.0f} | {r_one} |
+| one process, full buffer of {fill:,} | {one_w2:,.0f} | {one_sb3:,.0f} | {r_one} |
 | 2 producer processes inserting meanwhile | {two_w2:,.0f} | {two_sb3:,.0f} | {r_two} |
 
 Ratio: of the medians, then each round's in brackets (the load moves both arms of a round).
 
-Transitions the 2 producers inserted per {args.seconds:g} s window (median): wheeler2 \
+Transitions the 2 producers inserted per {seconds:g} s window (median): wheeler2 \
 {ins_w2:,.0f} (shared memory, their own writers), SB3 {ins_sb3:,.0f} (through a queue into the \
 sampling process, which SB3's in-process buffer requires).
 """
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    args.out.with_name(args.out.stem + "_runs.json").write_text(json.dumps(runs, indent=1) + "\n")
-    print(text)
-    return 0
 
 
 if __name__ == "__main__":

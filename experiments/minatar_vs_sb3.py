@@ -16,7 +16,9 @@ runs ``cfg/minatar_<game>.toml`` through ``wheeler2.run``.
 The issue's comparison is 5 seeds x 500k steps x 2 games per side: about 2 x 20 CPU-hours on
 this machine (MinAtar DQN runs ~150 steps/s here), not run yet; ``--steps 6000 --seeds 0
 --games Breakout`` is the smoke check that both sides run. Writes
-experiments/results/minatar_vs_sb3.md and each run's figures beside it (JSON lines).
+experiments/results/minatar_vs_sb3.md (through ``experiments.lib.report``: rebuild it with
+``python -m experiments regen``) and each run's figures beside it (JSON lines, appended as
+each run ends).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-RESULTS = Path(__file__).resolve().parent / "results"
-ROOT = Path(__file__).resolve().parents[1]
+from experiments.lib import RESULTS, ROOT, report, runs
+
 CONFIGS = {"Breakout": "minatar_breakout.toml", "SpaceInvaders": "minatar_space_invaders.toml"}
 
 
@@ -46,7 +48,7 @@ def wheeler2_run(game: str, seed: int, steps: int, episodes: int, out: Path) -> 
     import wheeler2
 
     warm, decay = schedule(steps)
-    overrides = {
+    overrides: dict[str, Any] = {
         "seed": seed,
         "experiment__total_steps": steps,
         "experiment__eval_every": steps,
@@ -79,7 +81,9 @@ def sb3_run(game: str, seed: int, steps: int, episodes: int) -> dict[str, Any]:
 
         def __init__(self, env: gym.Env) -> None:
             super().__init__(env)
-            h, w, c = env.observation_space.shape
+            shape = env.observation_space.shape
+            assert shape is not None
+            h, w, c = shape
             self.observation_space = gym.spaces.Box(0, 255, (c, h, w), np.uint8)
 
         def observation(self, obs: np.ndarray) -> np.ndarray:
@@ -125,7 +129,7 @@ def sb3_run(game: str, seed: int, steps: int, episodes: int) -> dict[str, Any]:
     mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=episodes, deterministic=True)
     env.close()
     eval_env.close()
-    return {"final_return": float(mean), "wall_s": wall}
+    return {"final_return": float(np.mean(mean)), "wall_s": wall}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-episodes", type=int, default=10)
     ap.add_argument("--out", type=Path, default=RESULTS / "minatar_vs_sb3.md")
     args = ap.parse_args(argv)
-    runs: list[dict[str, Any]] = []
     log = args.out.with_name(args.out.stem + "_runs.jsonl")
+    log.unlink(missing_ok=True)  # this sweep's runs only, appended as each one ends
+    records: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for game in args.games:
             for seed in args.seeds:
@@ -146,13 +151,47 @@ def main(argv: list[str] | None = None) -> int:
                         res = wheeler2_run(game, seed, args.steps, args.eval_episodes, Path(tmp))
                     else:
                         res = sb3_run(game, seed, args.steps, args.eval_episodes)
-                    runs.append({"game": game, "seed": seed, "side": side, **res})
-                    print(runs[-1], flush=True)
+                    records.append({"game": game, "seed": seed, "side": side, **res})
+                    runs.append(log, records[-1])
+                    print(records[-1], flush=True)
+    params = {
+        "games": args.games,
+        "seeds": args.seeds,
+        "steps": args.steps,
+        "eval_episodes": args.eval_episodes,
+        "date": time.strftime("%Y-%m-%d"),
+        "cores": os.cpu_count(),
+    }
+    text = render(records, **params)
+    report.write(
+        args.out,
+        text,
+        render=render,
+        params=params,
+        runs_file=log,
+        command=report.command_line(argv),
+    )
+    print(text)
+    return 0
+
+
+def render(
+    records: list[dict[str, Any]],
+    *,
+    games: list[str],
+    seeds: list[int],
+    steps: int,
+    eval_episodes: int,
+    date: str,
+    cores: int,
+) -> str:
+    """The table from the stored runs (one record per game, seed and side) and the sweep's
+    arguments, date and core count (the result file's params)."""
     rows = []
-    for game in args.games:
+    for game in games:
         cell = {}
         for side in ("wheeler2", "sb3"):
-            mine = [r for r in runs if r["game"] == game and r["side"] == side]
+            mine = [r for r in records if r["game"] == game and r["side"] == side]
             cell[side] = (
                 float(np.median([r["final_return"] for r in mine])),
                 float(np.median([r["wall_s"] for r in mine])),
@@ -162,24 +201,18 @@ def main(argv: list[str] | None = None) -> int:
             f"| {game} | {w[0]:.2f} | {s[0]:.2f} | {w[1]:.0f} s | {s[1]:.0f} s | "
             f"{w[1] / s[1]:.2f}x |"
         )
-    seeds = " ".join(map(str, args.seeds))
-    text = f"""# DQN on MinAtar: wheeler2 against SB3, like for like
+    return f"""# DQN on MinAtar: wheeler2 against SB3, like for like
 
-`python -m experiments.minatar_vs_sb3 --games {" ".join(args.games)} --seeds {seeds} --steps \
-{args.steps} --eval-episodes {args.eval_episodes}` ({time.strftime("%Y-%m-%d")}, \
-{os.cpu_count()} cores shared with other work). Median over {len(args.seeds)} seed(s) of the
-final greedy return ({args.eval_episodes} episodes) and of the wall-clock per run (wheeler2:
+`python -m experiments.minatar_vs_sb3 --games {" ".join(games)} --seeds \
+{" ".join(map(str, seeds))} --steps {steps} --eval-episodes {eval_episodes}` ({date}, \
+{cores} cores shared with other work). Median over {len(seeds)} seed(s) of the
+final greedy return ({eval_episodes} episodes) and of the wall-clock per run (wheeler2:
 the whole `wheeler2.run`, its start-up and closing evaluation included; SB3: `learn` alone).
 
 | game | wheeler2 return | SB3 return | wheeler2 wall | SB3 wall | wall ratio |
 | --- | --- | --- | --- | --- | --- |
 {chr(10).join(rows)}
 """
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
-    log.write_text("".join(json.dumps(r) + "\n" for r in runs))
-    print(text)
-    return 0
 
 
 if __name__ == "__main__":
