@@ -35,6 +35,21 @@ from wheeler2.agents import a2c
 
 from wheeler2.agent import SpaceInfo
 
+_SPLIT = 2**20  # the shared update count's low slot wraps here (see shared_tensors)
+
+
+def _count(slots: torch.Tensor) -> int:
+    return int(slots[0]) * _SPLIT + int(slots[1])
+
+
+def _increment(slots: torch.Tensor) -> None:
+    """One more update, under the block's lock."""
+    if slots[1] + 1.0 >= _SPLIT:
+        slots[0] += 1.0
+        slots[1] = 0.0
+    else:
+        slots[1] += 1.0
+
 
 class A3C(a2c.A2C):
     Params = a2c.Params  # A2C's keys, as documented there: the losses are A2C's
@@ -59,7 +74,10 @@ class A3C(a2c.A2C):
             out[f"theta/{i}"] = p.detach()
             g = self.opt.state.get(p, {}).get("square_avg")
             out[f"g/{i}"] = torch.zeros_like(p) if g is None else g
-        out["updates"] = torch.tensor([float(self._shared_count())])
+        # The block is float32, exact for integers only up to 2^24: the count is kept in two
+        # slots, [whole multiples of 2^20, the rest], each far from that limit.
+        count = self._shared_count()
+        out["updates"] = torch.tensor([float(count // _SPLIT), float(count % _SPLIT)])
         return out
 
     def shared_signature(self) -> str:
@@ -69,7 +87,7 @@ class A3C(a2c.A2C):
 
     def _shared_count(self) -> int:
         if self.shared_updates is not None:
-            return int(self.shared_updates[0])
+            return _count(self.shared_updates)
         return self._restored_count if self._restored_count is not None else self.updates
 
     def use_shared(
@@ -126,7 +144,7 @@ class A3C(a2c.A2C):
             for t in self.theta:
                 t.grad = None
             assert self.shared_updates is not None
-            self.shared_updates += 1.0
+            _increment(self.shared_updates)
             self._take_theta()
 
     def state_dict(self) -> dict[str, Any]:
@@ -146,5 +164,5 @@ class A3C(a2c.A2C):
     def update(self) -> dict[str, float]:
         metrics = super().update()
         if self.shared_updates is not None:
-            metrics["shared_updates"] = float(self.shared_updates[0])
+            metrics["shared_updates"] = float(_count(self.shared_updates))
         return metrics
