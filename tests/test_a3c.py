@@ -199,7 +199,7 @@ def test_the_shared_update_count_stays_exact_past_float32s_integers():
     """The block is float32 (exact integers up to 2^24 only): the count must not stall there."""
     from wheeler2.agents.a3c import _count, _increment
 
-    slots = torch.tensor([16.0, 2.0**20 - 2])  # 16 * 2^20 + 2^20 - 2 = 2^24 - 2
+    slots = torch.tensor([15.0, 2.0**20 - 2])  # 15 * 2^20 + 2^20 - 2 = 2^24 - 2
     for _ in range(5):
         _increment(slots)
     assert _count(slots) == 2**24 + 3
