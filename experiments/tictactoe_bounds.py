@@ -11,6 +11,7 @@ play. Exhaustive search over the game tree (5,478 positions), memoised.
 
 from __future__ import annotations
 
+import argparse
 from functools import cache
 
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
@@ -65,7 +66,8 @@ def against_random(board: str, to_move: str, me: str, safe: bool) -> tuple[float
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     for seat, me in (("first", "X"), ("second", "O")):
         for safe in (False, True):
             win, loss = against_random("." * 9, "X", me, safe)
