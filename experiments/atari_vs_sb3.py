@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.lib import RESULTS, ROOT, report, runs
+from experiments.lib import RESULTS, ROOT, report
 
 
 def wheeler2_arm(steps: int, learning_starts: int, out: Path) -> dict[str, float]:
@@ -149,12 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         **figures,
     }
-    runs_file = args.out.with_name(args.out.stem + "_runs.json")
-    runs.save(runs_file, data)
-    text = render(data)
-    report.write(
-        args.out, text, render=render, runs_file=runs_file, command=report.command_line(argv)
-    )
+    text = report.publish(args.out, data, render, argv)
     print(text)
     return 0
 

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from experiments.lib import RESULTS, report
-from experiments.lib import runs as stored
 from wheeler2.buffer import Layout, Replay, ReplayConfig
 from wheeler2.buffer.storage import field_specs
 
@@ -250,12 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "runs": runs,
     }
-    runs_file = args.out.with_name(args.out.stem + "_runs.json")
-    stored.save(runs_file, data)
-    text = render(data)
-    report.write(
-        args.out, text, render=render, runs_file=runs_file, command=report.command_line(argv)
-    )
+    text = report.publish(args.out, data, render, argv)
     print(text)
     return 0
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from experiments.bench_replay import ACT, BATCH, OBS, fill_wheeler
-from experiments.lib import RESULTS, report, runs
+from experiments.lib import RESULTS, report
 from wheeler2.buffer import Layout, Replay, ReplayConfig
 from wheeler2.process import set_compute_threads
 
@@ -149,16 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         "setup": {"capacity": args.capacity, "rounds": args.rounds, "seconds": args.seconds},
         "rates": {f"{name}|{upd}": v for (name, upd), v in rates.items()},
     }
-    runs_file = RESULTS / f"{args.name}_runs.json"
-    runs.save(runs_file, data)
-    text = render(data)
-    report.write(
-        RESULTS / f"{args.name}.md",
-        text,
-        render=render,
-        runs_file=runs_file,
-        command=report.command_line(argv),
-    )
+    text = report.publish(RESULTS / f"{args.name}.md", data, render, argv)
     print(text)
 
 

@@ -143,6 +143,26 @@ def write(
 LEGACY = "_Written by `{command}` before the script stored its runs"
 
 
+def publish(
+    path: str | Path,
+    data: Any,
+    render: Callable[..., str],
+    argv: Sequence[str] | None = None,
+    runs_file: str | Path | None = None,
+) -> str:
+    """Store ``data`` (beside ``path`` as ``<stem>_runs.json`` unless ``runs_file`` says
+    where), write ``render(data)`` to ``path`` under the regen header, and return the text:
+    a benchmark's whole ending, one call."""
+    path = Path(path)
+    runs_file = (
+        Path(runs_file) if runs_file is not None else path.with_name(f"{path.stem}_runs.json")
+    )
+    runs.save(runs_file, data)
+    text = render(data)
+    write(path, text, render=render, runs_file=runs_file, command=command_line(argv))
+    return text
+
+
 def mark_legacy(path: str | Path, module: str, command: str) -> Path:
     """Head a table its script wrote before it stored its runs: generated (its script rewrites
     it whole when rerun), but not rebuildable until then. The body is left as it is."""
