@@ -9,9 +9,11 @@ steps, so the ring evicts as it goes), one sample of 256, one ``update_prioritie
 Arms: ``td`` (today's default with ``prioritized = true``),
 ``td+novelty`` (``priority_novelty = 0.5``: an RND forward and Adam step on the 256 next
 observations per update), ``forget=priority`` and ``forget=reservoir`` (``forget_keep
-0.5``). Each arm runs twice: the replay alone, and with a learner update after each sample
-(one Adam step of a 2 x 256 ReLU critic on the batch, DDPG's critic size: the "sample +
-update" a learner pays). Rounds are interleaved with the arm order rotating, and the median
+0.5``). Each arm runs three times: the replay alone; with a critic step after each sample
+(one Adam step of a 2 x 256 ReLU critic on the batch, DDPG's critic size); and as a DDPG
+learner takes its steps (``runtime.trainer.Trainer``: sample, move to torch, ``DDPG.learn``
+with 256-256 actor and critic and their targets, write the priorities back), the "sample +
+update" a learner pays. Rounds are interleaved with the arm order rotating, and the median
 per-round ratio to ``td`` is reported (issue 41's target: >= 0.8x).
 """
 
@@ -29,6 +31,9 @@ from wheeler2.buffer import Layout, Replay, ReplayConfig
 from wheeler2.process import set_compute_threads
 
 ENVS = 8
+# What follows each sample, by the key it is stored under ("False"/"True": runs stored before
+# the DDPG learner's row was added).
+UPDATES = {"False": "none", "True": "2x256 critic step", "ddpg": "DDPG learner step"}
 ARMS: dict[str, dict[str, object]] = {
     "td": {},
     "td+novelty": {"priority_novelty": 0.5},
@@ -74,13 +79,31 @@ def critic_step() -> Callable[[dict[str, np.ndarray]], None]:
     return step
 
 
+def ddpg_step(replay: Replay) -> Callable[[], None]:
+    """One step of a DDPG learner on ``replay`` as a run takes it (sample, learn, priorities)."""
+    from wheeler2 import registry
+    from wheeler2.agent import SpaceInfo
+    from wheeler2.runtime.trainer import Trainer
+
+    ddpg = registry.resolve_algo("ddpg")
+    params = ddpg.Params(hidden=[256, 256], gamma=0.99, tau=0.005, learning_starts=0)
+    trainer = Trainer(ddpg(SpaceInfo(OBS, ACT, False), params), replay)
+
+    def step() -> None:
+        assert trainer.train_available(max_updates=1) == 1
+
+    return step
+
+
 def rate(
     replay: Replay,
     seconds: float,
     rng: np.random.Generator,
     learn: Callable[[dict[str, np.ndarray]], None] | None,
+    learner: Callable[[], None] | None = None,
 ) -> float:
-    """Learner steps (write 8 rows, sample 256, [learn,] update priorities) per second."""
+    """Learner steps (write 8 rows, sample 256, [learn,] update priorities) per second; with
+    ``learner``, that learner's own step in place of sample, learn and priorities."""
     w = replay.writer(ENVS)
     obs = rng.standard_normal((ENVS, OBS)).astype(np.float32)
     act = rng.uniform(-1, 1, (ENVS, ACT)).astype(np.float32)
@@ -89,6 +112,10 @@ def rate(
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         w.add(obs, act, rew, obs, no, no)
+        if learner is not None:
+            learner()
+            steps += 1
+            continue
         b = replay.sample(BATCH)
         if learn is not None:
             learn(b)
@@ -113,12 +140,13 @@ def render(data: dict[str, object], **_: object) -> str:
         "| arm | learner update | steps/s (median) | ratio to td (median of rounds) |",
         "| --- | --- | ---: | ---: |",
     ]
-    for with_update in (False, True):
-        base = np.array(rates[f"td|{with_update}"])
+    for kind, update in UPDATES.items():
+        if f"td|{kind}" not in rates:
+            continue  # stored before the DDPG rows existed
+        base = np.array(rates[f"td|{kind}"])
         for name in ARMS:
-            got = np.array(rates[f"{name}|{with_update}"])
+            got = np.array(rates[f"{name}|{kind}"])
             ratio = float(np.median(got / base))
-            update = "2x256 critic step" if with_update else "none"
             lines.append(f"| {name} | {update} | {np.median(got):,.0f} | {ratio:.2f}x |")
     return "\n".join(lines) + "\n"
 
@@ -134,20 +162,27 @@ def main(argv: list[str] | None = None) -> None:
     replays = {name: make(args.capacity, keys) for name, keys in ARMS.items()}
     rng = np.random.default_rng(0)
     learn = critic_step()
-    cases = [(name, with_update) for with_update in (False, True) for name in ARMS]
-    rates: dict[tuple[str, bool], list[float]] = {case: [] for case in cases}
+    learners = {name: ddpg_step(replay) for name, replay in replays.items()}
+    cases = [(name, kind) for kind in UPDATES for name in ARMS]
+    rates: dict[tuple[str, str], list[float]] = {case: [] for case in cases}
+
+    def run(name: str, kind: str, seconds: float) -> float:
+        critic = learn if kind == "True" else None
+        return rate(replays[name], seconds, rng, critic, learners[name] if kind == "ddpg" else None)
+
     try:
+        for name, kind in cases:  # untimed: numba compiles and the allocator warms up
+            run(name, kind, 0.2)
         for r in range(args.rounds):
             order = cases[r % len(cases) :] + cases[: r % len(cases)]
-            for name, with_update in order:
-                got = rate(replays[name], args.seconds, rng, learn if with_update else None)
-                rates[(name, with_update)].append(got)
+            for name, kind in order:
+                rates[(name, kind)].append(run(name, kind, args.seconds))
     finally:
         for replay in replays.values():
             replay.close()
     data = {
         "setup": {"capacity": args.capacity, "rounds": args.rounds, "seconds": args.seconds},
-        "rates": {f"{name}|{upd}": v for (name, upd), v in rates.items()},
+        "rates": {f"{name}|{kind}": v for (name, kind), v in rates.items()},
     }
     text = report.publish(RESULTS / f"{args.name}.md", data, render, argv)
     print(text)

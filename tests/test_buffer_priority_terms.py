@@ -110,3 +110,77 @@ def test_novelty_without_priorities_is_refused() -> None:
     cfg = ReplayConfig(capacity=16, min_size=1, priority_novelty=1.0)
     with pytest.raises(ReplayError, match="priority_novelty needs prioritized = true"):
         Replay.create(Layout(obs_dim=2, act_dim=1), cfg, gamma=0.9)
+
+
+def test_the_novelty_state_survives_a_checkpoint(tmp_path) -> None:
+    """What the RND learned (networks, optimizer, running statistics, batch count) comes back
+    through a checkpoint file: the restored replay scores the same states as the saved one, and
+    a fresh one does not."""
+    from wheeler2 import checkpoint as ckpt
+
+    saved = _replay(priority_novelty=1.0)
+    for _ in range(6):  # trains the predictor (every TRAIN_EVERY-th batch) and its statistics
+        b = saved.sample(4)
+        saved.update_priorities(b["index"], np.zeros(4))
+    state = saved.priority_state()
+    assert state is not None and state["rnd"]["steps"] >= 2
+    ckpt.save(tmp_path / "t.pt", {"terms": state})  # tensors and numbers only
+    restored, fresh = _replay(priority_novelty=1.0), _replay(priority_novelty=1.0)
+    restored.load_priority_state(ckpt.load(tmp_path / "t.pt")["terms"])
+    probe = np.random.default_rng(0).standard_normal((5, 2)).astype(np.float32)
+    want = saved._terms.novelty(probe)  # a call that trains: the next one must match too
+    np.testing.assert_allclose(restored._terms.novelty(probe), want, rtol=1e-6)
+    assert not np.allclose(fresh._terms.novelty(probe), want, rtol=1e-3)
+    assert _replay(priority_td=0.5).priority_state() is None  # nothing to keep without novelty
+    for r in (saved, restored, fresh):
+        r.close()
+
+
+def test_a_resumed_run_goes_on_with_its_novelty_predictor(tmp_path) -> None:
+    """The sampling learner's checkpoint carries the RND, and a resume takes it back."""
+    from wheeler2 import checkpoint as ckpt
+    from wheeler2.cli import main
+    from wheeler2.runtime.member import PRIORITY_KEY
+
+    path = tmp_path / "n.toml"
+    path.write_text(RUN)
+    assert main(["run", str(path), "--out", str(tmp_path / "runs")]) == 0
+    run_dir = next((tmp_path / "runs").glob("n-*"))
+    latest = run_dir / "checkpoints" / "latest.pt"
+    payload = ckpt.load(latest)
+    terms = payload["members"]["ddpg"][PRIORITY_KEY]
+    assert terms["rnd"]["steps"] > 0
+    terms["rnd"]["steps"] = 12_345  # a mark only the saved predictor carries
+    payload["member_steps"] = {"ddpg": 200}  # rewound to the middle, as if stopped there
+    payload["run"].update(env_steps=200, evals=payload["run"]["evals"][:1])
+    ckpt.save(latest, payload)
+    assert main(["resume", str(run_dir)]) == 0
+    after = ckpt.load(latest)["members"]["ddpg"][PRIORITY_KEY]["rnd"]["steps"]
+    assert after > 12_345  # the saved predictor went on training
+
+
+RUN = """
+[experiment]
+name = "n"
+total_steps = 400
+eval_every = 200
+eval_episodes = 1
+backend = "serial"
+progress = false
+
+[env]
+id = "Pendulum-v1"
+
+[buffer]
+batch_size = 32
+prioritized = true
+priority_novelty = 0.5
+
+[[team]]
+name = "ddpg"
+algo = "ddpg"
+role = "learner"
+[team.params]
+learning_starts = 64
+hidden = [16, 16]
+"""

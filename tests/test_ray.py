@@ -536,6 +536,50 @@ def test_shard_gate_holds_producers_and_serves_learner(tmp_path: Path, cluster: 
         ray.kill(shard)
 
 
+def test_shard_admission_counts_reach_the_producer_and_its_rnd_is_checkpointed(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    """On Ray the shard's writer decides admission: the producer's figures still count its
+    rows stored and refused. The shard samples, so its checkpointed state carries the RND of
+    ``priority_novelty`` and a new shard takes it back."""
+    from wheeler2.buffer.ray_shard import TERMS_KEY, RemoteWriter, ReplayShard
+    from wheeler2.runtime.replays import replay_spec
+    from wheeler2.runtime.team import prepare_team
+
+    config = load(write_team(tmp_path, total=5_000))
+    spec = replay_spec(config, prepare_team(config, {}).tables[0])
+    cfg = dataclasses.replace(
+        spec.cfg, keep=0.0, admit="transition", prioritized=True, priority_novelty=0.5,
+        min_size=8, updates_per_insert=0.0,
+    )  # fmt: skip
+    spec = dataclasses.replace(spec, cfg=cfg, layout=dataclasses.replace(spec.layout, logp=False))
+    shards = [ReplayShard.remote(spec, 0), ReplayShard.remote(spec, 0)]
+    try:
+        writer = RemoteWriter(shards[0], "explorer", 16, True, spec.layout)
+        steps = _steps(40)
+        worth = (np.arange(40) % 4 == 0)[:, None]  # 10 of 40 rows flagged: only they are kept
+        for t in range(40):
+            writer.add(**{k: v[t] for k, v in steps.items()}, worth=worth[t])
+        writer.flush()
+        assert writer.admission is not None
+        assert writer.admission.figures() == {"replay_admitted": 10.0, "replay_refused": 30.0}
+        assert ray.get(shards[0].stats.remote())["inserts"] == 10
+        for _ in range(8):  # priorities written back: the RND scores and trains
+            reply = ray.get(shards[0].sample.remote(1, 1.0), timeout=10)
+            index = reply["batch"]["index"][0]
+            ray.get(shards[0].update_priorities.remote([(index, np.zeros(len(index)))]))
+        state = ray.get(shards[0].state_dict.remote())
+        assert state[TERMS_KEY]["rnd"]["steps"] >= 2
+        ray.get(shards[1].load_state_dict.remote(state))
+        again = ray.get(shards[1].state_dict.remote())[TERMS_KEY]
+        assert again["rnd"]["steps"] == state[TERMS_KEY]["rnd"]["steps"]
+        assert again["calls"] == state[TERMS_KEY]["calls"]
+    finally:
+        for shard in shards:
+            ray.get(shard.close.remote(), timeout=10)
+            ray.kill(shard)
+
+
 # The serial/local joint-play team of tests/test_agents_meet.py, on ray; chunk = 8: the prey's
 # driven steps reach the predators' shard well before the budget is spent.
 JOINT_TABLES = JOINT.format(backend="ray").replace(

@@ -60,6 +60,18 @@ class RunningMeanStd:
     def std(self) -> np.ndarray:
         return np.sqrt(self._m2 / max(self.count, 1))
 
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "mean": torch.from_numpy(self.mean.copy()),
+            "m2": torch.from_numpy(self._m2.copy()),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.count = int(state["count"])
+        self.mean = np.asarray(state["mean"], np.float64).copy()
+        self._m2 = np.asarray(state["m2"], np.float64).copy()
+
 
 def _mlp(inp: int, hidden: Sequence[int], out: int) -> nn.Sequential:
     layers: list[nn.Module] = []
@@ -153,6 +165,34 @@ class RND:
         self.optimizer.step()
         self.steps += 1
         return err.detach().double().numpy()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Both networks, the predictor's optimizer and the running statistics, as tensors and
+        numbers (what ``torch.load(weights_only=True)`` takes back); empty before first use."""
+        if self.predictor is None or self.target is None:
+            return {}
+        return {
+            "obs_dim": self.obs_dim,
+            "target": self.target.state_dict(),
+            "predictor": self.predictor.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "obs_rms": self.obs_rms.state_dict(),
+            "bonus_rms": self.bonus_rms.state_dict(),
+            "steps": self.steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take back :meth:`state_dict`'s output (an empty one leaves the RND unbuilt)."""
+        if not state:
+            return
+        self._build(int(state["obs_dim"]))
+        assert self.target is not None and self.predictor is not None
+        self.target.load_state_dict(state["target"])
+        self.predictor.load_state_dict(state["predictor"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.obs_rms.load_state_dict(state["obs_rms"])
+        self.bonus_rms.load_state_dict(state["bonus_rms"])
+        self.steps = int(state["steps"])
 
     def _bonus_scale(self) -> float:
         std = float(self.bonus_rms.std[0])

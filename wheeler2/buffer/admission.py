@@ -25,15 +25,27 @@ import numpy as np
 ADMIT_UNITS = ("episode", "transition")
 
 
-class Admission:
+class AdmissionCounts:
+    """Rows a writer stored and refused: its figures (a Ray producer holds the counts its
+    shard's writer sent back, buffer/ray_shard.py)."""
+
+    def __init__(self, admitted: int = 0, refused: int = 0) -> None:
+        self.admitted = int(admitted)  # rows stored
+        self.refused = int(refused)  # rows dropped before the insert
+
+    def figures(self) -> dict[str, float]:
+        """``replay_admitted`` / ``replay_refused``: rows this writer stored and dropped."""
+        return {"replay_admitted": float(self.admitted), "replay_refused": float(self.refused)}
+
+
+class Admission(AdmissionCounts):
     """The keep decisions of one writer, with its own random stream and counters."""
 
     def __init__(self, keep: float, unit: str, rng: np.random.Generator) -> None:
+        super().__init__()
         self.keep = float(keep)
         self.per_episode = unit == "episode"
         self.rng = rng
-        self.admitted = 0  # rows stored
-        self.refused = 0  # rows dropped before the insert
 
     def rows(self, worth: np.ndarray) -> np.ndarray:
         """Keep mask of rows with flags ``worth`` ([n] bool), each decided alone."""
@@ -52,7 +64,3 @@ class Admission:
         kept = int(rows[keep].sum())
         self.admitted += kept
         self.refused += int(rows.sum()) - kept
-
-    def figures(self) -> dict[str, float]:
-        """``replay_admitted`` / ``replay_refused``: rows this writer stored and dropped."""
-        return {"replay_admitted": float(self.admitted), "replay_refused": float(self.refused)}

@@ -12,8 +12,8 @@ over the run rather than per insert: each insert that overwrites rows adds that 
 worth (a fraction too) to a credit, each carried row spends one, and an insert carries at most
 the credit's whole rows (so 5-row inserts at ``forget_keep = 0.1``, 0.56 rows' worth each,
 still keep their share). The credit lives in the shared header (``FORGET_CREDIT``), so every
-producer draws on the one count under the insert's lock; it is capped at the capacity and not
-checkpointed (a restored ring starts it at 0).
+producer draws on the one count under the insert's lock; it is capped at the capacity and
+checkpointed with the ring (``Replay.state_dict``).
 With HER the unit is an episode's stored remainder (``[j, ep_end]``), kept or evicted whole:
 one longer than the credit is evicted, and the credit builds up until a later one fits.
 

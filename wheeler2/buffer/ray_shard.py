@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import ray
 
+from .admission import AdmissionCounts
 from .config import Layout, ReplayConfig
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 BATCHES_PER_CALL = 8  # replay batches per sample call: ~1 ms of call latency over ~8 updates
 SAMPLE_WAIT_S = 1.0  # how long a shard holds an unservable sample call before answering empty
+TERMS_KEY = "priority_terms"  # the sampling shard's priority terms in its checkpointed state
 
 
 class ShardSpec(Protocol):
@@ -99,8 +101,12 @@ class ReplayShard:
         """The actor's pid: its segments are named after it."""
         return os.getpid()
 
-    async def insert(self, producer: str, steps: dict[str, np.ndarray], wait: bool) -> int:
+    async def insert(
+        self, producer: str, steps: dict[str, np.ndarray], wait: bool
+    ) -> dict[str, Any]:
         """Stage ``T`` vector steps (arrays shaped [T, num_envs, ...]) into ``producer``'s writer.
+        Answers ``{"steps": T, "admission": counts}``: the rows that writer stored and refused
+        so far (``[buffer] keep``; None without a filter), for the producer's figures.
 
         Not served while the producer runs too far ahead of the learner, unless ``wait`` is
         False (the learner's own steps: the gate waits on the learner).
@@ -123,13 +129,16 @@ class ReplayShard:
         for t in range(obs.shape[0]):
             writer.add(**{k: v[t] for k, v in steps.items()})
         await self._notify()
-        return int(obs.shape[0])
+        return {"steps": int(obs.shape[0]), "admission": _counts(writer)}
 
-    async def flush(self, producer: str) -> None:
+    async def flush(self, producer: str) -> dict[str, int] | None:
+        """Store what ``producer`` staged; answers its admission counts, as :meth:`insert`."""
         writer = self.writers.get(producer)
-        if writer is not None:
-            writer.flush()
-            await self._notify()
+        if writer is None:
+            return None
+        writer.flush()
+        await self._notify()
+        return _counts(writer)
 
     async def sample(self, batches: int, wait_s: float) -> dict[str, Any]:
         """Up to ``batches`` batches, stacked key by key ([n, B, ...]); waits up to ``wait_s``
@@ -160,10 +169,18 @@ class ReplayShard:
     async def state_dict(self) -> dict[str, Any]:
         for writer in self.writers.values():
             writer.flush()
-        return self.replay.state_dict()
+        state = self.replay.state_dict()
+        # The shard samples, so it holds the priority terms a local learner keeps (the RND).
+        terms = self.replay.priority_state()
+        if terms is not None:
+            state[TERMS_KEY] = terms
+        return state
 
     async def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        terms = state.pop(TERMS_KEY, None)
         self.replay.load_state_dict(state)
+        self.replay.load_priority_state(terms)
 
     async def close(self) -> None:
         """Unlink the shard's shared memory (idempotent)."""
@@ -171,6 +188,11 @@ class ReplayShard:
 
     def __ray_shutdown__(self) -> None:
         self.replay.close()
+
+
+def _counts(writer: Writer) -> dict[str, int] | None:
+    adm = writer.admission
+    return None if adm is None else {"admitted": adm.admitted, "refused": adm.refused}
 
 
 class RemoteWriter:
@@ -187,6 +209,8 @@ class RemoteWriter:
         self.count = 0
         self.in_flight: Any = None
         self.sent = 0
+        # The shard's writer decides admission; its counts come back with each insert.
+        self.admission: AdmissionCounts | None = None
 
     def add(
         self,
@@ -228,13 +252,19 @@ class RemoteWriter:
 
     def _wait(self) -> None:
         if self.in_flight is not None:
-            self.sent += ray.get(self.in_flight)
+            reply = ray.get(self.in_flight)
+            self.sent += reply["steps"]
+            self._count(reply["admission"])
             self.in_flight = None
+
+    def _count(self, counts: dict[str, int] | None) -> None:
+        if counts is not None:
+            self.admission = AdmissionCounts(**counts)
 
     def flush(self) -> None:
         self._send()
         self._wait()
-        ray.get(self.shard.flush.remote(self.producer))
+        self._count(ray.get(self.shard.flush.remote(self.producer)))
 
 
 class ShardedReplay:

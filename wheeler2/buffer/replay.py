@@ -428,6 +428,18 @@ class Replay:
             td_error = self._terms.mix(td_error, next_obs)
         self.sampler.update(index, td_error)
 
+    def priority_state(self) -> dict[str, Any] | None:
+        """What this process's priority terms learned (the RND of ``priority_novelty``), for the
+        sampling member's checkpoint; None where no term has a state."""
+        if self._terms is None or self._terms.novelty_weight == 0.0:
+            return None
+        return self._terms.state_dict()
+
+    def load_priority_state(self, state: dict[str, Any] | None) -> None:
+        """Take back :meth:`priority_state`'s output (None: nothing to restore)."""
+        if state is not None and self._terms is not None:
+            self._terms.load_state_dict(state)
+
     # -- bookkeeping -----------------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:

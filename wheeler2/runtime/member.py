@@ -67,6 +67,9 @@ if TYPE_CHECKING:
 
 REPORT_EVERY_S = 2.0  # figures, which are also the member's heartbeat
 START_POLL_S = 0.01  # how often a member at the start line looks whether the team is up
+# The sampling learner's replay priority terms (the RND of [buffer] priority_novelty) in its
+# checkpointed state: they live in the process that samples, not in the shared table.
+PRIORITY_KEY = "replay_priority_terms"
 
 
 def failed(member: str, exc: BaseException) -> Failed:
@@ -381,6 +384,7 @@ class MemberLoop:
         agent = make_agent(config, plan, space, seed)
         state = dict(wiring.state) if wiring.state is not None else None
         pool_state = None if state is None else state.pop(POOL_KEY, None)
+        terms_state = None if state is None else state.pop(PRIORITY_KEY, None)
         if state is not None:
             agent.load_state_dict(state)
         if wiring.shared is not None:  # after the restore: the table's shared values win
@@ -418,6 +422,8 @@ class MemberLoop:
             prefetch = config.buffer.prefetch and isinstance(replay, Replay)
             self.trainer = Trainer(agent, replay, own, prefetch=prefetch)
             self._closing.append(self.trainer)
+            if isinstance(replay, Replay):  # on Ray the shard samples, and keeps this itself
+                replay.load_priority_state(terms_state)
         self.sink = wiring.sink if self.learner else None
         # The actor, or with it the modules the table's explorers pull by name (sync.ModuleSet).
         self.published = None if self.sink is None else publish_view(agent, sink_pulls(self.sink))
@@ -557,11 +563,16 @@ class MemberLoop:
         self.link.send(Finished(self.plan.name, self.state_dict(), self.member.stats.env_steps))
 
     def state_dict(self) -> dict[str, Any]:
-        """The agent's state, with the self-play pool where the member keeps one."""
+        """The agent's state, with the self-play pool where the member keeps one and the
+        replay's priority terms where this member samples them."""
         state = self.agent.state_dict()
         pool = None if self.drivers is None else self.drivers.pool
         if pool is not None:
             state[POOL_KEY] = pool.state_dict()
+        replay = None if self.trainer is None else self.trainer.replay
+        terms = replay.priority_state() if isinstance(replay, Replay) else None
+        if terms is not None:
+            state[PRIORITY_KEY] = terms
         return state
 
     def figures(self) -> dict[str, float]:
