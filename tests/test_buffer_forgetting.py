@@ -167,6 +167,110 @@ def test_priority_rule_keeps_high_priority_rows_and_the_tree_stays_consistent() 
         assert replay.storage.fhdr[MAX_PRIORITY] >= 10.0
 
 
+def _sequence_episodes(replay: Replay, lengths: list[int], between=None) -> set[int]:  # noqa: ANN001
+    """Two copies through episodes of ``lengths``, obs = state = code (copy * 100_000 +
+    episode * 100 + step), in chunks of 3 steps; returns the codes // 100 of the episodes
+    still running at the end (their last steps are not written yet)."""
+    w = replay.writer(num_envs=2)
+    ep, t = [0, 0], [0, 0]
+    for _ in range(sum(lengths)):
+        codes = np.array([c * 100_000 + ep[c] * 100 + t[c] for c in range(2)], np.float32)
+        term = np.array([t[c] == lengths[ep[c]] - 1 for c in range(2)])
+        w.add(
+            codes[:, None],
+            np.zeros((2, 1), np.float32),
+            np.ones(2),
+            codes[:, None] + 0.5,
+            term,
+            np.zeros(2, bool),
+            state=np.repeat(codes[:, None], 2, axis=1),
+        )
+        for c in range(2):
+            ep[c], t[c] = (ep[c] + 1, 0) if term[c] else (ep[c], t[c] + 1)
+        if between is not None:
+            between(replay)
+    return {c * 1000 + ep[c] for c in range(2) if t[c]}
+
+
+def _seq_cfg(**keys: object) -> ReplayConfig:
+    from wheeler2.needs import SequenceConfig
+
+    seq = SequenceConfig(length=4, burn_in=2, stride=int(keys.pop("stride", 6)))  # type: ignore[call-overload]
+    return _cfg(sequence=seq, chunk=3, batch_size=64, **keys)
+
+
+def _starts(replay: Replay) -> dict[int, tuple[int, int, np.ndarray]]:
+    """Every stored sequence start: code -> (its number, its slot, alive of its walk)."""
+    from wheeler2.buffer import sequence as sequences
+
+    st, seq = replay.storage, replay.cfg.sequence
+    assert seq is not None
+    rows = _stored(replay)
+    starts = rows["step"] % seq.every == 0
+    j = rows["abs"][starts]
+    steps = seq.span + replay.cfg.n_step - 1
+    slots, alive = sequences.walk(st, j, int(st.hdr[TOTAL]), steps)
+    return {
+        int(c): (int(a), int(s[0]), al)
+        for c, a, s, al in zip(rows["code"][starts], j, slots, alive)
+    }
+
+
+@pytest.mark.parametrize("n_step", [1, 2])
+def test_carried_sequences_stay_whole_and_no_row_is_stored_twice(n_step: int) -> None:
+    """Sequences that do not overlap (stride = burn-in + length + n - 1), so every start the
+    reservoir carries was chosen: each stored start still walks its whole window (or to its
+    episode's end), long after FIFO would have dropped it, and no row is stored twice."""
+    span = 6 + n_step - 1
+    lengths = [13, 8, 17, 10] * 10
+    cfg = _seq_cfg(forget="reservoir", forget_keep=0.5, n_step=n_step, stride=span)
+    with Replay.create(Layout(obs_dim=1, act_dim=1, state_dim=2), cfg, GAMMA, seed=7) as replay:
+        running = _sequence_episodes(replay, lengths)
+        assert replay.stats()["carried"] > 0
+        rows = _stored(replay)
+        assert len(set(rows["code"].tolist())) == rows["code"].shape[0]  # no row twice
+        starts = _starts(replay)
+        # FIFO would hold the last CAP / 2 steps of each copy.
+        ends = np.cumsum(lengths)
+        age = [
+            ends[-1] - ends[c % 100_000 // 100] + lengths[c % 100_000 // 100] - c % 100
+            for c in starts
+        ]
+        assert sum(a > CAP // 2 for a in age) >= 2  # carried, copy after copy
+        for code, (_, _, alive) in starts.items():
+            copy, ep, step = code // 100_000, code % 100_000 // 100, code % 100
+            if copy * 1000 + ep in running:
+                continue  # its last steps are not written yet
+            want = min(span, lengths[ep] - step)
+            assert alive.sum() == want, (code, alive)
+
+
+def test_sequences_under_the_priority_rule_keep_their_steps_and_state() -> None:
+    """Overlapping sequences, priorities written back while the ring turns: every sampled
+    sequence is one episode's consecutive steps, with the state stored at its start, and the
+    starts whose originals moved are discarded when drawn, never handed out."""
+    cfg = _seq_cfg(forget="priority", forget_keep=0.5, prioritized=True, stride=2)
+
+    def learner(replay: Replay) -> None:
+        if replay.can_sample():
+            b = replay.sample()
+            code = b["obs"][:, 0, 0].astype(np.int64)
+            replay.update_priorities(b["index"], np.where(code % 4 == 0, 10.0, 0.01))
+
+    with Replay.create(Layout(obs_dim=1, act_dim=1, state_dim=2), cfg, GAMMA, seed=8) as replay:
+        _sequence_episodes(replay, [11, 9, 14] * 12, between=learner)
+        assert replay.stats()["carried"] > 0
+        rows = _stored(replay)
+        assert len(set(rows["code"].tolist())) == rows["code"].shape[0]
+        for _ in range(20):
+            b = replay.sample()
+            for obs, alive, state in zip(b["obs"][:, :, 0], b["alive"], b["state"]):
+                k = int(alive.sum())
+                np.testing.assert_array_equal(obs[:k], obs[0] + np.arange(k))
+                np.testing.assert_array_equal(state, [obs[0], obs[0]])
+            assert replay.storage.valid(b["index"], int(replay.storage.hdr[TOTAL])).all()
+
+
 @pytest.mark.parametrize(
     ("keys", "message"),
     [
@@ -178,9 +282,19 @@ def test_forgetting_refusals(keys: dict, message: str) -> None:
         Replay.create(Layout(obs_dim=2, act_dim=1), _cfg(**keys), GAMMA)
 
 
+def test_forgetting_refused_with_sequences_and_her_together() -> None:
+    from wheeler2.needs import SequenceConfig
+
+    cfg = _cfg(forget="reservoir", sequence=SequenceConfig(length=4), her=HerConfig("future"))
+    with pytest.raises(ReplayError, match="with sequences and HER together"):
+        Replay.create(Layout(obs_dim=2, act_dim=1, goal_dim=1), cfg, GAMMA, relabel=lambda *a: 0)
+
+
 def test_forgetting_refused_with_image_stacks() -> None:
     layout = Layout(obs_dim=2 * 4, act_dim=1, frame_shape=(1, 2, 2), stack=2)
-    with pytest.raises(ReplayError, match="cannot be used with sequences or image stacks"):
+    with pytest.raises(
+        ReplayError, match="cannot be used with image stacks or with sequences and HER"
+    ):
         Replay.create(layout, _cfg(forget="reservoir"), GAMMA)
 
 

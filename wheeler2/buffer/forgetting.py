@@ -27,8 +27,19 @@ keeps its episode, step and link to its still-stored successor; consecutive carr
 to each other's copies), and HER's episodes: a carried episode remainder is a contiguous run
 again, its ``ep_end`` the copy's last row and its steps renumbered from 0, so ``[j - step,
 ep_end]`` is exactly the copy. Carried rows are counted apart (``CARRIED``): they are not
-inserts for the ratio gate. Not with sequences or image stacks (refused where the replay is
-made).
+inserts for the ratio gate.
+
+With sequences (``[buffer] sequence``, without HER) the rule decides on sequence starts:
+``"priority"`` keeps a start whose leaf is at least the mean start's (only starts have
+leaves), ``"reservoir"`` each with chance ``forget_keep``; a kept start brings the rows of its
+window (``burn_in + length + n_step - 1`` steps along its episode's links), so its carried copy
+walks its whole sequence. Window rows past the ones the insert overwrites are *moved*: copied
+too, and their originals dropped (``abs`` set to -1: a sampler that draws one finds it invalid
+and discards it), so no row is stored twice and a later insert cannot cut the carried
+sequence short. Copies keep their steps: the sampler's start test (``step % stride == 0``) and
+a first step's exact state stay true. Not with image stacks (their frames are not carried)
+nor sequences with HER (HER's carried episodes are renumbered from step 0): refused where the
+replay is made.
 """
 
 from __future__ import annotations
@@ -52,6 +63,11 @@ class Forgetting:
         self.rate = self.keep / (1.0 - self.keep)  # kept rows allowed per overwritten row
         self.capacity = cfg.capacity
         self.her = cfg.her is not None
+        # Sequences: the rule decides on sequence starts, and a kept start keeps the rows of
+        # its window (burn-in, trained steps, n-step tail) that the insert would overwrite.
+        seq = cfg.sequence
+        self.every = 0 if seq is None else seq.every
+        self.window = 0 if seq is None else seq.span + cfg.n_step - 1
         # Each process that inserts draws its own stream (reservoir); the pid keeps two
         # producers from making the same draws.
         self.rng = np.random.default_rng([seed, os.getpid(), 41])
@@ -72,13 +88,21 @@ class Forgetting:
         if budget <= 0:
             return 0
         lo = total - c  # the oldest stored row
-        units = self._her_units(st, lo, total, n, budget) if self.her else None
-        if units is None:
+        moved = None
+        if self.her:
+            units = self._her_units(st, lo, total, n, budget)
+        elif self.every:
+            units, moved = self._sequence_units(st, lo, total, n, budget)
+        else:
             units = self._row_units(st, lo, total, n, budget)
         if not units:
             return 0
         rows = np.concatenate([np.arange(a, b + 1, dtype=np.int64) for a, b in units])
         self._copy(st, rows, units)
+        if moved is not None and moved.shape[0]:
+            # Window rows past the overwritten ones were copied too: their originals go, so
+            # no row is stored twice (the samplers drop a drawn start that is no longer valid).
+            st.arrays["abs"][moved % c] = -1
         st.hdr[CARRIED] += rows.shape[0]
         st.fhdr[FORGET_CREDIT] = max(0.0, credit - rows.shape[0])
         return int(rows.shape[0])
@@ -114,6 +138,58 @@ class Forgetting:
         stop = int(np.searchsorted(evicted, n)) + 1
         kept = j[:stop][keep[:stop]]
         return [(int(a), int(a)) for a in kept]
+
+    def _sequence_units(
+        self, st: Storage, lo: int, total: int, n: int, budget: int
+    ) -> tuple[list[tuple[int, int]], np.ndarray]:
+        """Sequence starts the rule keeps, each with its window: (kept rows as units, the kept
+        rows past the overwritten ones, whose originals are then dropped).
+
+        Rows are looked at oldest first, as far as the insert will overwrite: ``n`` new rows
+        plus the kept copies, so every row of that span is either kept or evicted, as in
+        :meth:`_row_units`. A kept start's window may reach past the span: those rows move
+        (copied, their original dropped), so the carried sequence is whole and stays so."""
+        a, c = st.arrays, self.capacity
+        mean = 0.0
+        if self.rule == "priority":
+            # Only starts have leaves (0 elsewhere): compare with the mean start's.
+            probe = a["priority"][self.rng.integers(0, c, _MEAN_SAMPLE)]
+            mean = float(probe[probe > 0].mean()) if (probe > 0).any() else 0.0
+        kept: set[int] = set()
+        p = 0
+        while p < len(kept) + n and lo + p < total:
+            r, p = lo + p, p + 1
+            slot = r % c
+            if r in kept or a["abs"][slot] != r or a["step"][slot] % self.every:
+                continue
+            if self.rule == "reservoir":
+                chosen = self.rng.random() < self.keep
+            else:
+                chosen = a["priority"][slot] >= mean > 0.0
+            window = self._window(st, r, total) if chosen else []
+            if window and len(kept) + len(window) <= budget:
+                kept.update(window)
+        rows = np.array(sorted(kept), dtype=np.int64)
+        return [(int(x), int(x)) for x in rows], rows[rows >= lo + p]
+
+    def _window(self, st: Storage, r: int, total: int) -> list[int]:
+        """The stored rows of the sequence starting at ``r``, along its episode's links, as
+        the sampler walks them (``burn_in + length + n_step - 1`` at most). A step whose own
+        successor is not written yet (the writer will patch its link) is left in place."""
+        a, c = st.arrays, self.capacity
+        rows = [r]
+        while len(rows) < self.window:
+            s = rows[-1] % c
+            nxt = int(a["next"][s])
+            if a["terminated"][s] or a["truncated"][s] or not rows[-1] < nxt < total:
+                break
+            t = nxt % c
+            if a["abs"][t] != nxt or a["episode"][t] != a["episode"][s]:
+                break
+            if a["next"][t] < 0 and not (a["terminated"][t] or a["truncated"][t]):
+                break
+            rows.append(nxt)
+        return rows
 
     def _her_units(
         self, st: Storage, lo: int, total: int, n: int, budget: int

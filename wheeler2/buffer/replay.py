@@ -280,9 +280,12 @@ class Replay:
                     slots[good], alive[good] = sequences.walk(st, j[good], total, steps)
                     burn[good] = sequences.burn_of(st, slots[good, 0], seq)
                     empty = ~sequences.trained(alive[good], burn[good], seq).any(axis=1)
-                    # A start whose episode ends inside its burn-in never trains anything:
-                    # drop it for good. One cut short by the write head waits for more steps.
-                    drop = np.concatenate([drop, good[empty & sequences.ended(st, slots[good])]])
+                    # A start whose episode ends inside its burn-in never trains anything,
+                    # nor one whose next step is gone: drop it for good. One cut short by the
+                    # write head waits for more steps.
+                    over = sequences.ended(st, slots[good])
+                    over |= sequences.cut_off(st, slots[good], total)
+                    drop = np.concatenate([drop, good[empty & over]])
                     ok[ok] = ~empty
                 bad[idx[ok]] = False
                 if not bad.any():
@@ -596,14 +599,14 @@ def _check_transition_admission(layout: Layout, cfg: ReplayConfig) -> None:
 
 
 def _check_forgetting(layout: Layout, cfg: ReplayConfig) -> None:
-    """Rules other than "oldest" carry rows forward (forgetting.py), which a sequence start's
-    priority or an image row's frames would not survive."""
+    """Rules other than "oldest" carry rows forward (forgetting.py), which an image row's frames
+    would not survive, nor a HER sequence's steps (HER renumbers a carried episode)."""
     if cfg.forget == "priority" and not cfg.prioritized:
         raise ReplayError('forget = "priority" needs prioritized = true')
-    if cfg.sequence is not None or layout.images:
+    if layout.images or (cfg.sequence is not None and cfg.her is not None):
         raise ReplayError(
-            f'forget = "{cfg.forget}" cannot be used with sequences or image stacks: '
-            'use forget = "oldest"'
+            f'forget = "{cfg.forget}" cannot be used with image stacks or with sequences and '
+            'HER together: use forget = "oldest"'
         )
 
 

@@ -156,6 +156,14 @@ def ended(storage: Storage, slots: np.ndarray) -> np.ndarray:
     return storage.arrays["terminated"][last] | storage.arrays["truncated"][last]
 
 
+def cut_off(storage: Storage, slots: np.ndarray, total: int) -> np.ndarray:
+    """[B] bool: the walked sequences stop at a link to a step that is no longer stored (not
+    one still to be written): they can never grow. Only a ring that carries rows forward
+    (``[buffer] forget``) makes these, as a start's successors are otherwise newer than it."""
+    nxt = storage.arrays["next"][slots[:, -1]]
+    return (nxt >= 0) & ~storage.valid(nxt, total)
+
+
 def trained(alive: np.ndarray, burn: np.ndarray, seq: SequenceConfig) -> np.ndarray:
     """mask [B, T]: alive positions past each row's burn-in (and within ``length`` of it)."""
     t = np.arange(seq.span)[None, :]
