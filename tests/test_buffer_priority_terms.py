@@ -184,3 +184,33 @@ role = "learner"
 learning_starts = 64
 hidden = [16, 16]
 """
+
+
+def test_novelty_priority_with_sequences_scores_each_start() -> None:
+    """With sequence replay a priority belongs to a sequence start: the novelty term is that of
+    the start's next observation, and the start's leaf is the mixed priority ** alpha."""
+    from wheeler2.buffer.priority import PriorityTerms
+    from wheeler2.needs import SequenceConfig
+
+    cfg = ReplayConfig(
+        capacity=32, batch_size=4, prioritized=True, alpha=ALPHA, eps=EPS, min_size=1,
+        updates_per_insert=0, priority_novelty=2.0,
+        sequence=SequenceConfig(length=2, burn_in=0, stride=1),
+    )  # fmt: skip
+    with Replay.create(Layout(obs_dim=2, act_dim=1, state_dim=1), cfg, gamma=0.9, seed=3) as r:
+        w = r.writer(num_envs=1)
+        for k in range(10):
+            obs = np.array([[k, 1.0]], np.float32)
+            w.add(obs, np.zeros((1, 1), np.float32), np.zeros(1), obs + 1, np.array([k == 9]),
+                  np.array([False]), state=np.zeros((1, 1), np.float32))  # fmt: skip
+        w.flush()
+        b = r.sample()
+        start = b["index"] % 32
+        twin = PriorityTerms(1.0, 2.0, seed=3)  # the same RND, fed the same batches
+        want = twin.mix(np.full(4, 0.5), r.storage.gather("next_obs", start))
+        r.update_priorities(b["index"], np.full(4, 0.5))
+        leaves = r.sampler.tree.leaves[start]
+        np.testing.assert_allclose(leaves, (want + EPS) ** ALPHA, rtol=1e-5)
+        np.testing.assert_array_equal(
+            r.storage.gather("next_obs", start)[:, 0], b["obs"][:, 0, 0] + 1
+        )
