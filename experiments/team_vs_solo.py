@@ -26,7 +26,21 @@ in who else feeds the replay:
 * ``pink``: the learner plus 3 actors with pink (1/f) noise of scales 0.3, 0.6 and 1.0, the
   shape of ``cfg/mountaincar_team.toml`` on any task's learner;
 * ``diverse``: the task's team file as shipped (``cfg/mountaincar_team.toml``: the learner plus
-  3 actors with pink (1/f) noise of scales 0.3, 0.6 and 1.0).
+  3 actors with pink (1/f) noise of scales 0.3, 0.6 and 1.0);
+* ``solo-<noise>-<std>`` (e.g. ``solo-pink-0.6``): the learner alone with that action noise
+  (``gaussian``, ``pink`` or ``ou``, at the learner's other noise settings: pink's horizon
+  1,000 steps by default);
+* ``best-solo``: the learner alone with the noise ``--select`` chose for the task.
+
+The best single learner, chosen honestly (issue 37): ``--select`` runs the learner alone with
+every noise of ``SOLO_GRID`` (three kinds at three scales) on its own seeds (not the ones
+reported: pass e.g. ``--seeds 100 101 102``) at the same budget, ranks them by seeds solved,
+then seeds still there at the end, then median env steps to the threshold, then mean AUC, and
+writes the winner to ``team_vs_solo_<task>_best_solo.json`` with the ranking table
+(``team_vs_solo_<task>_select.md``). ``best-solo`` then runs that noise on the reported seeds:
+
+    python -m experiments.team_vs_solo --task mountaincar --select --seeds 100 101 102
+    python -m experiments.team_vs_solo --task mountaincar --arms best-solo diverse --seeds 0 1 ...
 
 For each run: env steps (all members) and wall-clock at the first eval at or above the task's
 threshold, whether it was reached, whether the final eval is still there, and the area under
@@ -78,7 +92,50 @@ TASKS = {
     },
 }
 COST_KEYS = ("env_steps", "steps_per_s", "wall_s", "cpu_s", "updates")
-ARMS = ("solo", "solo-ou", "apex", "ppo", "pink", "diverse")
+ARMS = ("solo", "solo-ou", "best-solo", "apex", "ppo", "pink", "diverse")
+# The single learner's noises --select tries: three kinds at three scales each.
+SOLO_GRID = tuple(
+    f"solo-{kind}-{std:g}"
+    for kind, scales in (
+        ("gaussian", (0.1, 0.3, 0.6)),
+        ("pink", (0.3, 0.6, 1.0)),
+        ("ou", (0.2, 0.5, 1.0)),
+    )
+    for std in scales
+)
+NOISES = ("gaussian", "pink", "ou")
+
+
+def solo_noise(arm: str) -> tuple[str, float] | None:
+    """``solo-<noise>-<std>`` -> (noise, std); None for any other arm name."""
+    parts = arm.split("-")
+    if len(parts) != 3 or parts[0] != "solo" or parts[1] not in NOISES:
+        return None
+    try:
+        return parts[1], float(parts[2])
+    except ValueError:
+        return None
+
+
+def arm_name(value: str) -> str:
+    """argparse type: a named arm or ``solo-<noise>-<std>``."""
+    if value in ARMS or solo_noise(value) is not None:
+        return value
+    raise argparse.ArgumentTypeError(
+        f"unknown arm {value!r}: expected one of {', '.join(ARMS)} or solo-<noise>-<std> with "
+        f"noise one of {', '.join(NOISES)} (e.g. solo-pink-0.6)"
+    )
+
+
+def arms_in(rs: list[dict[str, Any]]) -> list[str]:
+    """The arms the runs hold, in table order: the named ones, then the noise grid's."""
+    held = {r["arm"] for r in rs}
+    grid = sorted(a for a in held if a not in ARMS)
+    return [a for a in ARMS if a in held] + grid
+
+
+def best_solo_file(task: str) -> Path:
+    return RESULTS / f"team_vs_solo_{task}_best_solo.json"
 
 
 def _learner(raw: dict[str, Any]) -> dict[str, Any]:
@@ -122,16 +179,23 @@ def _ppo(learner: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def arm_raw(task_raw: dict[str, Any], arm: str) -> dict[str, Any]:
-    """The experiment of one arm: the task file's learner, and who else feeds its replay."""
+def arm_raw(task_raw: dict[str, Any], arm: str, best: str | None = None) -> dict[str, Any]:
+    """The experiment of one arm: the task file's learner, and who else feeds its replay.
+    ``best`` is the ``solo-<noise>-<std>`` arm that ``best-solo`` stands for."""
     raw = copy.deepcopy(task_raw)
     learner = _learner(raw)
     raw["experiment"]["backend"] = "local"
     raw["experiment"]["name"] = f"{raw['experiment']['name']}-{arm}"
-    if arm in ("solo", "solo-ou"):
+    noise = solo_noise(best if arm == "best-solo" and best else arm)
+    if arm == "best-solo" and noise is None:
+        raise ValueError(f"best-solo needs the chosen noise (got {best!r}): run --select first")
+    if arm in ("solo", "solo-ou") or noise is not None:
         raw["experiment"]["backend"] = "serial"
         if arm == "solo-ou":
-            learner.setdefault("params", {}).update(noise="ou", noise_std=0.5)
+            noise = ("ou", 0.5)
+        if noise is not None:
+            kind, std = noise
+            learner.setdefault("params", {}).update(noise=kind, noise_std=std)
         raw["team"] = [learner]
     elif arm == "apex":
         raw["team"] = [learner, _actors(learner, "gaussian", {"base": 0.4, "alpha": 7.0})]
@@ -150,7 +214,15 @@ def run_arm(task: str, arm: str, seed: int, out: Path, sets: list[str]) -> dict[
     spec = TASKS[task]
     overrides = ["experiment.progress=false", *spec.get("sets", []), *sets]
     base = load(spec["file"], overrides=overrides, seed=seed)
-    raw = arm_raw(base.raw, arm)
+    best = None
+    if arm == "best-solo":
+        if not best_solo_file(task).exists():
+            raise SystemExit(
+                f"error: {best_solo_file(task)}: no best single learner chosen for {task}: "
+                f"run --task {task} --select --seeds 100 101 102 first"
+            )
+        best = runs.load(best_solo_file(task))["arm"]
+    raw = arm_raw(base.raw, arm, best)
     raw["experiment"].update(seed=seed, out=str(out), eval_threshold=spec["threshold"])
     run = run_config(validate(raw, spec["file"]))
     return figures(task, arm, seed, run.summary, str(run.run_dir))
@@ -206,12 +278,12 @@ _fmt = stats.fmt
 
 
 def table(task: str, runs: list[dict[str, Any]]) -> str:
-    arms = [a for a in ARMS if any(r["arm"] == a for r in runs)]
+    arms = arms_in(runs)
     seeds = sorted({r["seed"] for r in runs})
     by = {(r["arm"], r["seed"]): r for r in runs}
     complete = [s for s in seeds if all((a, s) in by for a in arms)]
     # Ratios to each solo arm run: the learner alone with its own noise, and with OU noise.
-    bases = [a for a in ("solo", "solo-ou") if a in arms]
+    bases = [a for a in ("solo", "solo-ou", "best-solo") if a in arms]
     head = "".join(f" steps / {b} [95% CI] | seconds / {b} [95% CI] |" for b in bases)
     lines = [
         f"### {task}: threshold {TASKS[task]['threshold']:g}, seeds {complete}",
@@ -263,7 +335,7 @@ def cost_table(runs: list[dict[str, Any]]) -> str:
         "| arm | run wall s | learner updates/s | env steps/s, per member | CPU share |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for arm in [a for a in ARMS if any(r["arm"] == a for r in runs)]:
+    for arm in arms_in(runs):
         rs = [r for r in runs if r["arm"] == arm and r.get("members")]
         if not rs:
             continue
@@ -290,7 +362,7 @@ def curves(task: str, runs: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    for arm in [a for a in ARMS if any(r["arm"] == a for r in runs)]:
+    for arm in arms_in(runs):
         rs = [r for r in runs if r["arm"] == arm and r["eval"]]
         n = min(len(r["eval"]) for r in rs)
         steps = np.array([e["env_steps"] for e in rs[0]["eval"][:n]])
@@ -320,8 +392,53 @@ def curves(task: str, runs: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def _chosen(rs: list[dict[str, Any]], task: str, arms_: list[str]) -> list[dict[str, Any]]:
-    return [r for r in rs if r["task"] == task and r["arm"] in arms_]
+def _chosen(rs: list[dict[str, Any]], task: str, arms_: list[str] | None) -> list[dict[str, Any]]:
+    """The runs of ``task`` and of ``arms_`` (None: every arm)."""
+    return [r for r in rs if r["task"] == task and (arms_ is None or r["arm"] in arms_)]
+
+
+def rank_solos(rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The single-learner arms of ``rs``, best first: most seeds solved, then most still there
+    at the end, then fewest median env steps to the threshold, then the highest mean AUC."""
+    rows = []
+    for arm in arms_in(rs):
+        mine = [r for r in rs if r["arm"] == arm]
+        rows.append(
+            {
+                "arm": arm,
+                "seeds": len(mine),
+                "solved": sum(r["solved"] for r in mine),
+                "stays": sum(r["stays"] for r in mine),
+                "median_steps": stats.median(_values(mine, "steps_to")),
+                "auc": float(np.mean([r["auc"] for r in mine])),
+            }
+        )
+    return sorted(rows, key=lambda x: (-x["solved"], -x["stays"], x["median_steps"], -x["auc"]))
+
+
+def select_render(rs: list[dict[str, Any]], task: str) -> str:
+    """The selection of the best single learner: every noise tried, ranked."""
+    ranked = rank_solos(_chosen(rs, task, None))
+    seeds = sorted({r["seed"] for r in rs if r["task"] == task})
+    lines = [
+        f"### {task}: the learner alone under each noise, seeds {seeds} (selection seeds, not "
+        "the reported ones), threshold "
+        f"{TASKS[task]['threshold']:g}",
+        "",
+        "Ranked by seeds solved, then seeds still at the threshold at the end, then median env "
+        "steps to it, then mean AUC (mean eval return over the budget).",
+        "",
+        "| rank | arm | solved | final >= threshold | median steps | mean AUC |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for i, x in enumerate(ranked, 1):
+        lines.append(
+            f"| {i} | {x['arm']} | {x['solved']}/{x['seeds']} | {x['stays']}/{x['seeds']} | "
+            f"{_fmt(x['median_steps'], ',.0f')} | {x['auc']:,.1f} |"
+        )
+    if ranked:
+        lines += ["", f"Chosen as `best-solo`: **{ranked[0]['arm']}**."]
+    return "\n".join(lines)
 
 
 def render(rs: Any, task: str | None = None, arms: list[str] | None = None) -> str:
@@ -329,7 +446,7 @@ def render(rs: Any, task: str | None = None, arms: list[str] | None = None) -> s
     of names to their runs), the summary of all of them, every arm."""
     if isinstance(rs, dict):
         return summary(rs)
-    rs = _chosen(rs, task, arms or list(ARMS))
+    rs = _chosen(rs, task, arms)
     text = table(task, rs)
     if any(r.get("members") for r in rs):
         text += "\n\n" + cost_table(rs)
@@ -348,7 +465,7 @@ def summary(files: dict[str, list[dict[str, Any]]]) -> str:
     for name, rs in files.items():
         task = rs[0]["task"]
         parts += ["", f"## {name} (`team_vs_solo_{name}_runs.jsonl`)", ""]
-        parts.append(render(rs, task, list(ARMS)))
+        parts.append(render(rs, task, None))
     return "\n".join(parts)
 
 
@@ -366,7 +483,19 @@ def main(argv: list[str] | None = None) -> int:
         "--summary", action="store_true", help="only write team_vs_solo.md over every runs file"
     )
     ap.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
-    ap.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    ap.add_argument(
+        "--arms",
+        nargs="+",
+        type=arm_name,
+        default=[a for a in ARMS if a != "best-solo"],
+        help=f"any of {', '.join(ARMS)} or solo-<noise>-<std> (e.g. solo-pink-0.6)",
+    )
+    ap.add_argument(
+        "--select",
+        action="store_true",
+        help="run the learner alone under every noise of SOLO_GRID on --seeds and choose the "
+        "best single learner (best-solo) for the task",
+    )
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--out", default=str(ROOT / "runs" / "team_vs_solo"))
     ap.add_argument("--runs", default=None, help="jsonl of runs (default: results/…_runs.jsonl)")
@@ -390,21 +519,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.task is None:
         ap.error("--task is required (or --summary)")
+    if args.select:
+        return select(args, argv)
     runs_path = Path(args.runs or RESULTS / f"team_vs_solo_{args.task}_runs.jsonl")
     if not args.table:
-
-        def run(arm: str, seed: int) -> dict[str, Any]:
-            return run_arm(args.task, arm, seed, Path(args.out), args.overrides)
-
-        def describe(r: dict[str, Any]) -> str:
-            reached = f"solved at {r['steps_to']:,}" if r["solved"] else "not solved"
-            return (
-                f"{args.task} {r['arm']} seed {r['seed']}: {reached}, final {r['final']:.1f}, "
-                f"{r['wall_s']:.0f} s"
-            )
-
-        sweep(args.seeds, args.arms, run, runs_path, describe=describe)
-    params = {"task": args.task, "arms": [a for a in ARMS if a in args.arms]}
+        sweep(args.seeds, args.arms, _runner(args), runs_path, describe=_describe)
+    params = {"task": args.task, "arms": list(dict.fromkeys(args.arms))}
     stored = runs.load(runs_path)
     name = f"team_vs_solo_{args.task}{args.suffix}"
     plot(stored, RESULTS / f"{name}.png", **params)
@@ -416,6 +536,47 @@ def main(argv: list[str] | None = None) -> int:
         params=params,
         runs_file=runs_path,
         plots=[RESULTS / f"{name}.png"],
+        command=report.command_line(argv),
+    )
+    print(text)
+    return 0
+
+
+def _runner(args: argparse.Namespace) -> Any:
+    def run(arm: str, seed: int) -> dict[str, Any]:
+        return run_arm(args.task, arm, seed, Path(args.out), args.overrides)
+
+    return run
+
+
+def _describe(r: dict[str, Any]) -> str:
+    reached = f"solved at {r['steps_to']:,}" if r["solved"] else "not solved"
+    return (
+        f"{r['task']} {r['arm']} seed {r['seed']}: {reached}, final {r['final']:.1f}, "
+        f"{r['wall_s']:.0f} s"
+    )
+
+
+def select(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """``--select``: every noise of SOLO_GRID on the selection seeds; the winner is written to
+    ``team_vs_solo_<task>_best_solo.json`` and the ranking to ``..._select.md``."""
+    task = args.task
+    runs_path = Path(args.runs or RESULTS / f"team_vs_solo_{task}_select_runs.jsonl")
+    if not args.table:
+        sweep(args.seeds, list(SOLO_GRID), _runner(args), runs_path, describe=_describe)
+    stored = runs.load(runs_path)
+    ranked = rank_solos(_chosen(stored, task, None))
+    if not ranked:
+        raise SystemExit(f"error: {runs_path}: no selection runs for {task}")
+    seeds = sorted({r["seed"] for r in stored if r["task"] == task})
+    runs.save(best_solo_file(task), {"task": task, "arm": ranked[0]["arm"], "seeds": seeds})
+    text = select_render(stored, task)
+    report.write(
+        RESULTS / f"team_vs_solo_{task}_select.md",
+        text,
+        render=select_render,
+        params={"task": task},
+        runs_file=runs_path,
         command=report.command_line(argv),
     )
     print(text)
