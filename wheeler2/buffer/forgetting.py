@@ -63,8 +63,8 @@ class Forgetting:
         self.rate = self.keep / (1.0 - self.keep)  # kept rows allowed per overwritten row
         self.capacity = cfg.capacity
         self.her = cfg.her is not None
-        # Sequences: the rule decides on sequence starts, and a kept start keeps the rows of
-        # its window (burn-in, trained steps, n-step tail) that the insert would overwrite.
+        # Sequences: the rule decides on sequence starts, and a kept start carries the rows of
+        # its window (burn-in, trained steps, n-step tail) with it (_sequence_units).
         seq = cfg.sequence
         self.every = 0 if seq is None else seq.every
         self.window = 0 if seq is None else seq.span + cfg.n_step - 1
