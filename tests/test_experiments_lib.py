@@ -301,3 +301,39 @@ def test_regen_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert "experiments/results/notes/her_parity.md: hand-written" in listed
     with pytest.raises(SystemExit, match="no such result file"):
         main(["regen", "results/nothing_here.md"])
+
+
+def test_the_best_single_learner_is_ranked_by_seeds_solved_then_steps() -> None:
+    """team_vs_solo's --select: more seeds solved beats fewer steps; among equals the
+    seeds still solved at the end, then the median steps to the threshold decide."""
+    from experiments.team_vs_solo import arm_raw, rank_solos, solo_noise
+
+    def run(arm: str, seed: int, steps: int | None, stays: bool = True) -> dict:
+        return {
+            "task": "mountaincar", "arm": arm, "seed": seed, "solved": steps is not None,
+            "steps_to": steps, "stays": stays and steps is not None, "auc": 1.0,
+        }  # fmt: skip
+
+    rs = [
+        *(run("solo-gaussian-0.1", s, 5_000 if s == 0 else None) for s in range(3)),  # fast, 1/3
+        *(run("solo-pink-0.6", s, 20_000) for s in range(3)),  # 3/3, slower
+        *(run("solo-ou-0.5", s, 10_000, stays=s != 2) for s in range(3)),  # 3/3, one falls back
+        *(run("solo-pink-1", s, 30_000) for s in range(3)),
+    ]
+    order = [x["arm"] for x in rank_solos(rs)]
+    assert order == ["solo-pink-0.6", "solo-pink-1", "solo-ou-0.5", "solo-gaussian-0.1"]
+    assert solo_noise("solo-pink-0.6") == ("pink", 0.6) and solo_noise("solo-x-1") is None
+    raw = {
+        "experiment": {"name": "m"},
+        "team": [
+            {"algo": "ddpg", "role": "learner", "params": {"noise_std": 0.1}},
+            {"role": "actor"},
+        ],
+    }
+    best = arm_raw(raw, "best-solo", "solo-ou-0.5")
+    assert best["team"] == [
+        {"algo": "ddpg", "role": "learner", "params": {"noise_std": 0.5, "noise": "ou"}}
+    ]
+    assert best["experiment"]["backend"] == "serial"
+    with pytest.raises(ValueError, match="run --select first"):
+        arm_raw(raw, "best-solo", None)
