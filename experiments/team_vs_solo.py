@@ -563,7 +563,9 @@ def select(args: argparse.Namespace, argv: list[str] | None) -> int:
     task = args.task
     runs_path = Path(args.runs or RESULTS / f"team_vs_solo_{task}_select_runs.jsonl")
     if not args.table:
-        sweep(args.seeds, list(SOLO_GRID), _runner(args), runs_path, describe=_describe)
+        # Resumable: the runs an interrupted selection finished are not run again.
+        done = {(r["seed"], r["arm"]) for r in runs.load(runs_path) if r["task"] == task}
+        sweep(args.seeds, list(SOLO_GRID), _runner(args), runs_path, describe=_describe, skip=done)
     stored = runs.load(runs_path)
     ranked = rank_solos(_chosen(stored, task, None))
     if not ranked:

@@ -337,3 +337,14 @@ def test_the_best_single_learner_is_ranked_by_seeds_solved_then_steps() -> None:
     assert best["experiment"]["backend"] == "serial"
     with pytest.raises(ValueError, match="run --select first"):
         arm_raw(raw, "best-solo", None)
+
+
+def test_sweep_skips_the_pairs_a_previous_sweep_finished() -> None:
+    ran: list[tuple[int, str]] = []
+
+    def run(arm: str, seed: int) -> dict:
+        ran.append((seed, arm))
+        return {"arm": arm, "seed": seed}
+
+    arms.sweep([0, 1], ["a", "b"], run, skip={(0, "a"), (1, "b")})
+    assert ran == [(0, "b"), (1, "a")]

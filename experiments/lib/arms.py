@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 import tomllib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,11 +52,15 @@ def sweep(
     runs_file: str | Path | None = None,
     rotate: bool = False,
     describe: Callable[[dict[str, Any]], str] | None = None,
+    skip: Collection[tuple[int, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """Run ``run(arm, seed)`` over :func:`interleave`'s order; each record is appended to
+    """Run ``run(arm, seed)`` over :func:`interleave`'s order, except the ``(seed, arm)`` pairs
+    in ``skip`` (those an interrupted sweep finished); each record is appended to
     ``runs_file`` as it finishes and printed (``describe(record)``, default the JSON)."""
     done = []
     for seed, arm in interleave(seeds, arms, rotate):
+        if (seed, arm) in skip:
+            continue
         record = run(arm, seed)
         if runs_file is not None:
             runs.append(runs_file, record)
