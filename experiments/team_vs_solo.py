@@ -186,13 +186,12 @@ def arm_raw(task_raw: dict[str, Any], arm: str, best: str | None = None) -> dict
     learner = _learner(raw)
     raw["experiment"]["backend"] = "local"
     raw["experiment"]["name"] = f"{raw['experiment']['name']}-{arm}"
-    noise = solo_noise(best if arm == "best-solo" and best else arm)
+    # solo-ou (rl-zoo's MountainCar noise) and best-solo are names for solo-<noise>-<std> arms.
+    noise = solo_noise({"solo-ou": "solo-ou-0.5", "best-solo": best or ""}.get(arm, arm))
     if arm == "best-solo" and noise is None:
         raise ValueError(f"best-solo needs the chosen noise (got {best!r}): run --select first")
-    if arm in ("solo", "solo-ou") or noise is not None:
+    if arm == "solo" or noise is not None:
         raw["experiment"]["backend"] = "serial"
-        if arm == "solo-ou":
-            noise = ("ou", 0.5)
         if noise is not None:
             kind, std = noise
             learner.setdefault("params", {}).update(noise=kind, noise_std=std)
