@@ -138,6 +138,10 @@ class TurnBasedVecEnv:
         # Self-play ([play] random_opening): the "self" group's moves among a game's first
         # plies are uniformly random, as a strong player's opening book is wide.
         self.random_opening = 0
+        self.random_opening_min: int | None = None  # set: each game draws its length
+        self._opening = np.zeros(num_envs, np.int64)  # each copy's current game's length
+        # Exploring starts ([play] random_start): a game's first plies, either seat's, random.
+        self.random_start = 0
         self._plies = np.zeros(num_envs, np.int64)  # moves made in each copy's current game
         self._rng = np.random.default_rng(seed)
         self._episode = np.zeros(num_envs, np.int64)
@@ -159,9 +163,18 @@ class TurnBasedVecEnv:
         self._seat[c] = self.seats[(c + int(self._episode[c])) % len(self.seats)]
         self._return[c] = 0.0
         self._plies[c] = 0
+        if self.random_opening_min is not None:
+            self._opening[c] = self._rng.integers(self.random_opening_min, self.random_opening + 1)
         for g in self.groups.values():
             lo = c * len(g.names)
             g.pending[lo : lo + len(g.names)] = False
+        for _ in range(self.random_start):
+            self._move(c, env.agent_selection, self._random_action(env, env.agent_selection))
+            if self._seat_done(env, self._seat[c]):
+                raise ValueError(
+                    f"[play] random_start = {self.random_start}: a game ended within its "
+                    f"random start moves; expected fewer moves than the shortest game"
+                )
         self._play_others([c])
 
     def reset(self, seed: int | None = None) -> EnvReset:
@@ -277,12 +290,16 @@ class TurnBasedVecEnv:
                 for c, agent in who:
                     i = g.row(c, agent)
                     a = int(chosen[i])
-                    if name == SELF and self._plies[c] < self.random_opening:
+                    if name == SELF and self._plies[c] < self._opening_of(c):
                         a = self._random_action(self.copies[c], agent)
                     g.pending[i], g.action[i] = True, a
                     g.acted_obs[i] = g.obs[i]
                     self._move(c, agent, a, g.obs[i])
             waiting = still
+
+    def _opening_of(self, c: int) -> int:
+        """How many of copy ``c``'s first plies the table's own opponents play at random."""
+        return self.random_opening if self.random_opening_min is None else int(self._opening[c])
 
     def _move(self, c: int, agent: str, a: int, row: np.ndarray | None = None) -> None:
         """Every move of a seat other than the member's; ``row``: the mover's encoded

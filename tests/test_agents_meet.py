@@ -532,29 +532,86 @@ def test_random_opening_randomizes_only_the_opponents_opening_moves():
     """[play] random_opening = 2: the self-play opponent's move among the game's first two
     plies is random (whichever seat it has), its later moves its policy's."""
 
-    def opponent_moves(opening):
-        env = make(TTT, {}, 8, 0)
-        env.random_opening = opening
-        env.attach_others(Recorder({"self": _first_legal}))
-        moves: list[tuple[int, int, int]] = []  # (ply, action, the policy's action)
-        plain = env._move
-
-        def logged(c, agent, a, row=None):
-            moves.append((int(env._plies[c]), a, int(_first_legal(row[None])[0])))
-            plain(c, agent, a, row)
-
-        env._move = logged
-        obs = env.reset(seed=0).obs
-        for _ in range(200):
-            obs = env.step(_first_legal(obs)).obs
-        return moves
-
-    assert all(a == policy for _, a, policy in opponent_moves(0))
-    moves = opponent_moves(2)
+    assert all(a == policy for _, a, policy in _opponent_moves(0))
+    moves = _opponent_moves(2)
     later = [a == policy for p, a, policy in moves if p >= 2]
     assert len(later) > 100 and all(later)
     early = [a for p, a, _ in moves if p < 2]
     assert len(early) > 50 and len(set(early)) >= 7  # spread over the board
+
+
+def test_random_opening_min_draws_each_games_opening_length():
+    """[play] random_opening = 4, random_opening_min = 1: each game's opening length is drawn
+    from 1..4, so the opponent's first move is always random, its move at ply 2 played by its
+    policy in the games that drew 1 or 2 (half), and every move from ply 4 on is its policy's.
+    With the fixed length 4 the move at ply 2 is always random."""
+
+    def policy_share(moves, ply):
+        same = [a == policy for p, a, policy in moves if p == ply]
+        assert len(same) > 60
+        return float(np.mean(same))
+
+    drawn = _opponent_moves(4, opening_min=1)
+    fixed = _opponent_moves(4)
+    # A random move among the 7 legal ones at ply 2 matches the policy's 1 time in 7.
+    assert policy_share(fixed, 2) < 0.3
+    assert 0.4 < policy_share(drawn, 2) < 0.75  # 1/2 + 1/2 * 1/7 expected
+    assert policy_share(drawn, 0) < 0.3  # random: 1 in 9
+    assert all(a == policy for p, a, policy in drawn if p >= 4)
+
+
+def test_random_start_plays_the_first_moves_of_both_seats_at_random():
+    """[play] random_start = 1: every game's first move is random, whoever's it is: the table
+    meets a board with one random mark as second player, and as first player its own first
+    mark is already placed (then the opponent answers) when it first acts."""
+
+    def first_boards(start):
+        env = make(TTT, {}, 8, 0)
+        env.random_start = start
+        env.attach_others(Recorder({"self": _first_legal}))
+        boards = []  # (seat, own marks, opponent marks, square of the first mark)
+        for k in range(25):
+            obs = env.reset(seed=k).obs
+            for c in range(8):
+                own, theirs = obs[c, 0:18:2], obs[c, 1:18:2]
+                first = int(np.flatnonzero(own if env.seat_of(c) == "player_1" else theirs)[0])
+                boards.append((env.seat_of(c), int(own.sum()), int(theirs.sum()), first))
+        return boards
+
+    started = first_boards(1)
+    assert {(seat, own, theirs) for seat, own, theirs, _ in started} == {
+        ("player_1", 1, 1),
+        ("player_2", 0, 1),
+    }
+    assert len({sq for *_, sq in started}) >= 7  # the first mark spread over the board
+    with pytest.raises(IndexError):
+        first_boards(0)  # the first player meets an empty board: no first mark to find
+    env = make(TTT, {}, 2, 0)
+    env.random_start = 9
+    env.attach_others(Recorder({"self": _first_legal}))
+    with pytest.raises(ValueError, match="random_start = 9: a game ended"):
+        env.reset(seed=0)
+
+
+def _opponent_moves(opening, opening_min=None):
+    """(ply, action, the policy's action) of every self-play opponent move over 200 steps of
+    8 tic-tac-toe copies whose own table plays the first legal square."""
+    env = make(TTT, {}, 8, 0)
+    env.random_opening = opening
+    env.random_opening_min = opening_min
+    env.attach_others(Recorder({"self": _first_legal}))
+    moves: list[tuple[int, int, int]] = []
+    plain = env._move
+
+    def logged(c, agent, a, row=None):
+        moves.append((int(env._plies[c]), a, int(_first_legal(row[None])[0])))
+        plain(c, agent, a, row)
+
+    env._move = logged
+    obs = env.reset(seed=0).obs
+    for _ in range(200):
+        obs = env.step(_first_legal(obs)).obs
+    return moves
 
 
 def test_record_opponents_writes_the_pool_moves_but_not_the_random_players():

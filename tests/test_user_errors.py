@@ -333,6 +333,11 @@ RELATION_CASES = {
     "agents need a multi-agent env": Case(
         "", ("[[team]] target agents", "Pendulum-v1"), sets=('team.target.agents=["a*"]',)
     ),
+    "an opening range runs upward": Case(
+        "",
+        ("[play] random_opening_min", "3 is more than", "random_opening = 2"),
+        sets=("play.random_opening=2", "play.random_opening_min=3"),
+    ),
 }
 for _name, _case in RELATION_CASES.items():
     _case.name = f"relation: {_name}"

@@ -159,6 +159,14 @@ class PlayConfig:
     # fewer than this many moves, so the table meets every opening a strong player may choose
     # (in tic-tac-toe each first move draws with best play) followed by strong play.
     random_opening: int = bounded(0, ge=0)
+    # ... or, set, each game draws its opening length uniformly from random_opening_min to
+    # random_opening: a fixed length leaves the opponent's later opening moves always random,
+    # so the table meets them played strongly only by chance (docs/envs.md, self-play).
+    random_opening_min: int | None = bounded(None, ge=0)
+    # Self-play, exploring starts: every game begins with this many uniformly random moves,
+    # either seat's, the table's own included, so it learns the positions after every opening
+    # as both players and its snapshots can punish a weak answer to any of them.
+    random_start: int = bounded(0, ge=0)
     # Self-play: the moves of the table's own opponents (its current policy and snapshots, not
     # the random player) go into its replay too, seen from the mover's side (an off-policy
     # table; an on-policy one learns from its own rollouts only).

@@ -95,6 +95,18 @@ def _own_share_leaves_shared_rows(config: Config) -> Iterator[Found]:
         )
 
 
+def _opening_range(config: Config) -> Iterator[Found]:
+    play = config.play
+    if play.random_opening_min is not None and play.random_opening_min > play.random_opening:
+        yield (
+            "[play]",
+            "random_opening_min",
+            f"{play.random_opening_min} is more than [play] random_opening = "
+            f"{play.random_opening}, the longest opening a game draws: expected at most "
+            f"random_opening",
+        )
+
+
 def _her_needs_a_replay(config: Config) -> Iterator[Found]:
     if config.buffer.her is not None and not _uses_replay(config):
         names = ", ".join(f"'{m.name}' ({m.algo})" for m in _learners(config))
@@ -197,6 +209,12 @@ RULES: tuple[Rule, ...] = (
         _own_share_leaves_shared_rows,
     ),
     Rule("her needs a replay", ("buffer.her", "team.algo"), "error", _her_needs_a_replay),
+    Rule(
+        "an opening range runs upward",
+        ("play.random_opening_min", "play.random_opening"),
+        "error",
+        _opening_range,
+    ),
     Rule(
         "agents need a multi-agent env",
         ("team.agents", "env.id"),

@@ -400,6 +400,8 @@ def build_drivers(
     epsilon = play.opponent_epsilon if SELF in groups else 0.0
     if SELF in groups:
         env.random_opening = int(play.random_opening)
+        env.random_opening_min = play.random_opening_min
+        env.random_start = int(play.random_start)
     copies, act_dim = int(env.num_copies), space.act_dim
     drivers = Drivers(agent, tables, pool, opponent, copies, act_dim, epsilon, seed + 2)
     if SELF in groups and play.record_opponents and replay is not None:
