@@ -140,13 +140,10 @@ def run_arm(
 
 def _first(r: dict[str, Any], threshold: float, wall: bool = False) -> float | None:
     """Env steps (or run seconds) at the first eval at or above ``threshold``; None: never."""
-    for i, (step, ret) in enumerate(r["curve"]):
-        if ret >= threshold:
-            if not wall:
-                return float(step)
-            times = r.get("curve_s") or []
-            return float(times[i]) if i < len(times) and times[i] is not None else None
-    return None
+    if not wall:
+        return stats.first_reach(r["curve"], threshold)
+    seconds = r.get("curve_s") or []  # runs stored before curve_s have no seconds: None
+    return stats.first_reach([(t, ret) for t, (_, ret) in zip(seconds, r["curve"])], threshold)
 
 
 def render(rows: list[dict[str, Any]], steps: int, task: str = "cartpole", **_: Any) -> str:
