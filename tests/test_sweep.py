@@ -201,7 +201,7 @@ def test_ctrl_c_stops_the_sweep_cleanly(tmp_path: Path, parallel: list[str]) -> 
                 break
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)  # to the sweep alone: it stops its children itself
-        output = proc.communicate(timeout=60)[0].decode()
+        output = proc.communicate(timeout=120)[0].decode()
     finally:
         proc.kill()
     assert proc.returncode == 130, output
@@ -213,3 +213,56 @@ def test_ctrl_c_stops_the_sweep_cleanly(tmp_path: Path, parallel: list[str]) -> 
     for entry in begun:  # each interrupted run wrote its summary as it stopped
         summary = json.loads((found / entry["run_dir"] / "summary.json").read_text())
         assert summary["interrupted"] is True
+
+
+def seed_processes(sweep_dir: Path) -> list[int]:
+    """The pids of ``python -m wheeler2.sweep`` children running seeds into ``sweep_dir``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # ended while we looked
+            continue
+        if b"wheeler2.sweep" in argv and any(str(sweep_dir).encode() in a for a in argv):
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the seed processes in /proc")
+def test_seeds_stop_when_the_sweep_process_is_killed(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    path = tiny(tmp_path, steps=10_000_000)  # runs until stopped
+    cmd = wheeler2_command("run", str(path), "--seeds", "0-1", "--parallel", "2", "--out", str(out))
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=child_env()
+    )
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until both seeds have logged an eval
+            logged = list(out.glob("tiny-sweep-*/seed-*/metrics.csv"))
+            if len(logged) == 2 and all("eval" in p.read_text() for p in logged):
+                break
+            time.sleep(0.2)
+        found, _ = the_sweep(out)
+        children = seed_processes(found)
+        assert len(children) == 2
+        proc.kill()  # SIGKILL: the sweep can forward nothing
+        proc.wait()
+        deadline = time.monotonic() + 90
+        while seed_processes(found) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert seed_processes(found) == [], "a seed outlived its sweep"
+    finally:
+        proc.kill()
+        for pid in children:  # without the lifeline they would run 10M steps
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for seed in (0, 1):  # each stopped as on Ctrl-C: its summary written
+        summary = json.loads((found / f"seed-{seed}" / "summary.json").read_text())
+        assert summary["interrupted"] is True
+    assert "the sweep process is gone" in (found / "seed-0" / sweep.OUTPUT_FILE).read_text()
