@@ -16,7 +16,10 @@ a row saying "not run" and why. The others run as ``wheeler2 run FILE --seeds 0-
 reading the files afresh).
 
 A file whose sweep finished (failed seeds included: they are its result) is not run again
-while the file and the seeds stay the same; ``--force`` reruns it. Ctrl-C stops the zoo after
+while the file and the seeds stay the same; ``--force`` reruns it. "The same file" is its data
+as written, with its ``extends`` chain (:func:`file_hash`), not the resolved config: a default
+that a later version of an algorithm gains changes every resolved config without changing
+what the file asks for, and would otherwise mark every row as stale. Ctrl-C stops the zoo after
 the running sweep closes (its seeds write their last checkpoint); that file stays "not run yet".
 """
 
@@ -24,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
+import json
 import math
 import os
 import platform
@@ -61,6 +66,15 @@ def team_text(team: Sequence[Any]) -> str:
     return " + ".join(parts)
 
 
+def file_hash(path: Path) -> str:
+    """A short hash of the file's data with its bases merged (``extends``), defaults not
+    filled in: it changes when the file (or a base) asks for something else."""
+    from wheeler2.config.reader import parse_toml
+
+    text = json.dumps(parse_toml(path), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
 def describe(path: Path) -> dict[str, Any]:
     """What the table says of a file before (or without) running it; ``error`` where the file
     does not load."""
@@ -84,6 +98,7 @@ def describe(path: Path) -> dict[str, Any]:
         "backend": config.experiment.backend,
         "eval_threshold": config.experiment.eval_threshold,
         "config_hash": config_hash(tomllib.loads(config.to_toml())),
+        "file_hash": file_hash(path),
     }
 
 
@@ -235,11 +250,14 @@ def finished_before(
     if not mine:
         return False
     last = mine[-1]
-    return (
-        last["status"] == "ran"
-        and last["seeds"] == list(seeds)
-        and last.get("config_hash") == entry.get("config_hash")
-    )
+    return last["status"] == "ran" and last["seeds"] == list(seeds) and not changed(last, entry)
+
+
+def changed(record: dict[str, Any], entry: dict[str, Any]) -> bool:
+    """Whether the file changed since ``record``'s sweep: by :func:`file_hash`, or by the
+    resolved config's hash for a record written before the file hash was kept."""
+    key = "file_hash" if "file_hash" in record else "config_hash"
+    return bool(entry.get(key)) and record.get(key) != entry[key]
 
 
 # -- the table -----------------------------------------------------------------------------------
@@ -293,7 +311,7 @@ def render(stored: dict[str, Any], prefix: str | None = "..") -> str:
         "wall-clock per seed (median)",
         "ran",
     ]
-    rows, changed, counts = [], False, {"ran": 0, "not run": 0, "not run yet": 0}
+    rows, stale, counts = [], False, {"ran": 0, "not run": 0, "not run yet": 0}
     machines: dict[str, None] = {}
     for entry in files:
         rec = records.get(entry["config"])
@@ -326,8 +344,8 @@ def render(stored: dict[str, Any], prefix: str | None = "..") -> str:
             continue
         counts["ran"] += 1
         mark = ""
-        if entry.get("config_hash") and rec.get("config_hash") != entry["config_hash"]:
-            mark, changed = " †", True
+        if changed(rec, entry):
+            mark, stale = " †", True
         threshold = rec.get("threshold")
         solved = (
             "—" if threshold is None else f"{rec['solved']} of {rec['counted']} (> {threshold:g})"
@@ -369,7 +387,7 @@ def render(stored: dict[str, Any], prefix: str | None = "..") -> str:
         "",
     ]
     lines += report.table(head, rows)
-    if changed:
+    if stale:
         lines += ["", "† the file changed since this row's sweep ran: rerun it with `--force`."]
     if machines:
         lines += ["", "Machines: " + "; ".join(machines) + "."]

@@ -39,7 +39,7 @@ def rows(table: Path) -> dict[str, list[str]]:
     for line in report.body_of(table).splitlines():
         if line.startswith("| ") and ".toml" in line:
             cells = [c.strip() for c in line.strip("|").split(" | ")]
-            out[Path(cells[0].strip("`").rstrip(" †")).name] = cells
+            out[Path(cells[0].rstrip(" †").strip("`")).name] = cells
     return out
 
 
@@ -95,6 +95,21 @@ def test_zoo_rows_failed_seeds_refused_files_and_only_table(
     assert len(runs.load(results / zoo.RUNS_FILE)) == 2
     report.regenerate(table)  # `python -m experiments regen` reads the same stored figures
     assert report.body_of(table) == body
+
+    # The file as written decides "changed", not its resolved config: a new comment or a
+    # resolved-config hash that moved (an algorithm gaining a default) is not a change...
+    flaky = cfg / "flaky.toml"
+    flaky.write_text("# a comment added later\n" + flaky.read_text())
+    (record,) = [r for r in runs.load(results / zoo.RUNS_FILE) if r["status"] == "ran"]
+    assert not zoo.changed({**record, "config_hash": "0000000000"}, zoo.describe(flaky))
+    assert experiments_main(["zoo", "--only-table", *where]) == 0
+    assert "†" not in table.read_text()
+    # ... a value the file sets is, and the row says so.
+    flaky.write_text(flaky.read_text().replace("total_steps = 200", "total_steps = 300"))
+    assert zoo.changed(record, zoo.describe(flaky))
+    assert experiments_main(["zoo", "--only-table", *where]) == 0
+    assert rows(table)["flaky.toml"][0].endswith(" †")
+    assert "the file changed since this row's sweep ran" in table.read_text()
 
 
 def test_team_text() -> None:
