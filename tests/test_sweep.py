@@ -265,4 +265,4 @@ def test_seeds_stop_when_the_sweep_process_is_killed(tmp_path: Path) -> None:
     for seed in (0, 1):  # each stopped as on Ctrl-C: its summary written
         summary = json.loads((found / f"seed-{seed}" / "summary.json").read_text())
         assert summary["interrupted"] is True
-    assert "the sweep process is gone" in (found / "seed-0" / sweep.OUTPUT_FILE).read_text()
+    assert "is gone; stopping" in (found / "seed-0" / sweep.OUTPUT_FILE).read_text()

@@ -4,6 +4,11 @@ as a file that runs."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -123,3 +128,63 @@ def test_a_space_key_the_file_does_not_take_is_named(tmp_path: Path) -> None:
         tune(path, out=tmp_path / "runs")
     assert '[tune] space."team.pg.params.lrr"' in str(err.value), str(err.value)
     assert read_tune(load(path).raw, path).space[0].key == "team.pg.params.lrr"
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (Linux's /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            # The command may hold spaces and parentheses: the fields after its last ")".
+            stat = (entry / "stat").read_text()
+        except (OSError, ValueError):  # not a process, or it ended while we looked
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended; only its exit status is left to collect
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the workers in /proc")
+def test_parallel_workers_stop_when_the_tune_process_is_killed(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"  # trials that would run for hours
+    path.write_text(
+        BASE.replace("total_steps = 300", "total_steps = 10_000_000") + SPACE.format(extra="")
+    )
+    repo = Path(__file__).resolve().parent.parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
+    }
+    cmd = [sys.executable, "-m", "wheeler2", "tune", str(path), "--parallel", "2"]
+    cmd += ["--out", str(tmp_path / "runs")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until both workers are in a trial's run
+            if len(list((tmp_path / "runs").glob("tune-*/trial-*/tunetest-*/metrics.csv"))) >= 2:
+                break
+            time.sleep(0.2)
+        workers = _children(proc.pid)  # the two workers, and multiprocess's resource tracker
+        assert len(workers) >= 2
+        proc.kill()  # SIGKILL: the tune process can tell its workers nothing
+        proc.wait()
+        deadline = time.monotonic() + 90
+        while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(p) for p in workers), "a tune worker outlived its study"
+    finally:
+        proc.kill()
+        for pid in workers:  # without the watch they would run their trials on
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -1,4 +1,5 @@
-"""Settings of a wheeler2 process: its compute threads and its niceness.
+"""Settings of a wheeler2 process: its compute threads, its niceness, and its tie to the
+process that started it.
 
 Every process that computes (a member, a replay shard, the serial driver) calls
 :func:`set_compute_threads` first; a member in a process of its own also takes its ``nice``.
@@ -9,7 +10,9 @@ and the runtime both use it.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -102,3 +105,32 @@ def set_niceness(want: int) -> None:
     now = os.nice(0)
     if want > now:
         os.nice(want - now)
+
+
+ORPHAN_GRACE_S = 60.0  # an orphan's time to write its last checkpoint before SIGKILL
+
+
+def stop_with_parent(
+    parent: int, what: str, grace_s: float = ORPHAN_GRACE_S, every_s: float = 1.0
+) -> threading.Thread:
+    """End this process as Ctrl-C would once ``parent`` (the pid that started it) is gone, and
+    kill it outright ``grace_s`` later if it has not ended: a run writing its last checkpoint
+    ignores a second interrupt, and one that hangs must not outlive the process that would
+    have recorded it. A process started by a sweep or a search is its own session (so a Ctrl-C
+    reaches it once, forwarded), hence no terminal hang-up and no parent-death signal reach it
+    when its parent is killed: it checks that its parent is still its parent, once a second.
+    ``parent`` is passed in rather than read here, so a parent that died before this call
+    is noticed too."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        print(f"\n{what}: the process that started this one is gone; stopping", file=sys.stderr)
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(grace_s)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    thread = threading.Thread(target=watch, name="wheeler2-parent-watch", daemon=True)
+    thread.start()
+    return thread

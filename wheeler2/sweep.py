@@ -13,10 +13,9 @@ terminal. With ``--parallel N`` each seed is a child process (``python -m wheele
 which runs the same :func:`run_seed`) whose output goes to ``seed-<k>/output.log``; at most N
 run at a time. The children are in sessions of their own, so a Ctrl-C reaches them once,
 forwarded by this process: each writes its last checkpoint and summary and exits 130; a second
-Ctrl-C kills them. Each child also holds the read end of a lifeline pipe whose write end only
-this process has: when this process ends by any means, SIGKILL included, the kernel closes it,
-and the child stops as on Ctrl-C (killed outright after ``ORPHAN_GRACE_S``), so no seed runs on
-for hours with nobody left to record it.
+Ctrl-C kills them. When this process ends by any other means, SIGKILL included, each child
+stops as on Ctrl-C (killed outright a minute later: :func:`wheeler2.process.stop_with_parent`),
+so no seed runs on for hours with nobody left to record it.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import tomllib
 import traceback
@@ -49,7 +47,6 @@ OUTPUT_FILE = "output.log"  # a child's stdout and stderr (--parallel)
 # Keys that do not change what a run learns: runs that differ only in these share a config.
 NOT_CONFIG = ("seed", "out", "progress", "ray_address")
 POLL_S = 0.2
-ORPHAN_GRACE_S = 60.0  # an orphaned seed's time to write its last checkpoint before SIGKILL
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
 Loader = Callable[..., "Config"]
@@ -314,12 +311,11 @@ def _child_command(
     run_dir: Path,
     overrides: Sequence[str],
     out: str | None,
-    lifeline: int,
 ) -> list[str]:
     cmd = [sys.executable, "-m", "wheeler2.sweep", str(file), str(seed), str(run_dir)]
     for item in overrides:
         cmd += ["--set", item]
-    cmd += ["--lifeline", str(lifeline)]
+    cmd += ["--parent", str(os.getpid())]
     return cmd + (["--out", out] if out is not None else [])
 
 
@@ -327,8 +323,6 @@ def _run_children(
     sweep: Sweep, file: Path, overrides: Sequence[str], out: str | None, n: int
 ) -> None:
     running: dict[int, subprocess.Popen[bytes]] = {}
-    # The write end is not inheritable (PEP 446): only this process holds it.
-    lifeline, held = os.pipe()
     try:
         while sweep.pending() or running:
             for seed in sweep.pending()[: max(0, n - len(running))]:
@@ -336,12 +330,11 @@ def _run_children(
                 run_dir.mkdir(parents=True, exist_ok=True)
                 with open(run_dir / OUTPUT_FILE, "wb") as log:
                     running[seed] = subprocess.Popen(
-                        _child_command(file, seed, run_dir, overrides, out, lifeline),
+                        _child_command(file, seed, run_dir, overrides, out),
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
                         start_new_session=True,
-                        pass_fds=(lifeline,),
                     )
                 sweep.started(seed)
             time.sleep(POLL_S)
@@ -356,9 +349,6 @@ def _run_children(
             flush=True,
         )
         _stop_children(sweep, running)
-    finally:
-        os.close(lifeline)
-        os.close(held)
 
 
 def _child_ended(sweep: Sweep, seed: int, returncode: int) -> None:
@@ -392,44 +382,22 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         pass
 
 
-def watch_lifeline(fd: int, grace_s: float = ORPHAN_GRACE_S) -> threading.Thread:
-    """Stop this process as Ctrl-C would once ``fd`` reads EOF (the sweep that started it is
-    gone), and kill it outright if it has not ended ``grace_s`` later: a run writing its last
-    checkpoint ignores a second interrupt, and one that hangs must not outlive its sweep."""
-
-    def watch() -> None:
-        while True:
-            try:
-                if not os.read(fd, 1):
-                    break
-            except InterruptedError:
-                continue
-            except OSError:
-                break
-        print("\nsweep: the sweep process is gone; stopping this seed", file=sys.stderr, flush=True)
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(grace_s)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    thread = threading.Thread(target=watch, name="wheeler2-sweep-lifeline", daemon=True)
-    thread.start()
-    return thread
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """One seed of a ``--parallel`` sweep, in its own process: ``FILE SEED RUN_DIR [--set ...]
-    [--out OUT] [--lifeline FD]``. Exit 0 finished, 1 failed (``error.txt`` says why), 130
-    interrupted (Ctrl-C forwarded by the sweep, or the sweep gone: see :func:`watch_lifeline`)."""
+    [--out OUT] [--parent PID]``. Exit 0 finished, 1 failed (``error.txt`` says why), 130
+    interrupted (Ctrl-C forwarded by the sweep, or the sweep, ``--parent``, gone)."""
     parser = argparse.ArgumentParser(prog="python -m wheeler2.sweep")
     parser.add_argument("file", type=Path)
     parser.add_argument("seed", type=int)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--out")
-    parser.add_argument("--lifeline", type=int, help="a pipe read end, open while the sweep lives")
+    parser.add_argument("--parent", type=int, help="the sweep's pid: stop when it is gone")
     args = parser.parse_args(argv)
-    if args.lifeline is not None:
-        watch_lifeline(args.lifeline)
+    if args.parent is not None:
+        from wheeler2.process import stop_with_parent
+
+        stop_with_parent(args.parent, f"sweep seed {args.seed}")
     try:
         from wheeler2.preload import start_early
 

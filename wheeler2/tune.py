@@ -34,6 +34,7 @@ run on the cluster).
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -169,7 +170,7 @@ def _in_processes(plan: _Plan, parallel: int) -> None:
     # Not daemonic: each trial's team starts member processes of its own.
     ctx = mp.get_context("spawn")
     procs = [
-        ctx.Process(target=_optimize, args=(plan,), name=f"wheeler2-tune-{i}")
+        ctx.Process(target=_worker, args=(plan, os.getpid()), name=f"wheeler2-tune-{i}")
         for i in range(parallel)
     ]
     for p in procs:
@@ -182,6 +183,19 @@ def _in_processes(plan: _Plan, parallel: int) -> None:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=10)
+
+
+def _worker(plan: _Plan, parent: int) -> None:
+    """A ``--parallel`` worker: trials until the study has its count, or until ``parent`` (the
+    ``wheeler2 tune`` process) is gone, killed or not, which stops the trial running as Ctrl-C
+    would (:func:`wheeler2.process.stop_with_parent`)."""
+    from wheeler2.process import stop_with_parent
+
+    stop_with_parent(parent, "tune worker")
+    try:
+        _optimize(plan)
+    except KeyboardInterrupt:  # the running trial closed its run; Optuna marked it failed
+        sys.exit(130)
 
 
 class _Prune:
