@@ -116,11 +116,11 @@ def stop_with_parent(
     """End this process as Ctrl-C would once ``parent`` (the pid that started it) is gone, and
     kill it outright ``grace_s`` later if it has not ended: a run writing its last checkpoint
     ignores a second interrupt, and one that hangs must not outlive the process that would
-    have recorded it. A process started by a sweep or a search is its own session (so a Ctrl-C
-    reaches it once, forwarded), hence no terminal hang-up and no parent-death signal reach it
-    when its parent is killed: it checks that its parent is still its parent, once a second.
-    ``parent`` is passed in rather than read here, so a parent that died before this call
-    is noticed too."""
+    have recorded it. Nothing else tells a child that its parent was killed: a sweep's seeds
+    are sessions of their own (so a Ctrl-C reaches them once, forwarded), out of reach of the
+    terminal's hang-up, and Python offers no parent-death signal; so the child checks, once a
+    second, that its parent is still its parent. ``parent`` is passed in rather than read
+    here, so a parent that died before this call is noticed too."""
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -306,11 +306,7 @@ def _error_line(run_dir: Path, returncode: int) -> str:
 
 
 def _child_command(
-    file: Path,
-    seed: int,
-    run_dir: Path,
-    overrides: Sequence[str],
-    out: str | None,
+    file: Path, seed: int, run_dir: Path, overrides: Sequence[str], out: str | None
 ) -> list[str]:
     cmd = [sys.executable, "-m", "wheeler2.sweep", str(file), str(seed), str(run_dir)]
     for item in overrides:
