@@ -247,6 +247,11 @@ def plot(rows: list[dict[str, Any]], path: Path, task: str = "cartpole", **_: An
     plt.close(fig)
 
 
+def _seed_arm(r: dict[str, Any]) -> tuple[int, Arm]:
+    """A stored run's place in the sweep: its seed and its arm."""
+    return r["seed"], Arm(f"{r['arm']}-w{r['workers']}")
+
+
 def _name(task: str) -> str:
     return "a3c_vs_a2c" if task == "cartpole" else f"a3c_vs_a2c_{task}"
 
@@ -285,14 +290,10 @@ def main(argv: list[str] | None = None) -> None:
         # budget by a vector step of each worker: not another budget).
         if any(abs(r["env_steps"] - steps) > 0.01 * steps for r in stored):
             stored = []
-        swept = {(r["seed"], Arm(f"{r['arm']}-w{r['workers']}")) for r in stored}
+        swept = {_seed_arm(r) for r in stored}
         planned = {(s, a) for s in args.seeds for a in arms}
         # Runs of this sweep are replaced (kept with --resume); other seeds' and counts' stay.
-        kept = [
-            r
-            for r in stored
-            if args.resume or (r["seed"], Arm(f"{r['arm']}-w{r['workers']}")) not in planned
-        ]
+        kept = [r for r in stored if args.resume or _seed_arm(r) not in planned]
         jsonl.unlink(missing_ok=True)
         for record in kept:
             runs.append(jsonl, record)

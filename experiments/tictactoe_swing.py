@@ -28,11 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.lib import CFG, RESULTS, ROOT, report, runs
+from experiments.lib import RESULTS, ROOT, report, runs
+from experiments.lib.arms import run_config
+from experiments.meet_games import GAMES, evaluate
 
-CONFIG = CFG / "tictactoe_selfplay.toml"
-ENV_ID = "pettingzoo:classic.tictactoe_v3"
-EVAL_SEED = 10_000  # as experiments.meet_games: reset and reference-player seeds are seed + this
+GAME = GAMES["tictactoe"]
 TARGET = 0.95  # the issue's draws against perfect play, each seat
 
 
@@ -64,27 +64,6 @@ def as_run_dir(run_dir: Path, checkpoint: Path, where: Path) -> Path:
     return where
 
 
-def score(run_dir: Path, seed: int, perfect_games: int, random_games: int) -> dict[str, Any]:
-    """W/D/L per seat of the run's latest policy against the perfect and the random player."""
-    from wheeler2.envs.arena import head_to_head
-    from wheeler2.envs.players import random_player, tictactoe_perfect
-
-    from wheeler2.api import load_tables
-
-    (policy,) = load_tables(run_dir, "latest")
-    out = {}
-    for name, player, n in (
-        ("perfect", tictactoe_perfect(EVAL_SEED + seed), perfect_games),
-        ("random", random_player(9, EVAL_SEED + seed), random_games),
-    ):
-        h = head_to_head(ENV_ID, None, policy, player, n, EVAL_SEED + seed)
-        out[name] = {
-            "first": [h.first.wins, h.first.draws, h.first.losses],
-            "second": [h.second.wins, h.second.draws, h.second.losses],
-        }
-    return out
-
-
 def nearest_eval(evals: list[dict[str, Any]], steps: int) -> dict[str, Any]:
     """The in-run figures of the last eval at or before ``steps`` (the copy's own, when the
     checkpoint and the eval come together)."""
@@ -99,30 +78,19 @@ def nearest_eval(evals: list[dict[str, Any]], steps: int) -> dict[str, Any]:
 def run_seed(
     seed: int, every: int, sets: list[str], out: Path, perfect_games: int, random_games: int
 ) -> dict[str, Any]:
-    import json
-
-    import wheeler2
-    from experiments.lib.arms import parse_set
-
-    overrides: dict[str, Any] = {"experiment.progress": False, "seed": seed, "out": str(out)}
-    overrides["experiment.backend"] = "serial"
-    overrides["experiment.checkpoint_every"] = every
-    for expr in sets:
-        key, value = parse_set(expr)
-        overrides[key] = value
     keep = KeepCheckpoints(out / f"copies-{seed}-{time.strftime('%Y%m%d-%H%M%S')}")
-    t0 = time.perf_counter()
-    run_dir = Path(wheeler2.run(CONFIG, callbacks=[keep], **overrides))
-    wall = time.perf_counter() - t0
-    summary = json.loads((run_dir / "summary.json").read_text())
+    fixed = ['experiment.backend="serial"', f"experiment.checkpoint_every={every}"]
+    run = run_config(GAME.config, [*fixed, *sets], seed=seed, out=out, callbacks=[keep])
+    run_dir, summary = run.run_dir, run.summary
     evals = [e for e in summary["eval"] if e.get("matches")]
+    games = {"perfect": perfect_games, "random": random_games}
     rows = []
     for steps, copy in sorted(keep.kept.items()):
         as_run = as_run_dir(run_dir, copy, keep.into / f"run-{steps:09d}")
         rows.append(
             {
                 "env_steps": steps,
-                **score(as_run, seed, perfect_games, random_games),
+                **evaluate(GAME, as_run, "latest", seed, games),
                 **nearest_eval(evals, steps),
             }
         )
@@ -132,7 +100,7 @@ def run_seed(
         "sets": sets,
         "every": every,
         "run_dir": str(run_dir),
-        "wall_s": wall,
+        "wall_s": run.call_s,
         "rows": rows,
     }
 

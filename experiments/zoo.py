@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import hashlib
-import json
 import math
 import os
 import platform
@@ -67,12 +65,13 @@ def team_text(team: Sequence[Any]) -> str:
 
 
 def file_hash(path: Path) -> str:
-    """A short hash of the file's data with its bases merged (``extends``), defaults not
-    filled in: it changes when the file (or a base) asks for something else."""
+    """:func:`wheeler2.sweep.config_hash` of the file's data with its bases merged
+    (``extends``), defaults not filled in: it changes when the file (or a base) asks for
+    something else."""
     from wheeler2.config.reader import parse_toml
+    from wheeler2.sweep import config_hash
 
-    text = json.dumps(parse_toml(path), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:10]
+    return config_hash(parse_toml(path))
 
 
 def describe(path: Path) -> dict[str, Any]:

@@ -94,9 +94,11 @@ def run_config(
     seed: int | None = None,
     out: str | Path | None = None,
     progress: bool = False,
+    callbacks: Sequence[Any] = (),
 ) -> Run:
     """Run an experiment through the public API (``wheeler2.run``): ``config`` is a file, a
-    ``Config`` or parsed TOML; ``sets`` are ``--set`` overrides, applied in order."""
+    ``Config`` or parsed TOML; ``sets`` are ``--set`` overrides, applied in order;
+    ``callbacks`` are the run's (:mod:`wheeler2.callbacks`)."""
     import wheeler2
 
     overrides: dict[str, Any] = {"experiment.progress": progress}
@@ -109,6 +111,6 @@ def run_config(
     if out is not None:
         overrides["out"] = str(out)
     t0 = time.perf_counter()
-    run_dir = Path(wheeler2.run(config, **overrides))
+    run_dir = Path(wheeler2.run(config, callbacks=list(callbacks), **overrides))
     call_s = time.perf_counter() - t0
     return Run(run_dir, json.loads((run_dir / "summary.json").read_text()), call_s)
