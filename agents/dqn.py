@@ -21,6 +21,18 @@ the legal actions, an epsilon-greedy draw is uniform among them, and the target'
 without ``double``) runs over the actions legal at s', read from the mask columns of the next
 observation (``agents/parts/masks.py``). A next observation with no legal action (a terminal
 one) counts all legal; its bootstrap is zeroed by the discount anyway.
+
+Negamax values (self-play in a two-player zero-sum game, ``SpaceInfo.negamax``, ``[play]
+negamax``): a transition runs from a move to the opponent's reply, s' is the opponent's view,
+and one Q-function serves both sides, each seeing the board as the mover. A move is worth what
+it earned minus what the position it leaves is worth to the opponent,
+
+    y = r - discount * ((1 - k) Q'(s', argmax_b Q(s', b)) + k mean_b Q'(s', b))
+
+over the opponent's legal replies b: its best reply, or with chance k (``negamax_random``) a
+uniformly random one. With k = 0 this is minimax (Q-learning's max, taken by alternating
+players); a small k makes the moves that hold against best play differ by how many chances
+they leave a weak player to go wrong.
 """
 
 from __future__ import annotations
@@ -84,6 +96,22 @@ def double_q_target(
     return reward + discount * q_next_target.gather(-1, best).squeeze(-1)
 
 
+def negamax_target(
+    reward: torch.Tensor,
+    discount: torch.Tensor,
+    q_next_online: torch.Tensor,
+    q_next_target: torch.Tensor,
+    legal: torch.Tensor,
+    random_share: float,
+) -> torch.Tensor:
+    """y = r - discount * ((1 - k) Q'(s', argmax_b Q(s', b)) + k mean_b Q'(s', b)), the b over
+    ``legal`` [B, A] (the online Q values already masked to it)."""
+    best = q_next_target.gather(-1, q_next_online.argmax(-1, keepdim=True)).squeeze(-1)
+    legal_f = legal.to(q_next_target.dtype)
+    mean = (q_next_target * legal_f).sum(-1) / legal_f.sum(-1).clamp_min(1.0)
+    return reward - discount * ((1.0 - random_share) * best + random_share * mean)
+
+
 class DQN(OffPolicy, Agent):
     Params = Params
     discrete = True
@@ -92,6 +120,7 @@ class DQN(OffPolicy, Agent):
     # so this learner seeds PPO / A2C explorers of the same hidden sizes.
     random_warmup = False  # epsilon-greedy from the first step
     masks = True
+    negamax = True  # learns negamax values in self-play ([play] negamax)
 
     def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
         if params.loss not in ("huber", "mse"):
@@ -171,7 +200,13 @@ class DQN(OffPolicy, Agent):
                 # finite, so a zero discount cannot meet an -inf.
                 legal = v.next_legal(self.space.act_dim)
                 q_next_online = q_next_online.masked_fill(~legal, -torch.inf)
-            y = double_q_target(reward, v.discount, q_next_online, q_next_target)
+            k = self.space.negamax
+            if k is None:
+                y = double_q_target(reward, v.discount, q_next_online, q_next_target)
+            else:
+                if not self.masked:  # every reply legal
+                    legal = torch.ones_like(q_next_target, dtype=torch.bool)
+                y = negamax_target(reward, v.discount, q_next_online, q_next_target, legal, k)
         q_all = self.q_layers(v.read(self.q))
         action = v.action.long().reshape(*q_all.shape[:-1], 1)
         q = q_all.gather(-1, action).squeeze(-1)

@@ -17,13 +17,17 @@ hands a module without ``parallel_env`` (or whose observations carry an action m
 * **Masks.** Observations with an ``action_mask`` become masked rows (``encode_masked``): the
   flat observation, then the mask. An illegal action, the seat's or a driver's, raises: it never
   reaches the env.
+* **Negamax plies** (``plies``, set by ``[play] negamax``): each row's step also carries a
+  :class:`~wheeler2.env.PlyStep`, the move to the opponent's reply (the opponent's view after
+  the move, the move's own reward, whether it ended the game), which is what a negamax table
+  learns from; a driven seat of the member's own table records its moves the same way.
 * ``infos[i]`` carries ``seat`` on every row and, where the episode ended, ``outcome`` (the
   seat's return: > 0 won, 0 drawn, < 0 lost, for the zero-sum games).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -32,7 +36,7 @@ from gymnasium import spaces
 from wheeler2.envs.pz_import import import_env_module
 from wheeler2.envs.spaces import encode_masked, flat_dim, is_masked_space, masked_obs_dim
 
-from wheeler2.env import EnvInfo, EnvReset, EnvStep, GroupStep, OtherAgents
+from wheeler2.env import EnvInfo, EnvReset, EnvStep, GroupStep, OtherAgents, PlyStep
 
 SELF = "self"  # the group of the member's own seats it is not playing: its opponent pool
 
@@ -142,6 +146,8 @@ class TurnBasedVecEnv:
         self._opening = np.zeros(num_envs, np.int64)  # each copy's current game's length
         # Exploring starts ([play] random_start): a game's first plies, either seat's, random.
         self.random_start = 0
+        # [play] negamax: every move is also learned from as one ply (PlyStep).
+        self.plies = False
         self._plies = np.zeros(num_envs, np.int64)  # moves made in each copy's current game
         self._rng = np.random.default_rng(seed)
         self._episode = np.zeros(num_envs, np.int64)
@@ -207,11 +213,16 @@ class TurnBasedVecEnv:
     def step(self, action: np.ndarray) -> EnvStep:
         n = self.num_envs
         action = np.asarray(action).reshape(n)
+        ply = self._ply_step(n) if self.plies else None
         for c in range(n):
             a = int(action[c])
             self._check_legal(self._seat[c], c, a, self._obs[c])
             self.copies[c].step(a + int(self.action_space.start))
             self._plies[c] += 1
+            if ply is not None:
+                ply.reward[c], ply.terminated[c] = self._after_move(
+                    c, self._seat[c], ply.next_obs[c]
+                )
         self._play_others(list(range(n)))
 
         reward = np.zeros(n, np.float32)
@@ -228,6 +239,8 @@ class TurnBasedVecEnv:
             if self._seat_done(env, seat):
                 terminated[c] = bool(env.terminations.get(seat, False))
                 truncated[c] = not terminated[c]
+                if ply is not None:
+                    ply.truncated[c] = not ply.terminated[c]
                 infos[c]["outcome"] = float(self._return[c])
                 self._finish_others(c)
                 if self._others is not None:  # before the reset: the pool picks who plays next
@@ -243,7 +256,30 @@ class TurnBasedVecEnv:
             truncated=truncated,
             final_obs=final_obs,
             infos=infos,
+            ply=ply,
         )
+
+    def _ply_step(self, n: int) -> PlyStep:
+        return PlyStep(
+            reward=np.zeros(n, np.float32),
+            next_obs=np.zeros((n, self._obs.shape[1]), np.float32),
+            terminated=np.zeros(n, bool),
+            truncated=np.zeros(n, bool),
+        )
+
+    def _after_move(self, c: int, mover: str, next_obs: np.ndarray) -> tuple[float, bool]:
+        """The ply ``mover`` just played in copy ``c``: its reward for the move, whether the move
+        ended the game, and (into ``next_obs``) the opponent's view of the position it left
+        (the mover's own final view where the game is over). A truncation counts as the end:
+        the classic games have none, and the opponent's view of a game that is over would
+        value nothing."""
+        env = self.copies[c]
+        reward = float(env._cumulative_rewards.get(mover, 0.0))
+        if self._seat_done(env, mover):
+            self._encode(env.observe(mover), next_obs)
+            return reward, True
+        self._encode(env.observe(env.agent_selection), next_obs)
+        return reward, False
 
     @staticmethod
     def _seat_done(env: Any, seat: str) -> bool:
@@ -295,6 +331,8 @@ class TurnBasedVecEnv:
                     g.pending[i], g.action[i] = True, a
                     g.acted_obs[i] = g.obs[i]
                     self._move(c, agent, a, g.obs[i])
+                    if self.plies and name == SELF:
+                        self._record_ply(g, c, agent)
             waiting = still
 
     def _opening_of(self, c: int) -> int:
@@ -322,6 +360,29 @@ class TurnBasedVecEnv:
         if not g.pending[i] or self._others is None:
             return
         env = self.copies[c]
+
+        def outcome(step: GroupStep) -> None:
+            step.reward[i] = float(env._cumulative_rewards.get(agent, 0.0))
+            if terminal:
+                step.terminated[i] = bool(env.terminations.get(agent, False))
+                step.truncated[i] = not step.terminated[i]
+            self._encode(env.observe(agent), step.final_obs[i])
+
+        self._send(g, i, outcome)
+
+    def _record_ply(self, g: _Seats, c: int, agent: str) -> None:
+        """Negamax: a move of the member's own table in a seat it does not play this episode
+        is learned from as one ply, at once (no turn-to-turn transition is kept for it)."""
+
+        def outcome(step: GroupStep) -> None:
+            step.reward[i], step.terminated[i] = self._after_move(c, agent, step.final_obs[i])
+
+        i = g.row(c, agent)
+        self._send(g, i, outcome)
+
+    def _send(self, g: _Seats, i: int, outcome: Callable[[GroupStep], None]) -> None:
+        """Row ``i``'s move, its ``outcome`` (reward, end, next view) filled in, to the driver."""
+        assert self._others is not None
         g.pending[i] = False
         # One step object per group, reused: a record call owns it only until it returns.
         step = g.step
@@ -329,11 +390,7 @@ class TurnBasedVecEnv:
             step = g.step = self._group_step(g)
         step.obs[i] = g.acted_obs[i]
         step.action[i] = g.action[i]
-        step.reward[i] = float(env._cumulative_rewards.get(agent, 0.0))
-        if terminal:
-            step.terminated[i] = bool(env.terminations.get(agent, False))
-            step.truncated[i] = not step.terminated[i]
-        self._encode(env.observe(agent), step.final_obs[i])
+        outcome(step)
         step.valid[i] = True
         try:
             self._others.record(g.name, step)

@@ -23,10 +23,15 @@ def test_double_q_target_by_hand():
     torch.testing.assert_close(y, torch.tensor([19.0, 2.0]))
 
 
-def _linear_dqn(**overrides) -> DQN:
+def _linear_dqn(negamax: float | None = None, **overrides) -> DQN:
     """No hidden layer: Q(s, .) = W s + b, with known weights for online and target nets."""
     space = SpaceInfo(
-        obs_dim=2, act_dim=2, discrete=True, heads=("a", "b"), head_weights=(1.0, 0.5)
+        obs_dim=2,
+        act_dim=2,
+        discrete=True,
+        heads=("a", "b"),
+        head_weights=(1.0, 0.5),
+        negamax=negamax,
     )
     agent = DQN(space, Params(hidden=[], lr=0.0, **overrides))
     with torch.no_grad():

@@ -48,6 +48,12 @@ class SpaceInfo:
     # values holds (a stack of k frames is k * C channels); () for flat float32 rows. The
     # encoders (agents/parts/encoders.py) read it and scale the pixels inside the network.
     obs_shape: tuple[int, ...] = ()
+    # Self-play with negamax values ([play] negamax): each transition runs from a move to the
+    # opponent's reply, next_obs is the opponent's view (its own legal moves in the mask), and
+    # a move is worth its reward minus the discounted value of the opponent's reply, which is
+    # uniformly random with this chance and the opponent's best otherwise. None: transitions
+    # run from the agent's turn to its next turn, as in any env.
+    negamax: float | None = None
 
     @property
     def num_heads(self) -> int:

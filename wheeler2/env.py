@@ -49,6 +49,20 @@ class EnvInfo:
 
 
 @dataclass
+class PlyStep:
+    """What a turn-based game's member learns from where the table uses negamax values
+    (``[play] negamax``, envs/turns.py): the move to the opponent's reply, not the move to the
+    member's next turn. ``next_obs`` is the opponent's view after the move; ``terminated``:
+    the move ended the game; ``truncated``: the game ended later in the row's step (the
+    opponent's move ended it), so the move is valued from ``next_obs`` as any other."""
+
+    reward: np.ndarray  # [N] float32, the mover's reward for the move itself
+    next_obs: np.ndarray  # [N, obs_dim]
+    terminated: np.ndarray  # [N] bool
+    truncated: np.ndarray  # [N] bool
+
+
+@dataclass
 class EnvStep:
     """The result of one vector step; every array has N rows."""
 
@@ -62,6 +76,9 @@ class EnvStep:
     desired_goal: np.ndarray | None = None  # [N, G]
     final_achieved_goal: np.ndarray | None = None  # [N, G] of the true next observation
     final_desired_goal: np.ndarray | None = None  # [N, G]
+    # Negamax self-play: what the replay keeps instead of (reward, final_obs, terminated,
+    # truncated); the fields above stay what happened, for returns and episode ends.
+    ply: PlyStep | None = None
 
     @property
     def done(self) -> np.ndarray:

@@ -171,6 +171,16 @@ class PlayConfig:
     # the random player) go into its replay too, seen from the mover's side (an off-policy
     # table; an on-policy one learns from its own rollouts only).
     record_opponents: bool = False
+    # Self-play in a two-player zero-sum game, negamax values: each of the table's moves is
+    # learned from to the opponent's reply (one ply, not turn to turn), its value being minus
+    # the opponent's value of the position it leaves, so what the table learns assumes the
+    # opponent's best reply rather than the mix of pool and random players it happened to
+    # meet (DQN, n_step = 1; docs/envs.md, "Negamax values").
+    negamax: bool = False
+    # ... in that target the opponent replies uniformly at random with this chance (its best
+    # reply otherwise): among the moves that hold against best play, those that give a weak
+    # player the most ways to go wrong are worth more.
+    negamax_random: float = bounded(0.0, ge=0, lt=1)
     # Head-to-head evals at each eval point (turn-based games): win / draw / loss and an
     # Elo-style rating against each.
     eval_vs: tuple[str, ...] = setting((), choices=EVAL_OPPONENTS)  # eval_episodes games each

@@ -7,6 +7,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Any
 
+from wheeler2 import registry
 from wheeler2.config import Config, ConfigError
 from wheeler2.config.model import params_of
 from wheeler2.runtime.parts import make_env
@@ -16,6 +17,8 @@ from wheeler2.runtime.plan import MemberPlan
 def check_meeting(config: Config, tables: list[Any]) -> None:
     """``tables``: the run's TableSetups (runtime/team.py, which calls this)."""
     if not config.env.id.startswith("pettingzoo:"):
+        if config.play.negamax:
+            raise _negamax_error(config, f"{config.env.id!r} is not a turn-based game")
         if config.play.joint:
             raise ConfigError(
                 str(config.path),
@@ -40,6 +43,8 @@ def check_meeting(config: Config, tables: list[Any]) -> None:
             )
         if config.play.joint:
             _check_claims(config, agents)
+        if config.play.negamax:
+            _check_negamax(config, tables, agents, turn_based=hasattr(env, "seats"))
         for table in tables:
             _check_driven(config, table, agents, turn_based=hasattr(env, "seats"))
     finally:
@@ -117,6 +122,58 @@ def _check_driven(config: Config, table: Any, agents: list[str], turn_based: boo
             "heads",
             "joint play writes the steps of other tables' agents with the env's reward; "
             "reward heads other than 'env' are not supported with [play] joint",
+        )
+
+
+def _negamax_error(config: Config, why: str) -> ConfigError:
+    return ConfigError(
+        str(config.path),
+        "[play]",
+        "negamax",
+        f"negamax values need self-play in a two-player turn-based game, one table playing "
+        f"both seats: {why}",
+    )
+
+
+def _check_negamax(config: Config, tables: list[Any], agents: list[str], turn_based: bool) -> None:
+    """A negamax table learns from one ply at a time and values a move by the opponent's reply,
+    which its own network judges: the game must alternate two players of one table, and the
+    learner must read transitions that way (an ``negamax`` algorithm, one-step returns)."""
+    if not turn_based or len(agents) != 2:
+        raise _negamax_error(
+            config, f"{config.env.id} is not a two-player turn-based game (agents: {agents})"
+        )
+    if config.play.joint:
+        raise _negamax_error(config, "[play] joint has other tables drive seats")
+    for table in tables:
+        claimed = [a for a in agents if table.name in _claimants(config, a)]
+        if len(claimed) != len(agents):
+            raise _negamax_error(
+                config, f"table {table.name!r} claims {claimed}, not both of {agents}"
+            )
+    for m in config.team:
+        if not getattr(registry.resolve_algo(m.algo), "negamax", False):
+            raise ConfigError(
+                str(config.path),
+                f"[[team]] {m.name}",
+                "algo",
+                f"{m.algo!r} cannot learn negamax values ([play] negamax); use dqn",
+            )
+    if config.buffer.n_step != 1:
+        raise ConfigError(
+            str(config.path),
+            "[buffer]",
+            "n_step",
+            f"{config.buffer.n_step}: [play] negamax learns one ply at a time, whose returns "
+            "alternate sides; expected n_step = 1",
+        )
+    if any(h.reward != "env" for h in config.task.heads):
+        raise ConfigError(
+            str(config.path),
+            "[task]",
+            "heads",
+            "[play] negamax values the game's own reward; reward heads other than 'env' are "
+            "not supported with it",
         )
 
 

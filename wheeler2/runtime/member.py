@@ -45,7 +45,7 @@ from wheeler2.runtime.opponents import (
     driven_groups,
     match_figures,
 )
-from wheeler2.runtime.parts import make_agent, make_env, space_info
+from wheeler2.runtime.parts import make_agent, make_env, negamax_of, space_info
 from wheeler2.runtime.plan import MemberPlan
 from wheeler2.runtime.protocols import (
     Budget,
@@ -173,6 +173,15 @@ class Member:
             st.infos,
             st.reward,
         )
+        # What is learned from: the step as it happened, or (negamax self-play) the move to
+        # the opponent's reply; returns and episode ends count what happened either way.
+        learned, next_obs, terminated, truncated = reward, st.final_obs, st.terminated, st.truncated
+        if st.ply is not None:
+            ply = st.ply
+            next_obs, terminated, truncated = ply.next_obs, ply.terminated, ply.truncated
+            learned = self.heads.compute(
+                obs, out.action, next_obs, None, None, st.infos, ply.reward
+            )
         if not np.isfinite(reward).all():
             bad = int(np.flatnonzero(~np.isfinite(reward).all(axis=0))[0])
             value = reward[:, bad][~np.isfinite(reward[:, bad])][0]
@@ -181,10 +190,10 @@ class Member:
             Transitions(
                 obs=pin,
                 action=out.action,
-                reward=reward,
-                next_obs=policy_obs(st.final_obs, st.final_desired_goal),
-                terminated=st.terminated,
-                truncated=st.truncated,
+                reward=learned,
+                next_obs=policy_obs(next_obs, st.final_desired_goal),
+                terminated=terminated,
+                truncated=truncated,
                 reset_obs=policy_obs(st.obs, st.desired_goal),
                 act_out=out,
                 active=valid,
@@ -203,21 +212,21 @@ class Member:
             worth = self.heads.worth(
                 obs,
                 out.action,
-                st.final_obs,
+                next_obs,
                 st.final_achieved_goal,
                 st.final_desired_goal,
                 st.infos,
-                reward,
+                learned,
             )
             if worth is not None:
                 extra["worth"] = worth  # the replay's admission (buffer/admission.py)
             self.writer.add(
                 obs,
                 out.action,
-                reward,
-                st.final_obs,
-                st.terminated,
-                st.truncated,
+                learned,
+                next_obs,
+                terminated,
+                truncated,
                 logp=logp,
                 achieved_goal=ag,
                 desired_goal=dg,
@@ -380,7 +389,7 @@ class MemberLoop:
         self.stage = -1 if config.curriculum is None else apply_stage(self.budget.stage(), env)
         heads = make_heads(config, env, make_task(config))
         self._building("building its agent")
-        space = space_info(env.info, heads)
+        space = space_info(env.info, heads, negamax_of(config))
         agent = make_agent(config, plan, space, seed)
         state = dict(wiring.state) if wiring.state is not None else None
         pool_state = None if state is None else state.pop(POOL_KEY, None)

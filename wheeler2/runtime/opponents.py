@@ -205,6 +205,9 @@ class Drivers:
         # [play] record_opponents: the own opponents' moves (not the random player's) go into
         # the table's replay too; set by build_drivers.
         self.own_recorder: _Recorder | None = None
+        # Negamax plies: the random player's moves are valid samples too (no return follows
+        # the behaviour of whoever moved).
+        self.record_random = False
         self.recorded = 0
 
     # -- OtherAgents --
@@ -240,10 +243,13 @@ class Drivers:
     def _record_own(self, own: _Recorder, step: GroupStep) -> None:
         """An opponent that is the table itself (now or a snapshot) made a move whose outcome
         the table can learn from like its own: the observations are the mover's view, so one
-        Q-function serves both. The random player's moves are left out: an n-step return that
-        follows them would value the next moves as random play."""
+        Q-function serves both. The random player's moves are left out unless the steps are
+        negamax plies: an n-step return that follows them would value the next moves as random
+        play."""
         rows_per_copy = len(step.valid) // len(self.facing)
-        keep = step.valid & (np.repeat(self.facing, rows_per_copy) != RANDOM)
+        keep = step.valid
+        if not self.record_random:
+            keep = keep & (np.repeat(self.facing, rows_per_copy) != RANDOM)
         if not keep.any():
             return
         self.recorded += int(keep.sum())
@@ -402,10 +408,12 @@ def build_drivers(
         env.random_opening = int(play.random_opening)
         env.random_opening_min = play.random_opening_min
         env.random_start = int(play.random_start)
+        env.plies = bool(play.negamax)
     copies, act_dim = int(env.num_copies), space.act_dim
     drivers = Drivers(agent, tables, pool, opponent, copies, act_dim, epsilon, seed + 2)
     if SELF in groups and play.record_opponents and replay is not None:
         drivers.own_recorder = _Recorder(replay.writer(num_envs=len(groups[SELF].obs), block=False))
+        drivers.record_random = bool(play.negamax)
     return drivers
 
 

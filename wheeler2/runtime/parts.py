@@ -31,7 +31,8 @@ def make_env(
     return registry.make_env(config.env, num_envs, seed, agents=agents, groups=groups)
 
 
-def space_info(info: EnvInfo, heads: RewardHeads) -> SpaceInfo:
+def space_info(info: EnvInfo, heads: RewardHeads, negamax: float | None = None) -> SpaceInfo:
+    """``negamax``: ``negamax_of(config)`` for the tables that learn from the env's steps."""
     if info.action_mask and info.goal_dim > 0:
         # policy_obs puts the goals after the observation, so the mask would no longer be
         # the last act_dim columns, where every agent reads it.
@@ -55,7 +56,13 @@ def space_info(info: EnvInfo, heads: RewardHeads) -> SpaceInfo:
         head_weights=heads.weights,
         action_mask=info.action_mask,
         obs_shape=info.obs_shape,
+        negamax=negamax,
     )
+
+
+def negamax_of(config: Config) -> float | None:
+    """``SpaceInfo.negamax`` of a run: its random-reply share with ``[play] negamax``."""
+    return float(config.play.negamax_random) if config.play.negamax else None
 
 
 def make_agent(config: Config, plan: MemberPlan, space: SpaceInfo, seed: int) -> Agent:

@@ -19,7 +19,7 @@ from wheeler2.env import EnvInfo, FrameStackError, VecEnv
 from wheeler2.runtime.curriculum import check_curriculum
 from wheeler2.runtime.heads import make_heads, make_task
 from wheeler2.runtime.meeting import check_meeting
-from wheeler2.runtime.parts import make_agent, make_env, replay_layout, space_info
+from wheeler2.runtime.parts import make_agent, make_env, negamax_of, replay_layout, space_info
 from wheeler2.runtime.plan import MemberPlan, learner_plan, plan_team
 from wheeler2.runtime.resources import check_members
 from wheeler2.runtime.seeds import member_seed
@@ -126,7 +126,7 @@ def _prepare_table(
 ) -> TableSetup:
     lead = learner_plan(plans)
     info, heads = _probe_lead(config, lead)
-    space = space_info(info, heads)
+    space = space_info(info, heads, negamax_of(config))
     for p in plans:
         _check_member(config, p, heads.names)
     # Devices and network sizes, before the first network is built.
