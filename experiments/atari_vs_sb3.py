@@ -31,7 +31,7 @@ from typing import Any
 from experiments.lib import RESULTS, ROOT, report
 
 
-def wheeler2_arm(steps: int, learning_starts: int, out: Path) -> dict[str, float]:
+def wheeler2_arm(steps: int, learning_starts: int, out: Path, device: str) -> dict[str, float]:
     import wheeler2
 
     sets: dict[str, Any] = {
@@ -41,6 +41,7 @@ def wheeler2_arm(steps: int, learning_starts: int, out: Path) -> dict[str, float
         "buffer__capacity": 10_000,
         "team__dqn__params__learning_starts": learning_starts,
         "team__dqn__params__double": False,  # SB3's DQN bootstraps from the target's max
+        "team__dqn__params__device": device,
     }
     run = wheeler2.run(ROOT / "cfg" / "atari_pong.toml", out=str(out), **sets)
     # (wall_s, env_steps, updates) of each of the member's reports (every ~2 s).
@@ -72,7 +73,7 @@ def steady(trace: list[tuple[float, float, float]], learning_starts: int) -> dic
     }
 
 
-def sb3_arm(steps: int, learning_starts: int) -> dict[str, float]:
+def sb3_arm(steps: int, learning_starts: int, device: str) -> dict[str, float]:
     import ale_py
     import gymnasium as gym
     import torch
@@ -96,7 +97,7 @@ def sb3_arm(steps: int, learning_starts: int) -> dict[str, float]:
         gradient_steps=1,
         target_update_interval=1000,
         learning_rate=1e-4,
-        device="cpu",
+        device=device,
         seed=0,
     )
     from stable_baselines3.common.callbacks import BaseCallback
@@ -116,11 +117,18 @@ def sb3_arm(steps: int, learning_starts: int) -> dict[str, float]:
     return steady(trace, learning_starts)
 
 
+def _gpu_name(device: str) -> str | None:
+    import torch
+
+    return torch.cuda.get_device_name() if device.startswith("cuda") else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--collect-steps", type=int, default=8000)
     ap.add_argument("--learning-starts", type=int, default=500)
+    ap.add_argument("--device", default="cpu", help="both sides' torch device (cpu, cuda)")
     ap.add_argument("--out", type=Path, default=RESULTS / "atari_vs_sb3.md")
     args = ap.parse_args(argv)
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -132,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         for setting, steps, starts in settings:
             figures[setting] = {
-                "wheeler2": wheeler2_arm(steps, starts, Path(tmp)),
-                "sb3": sb3_arm(steps, starts),
+                "wheeler2": wheeler2_arm(steps, starts, Path(tmp), args.device),
+                "sb3": sb3_arm(steps, starts, args.device),
             }
             print(setting, figures[setting], flush=True)
 
@@ -146,12 +154,20 @@ def main(argv: list[str] | None = None) -> int:
             "cores": os.cpu_count(),
             "load": os.getloadavg()[0],
             "python": platform.python_version(),
+            "device": args.device,
+            "gpu": _gpu_name(args.device),
         },
         **figures,
     }
     text = report.publish(args.out, data, render, argv)
     print(text)
     return 0
+
+
+def _where(setup: dict[str, Any]) -> str:
+    """Where the networks ran: the CPU, or the GPU by name (``--device cuda``)."""
+    device = setup.get("device", "cpu")
+    return "CPU" if device == "cpu" else f"networks on {setup.get('gpu') or device}"
 
 
 def render(data: dict[str, Any], **_: object) -> str:
@@ -170,9 +186,10 @@ def render(data: dict[str, Any], **_: object) -> str:
     return f"""# Atari Pong from pixels: wheeler2 against SB3 at the same settings
 
 `python -m experiments.atari_vs_sb3 --steps {setup["steps"]} --collect-steps \
-{setup["collect_steps"]} --learning-starts {setup["learning_starts"]}` \
+{setup["collect_steps"]} --learning-starts {setup["learning_starts"]}\
+{"" if setup.get("device", "cpu") == "cpu" else " --device " + setup["device"]}` \
 ({setup["date"]}, {setup["cores"]} cores shared with other work, load \
-{setup["load"]:.1f}, Python {setup["python"]}, CPU, one torch thread).
+{setup["load"]:.1f}, Python {setup["python"]}, {_where(setup)}, one torch thread).
 ALE/Pong-v5 + AtariPreprocessing, 4 frames stacked, DQN with the Nature network, batch 32, one
 update per 4 env steps. One run each: a throughput check, not a learning comparison.
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from experiments.lib import RESULTS, ROOT, report, runs
 
+SIDES = ["wheeler2", "sb3"]
 CONFIGS = {"Breakout": "minatar_breakout.toml", "SpaceInvaders": "minatar_space_invaders.toml"}
 
 
@@ -44,7 +45,9 @@ def schedule(steps: int) -> tuple[int, int]:
     return min(5_000, steps // 5), min(100_000, steps // 5)
 
 
-def wheeler2_run(game: str, seed: int, steps: int, episodes: int, out: Path) -> dict[str, Any]:
+def wheeler2_run(
+    game: str, seed: int, steps: int, episodes: int, out: Path, device: str = "cpu"
+) -> dict[str, Any]:
     import wheeler2
 
     warm, decay = schedule(steps)
@@ -57,6 +60,7 @@ def wheeler2_run(game: str, seed: int, steps: int, episodes: int, out: Path) -> 
         "team__dqn__params__learning_starts": warm,
         "team__dqn__params__eps_decay_steps": decay,
         "team__dqn__params__double": False,
+        "team__dqn__params__device": device,
     }
     start = time.perf_counter()
     run = wheeler2.run(ROOT / "cfg" / CONFIGS[game], out=str(out), **overrides)
@@ -64,7 +68,7 @@ def wheeler2_run(game: str, seed: int, steps: int, episodes: int, out: Path) -> 
     return {"final_return": summary["final_eval_return"], "wall_s": time.perf_counter() - start}
 
 
-def sb3_run(game: str, seed: int, steps: int, episodes: int) -> dict[str, Any]:
+def sb3_run(game: str, seed: int, steps: int, episodes: int, device: str = "cpu") -> dict[str, Any]:
     import gymnasium as gym
     import torch
     import wheeler2.envs.pixels  # noqa: F401 - registers the MinAtar ids
@@ -119,7 +123,7 @@ def sb3_run(game: str, seed: int, steps: int, episodes: int) -> dict[str, Any]:
         exploration_final_eps=0.1,
         max_grad_norm=10,
         policy_kwargs={"features_extractor_class": SmallCNN, "net_arch": [128]},
-        device="cpu",
+        device=device,
         seed=seed,
     )
     start = time.perf_counter()
@@ -138,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     ap.add_argument("--steps", type=int, default=500_000)
     ap.add_argument("--eval-episodes", type=int, default=10)
+    ap.add_argument("--sides", nargs="+", default=SIDES, choices=SIDES)
+    ap.add_argument("--device", default="cpu", help="both sides' torch device (cpu, cuda)")
     ap.add_argument("--out", type=Path, default=RESULTS / "minatar_vs_sb3.md")
     args = ap.parse_args(argv)
     log = args.out.with_name(args.out.stem + "_runs.jsonl")
@@ -146,11 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for game in args.games:
             for seed in args.seeds:
-                for side in ("wheeler2", "sb3"):
+                for side in args.sides:
                     if side == "wheeler2":
-                        res = wheeler2_run(game, seed, args.steps, args.eval_episodes, Path(tmp))
+                        res = wheeler2_run(
+                            game, seed, args.steps, args.eval_episodes, Path(tmp), args.device
+                        )
                     else:
-                        res = sb3_run(game, seed, args.steps, args.eval_episodes)
+                        res = sb3_run(game, seed, args.steps, args.eval_episodes, args.device)
                     records.append({"game": game, "seed": seed, "side": side, **res})
                     runs.append(log, records[-1])
                     print(records[-1], flush=True)
@@ -161,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "eval_episodes": args.eval_episodes,
         "date": time.strftime("%Y-%m-%d"),
         "cores": os.cpu_count(),
+        "device": args.device,
     }
     text = render(records, **params)
     report.write(
@@ -184,6 +193,7 @@ def render(
     eval_episodes: int,
     date: str,
     cores: int,
+    device: str = "cpu",
 ) -> str:
     """The table from the stored runs (one record per game, seed and side) and the sweep's
     arguments, date and core count (the result file's params)."""
@@ -204,10 +214,11 @@ def render(
     return f"""# DQN on MinAtar: wheeler2 against SB3, like for like
 
 `python -m experiments.minatar_vs_sb3 --games {" ".join(games)} --seeds \
-{" ".join(map(str, seeds))} --steps {steps} --eval-episodes {eval_episodes}` ({date}, \
-{cores} cores shared with other work). Median over {len(seeds)} seed(s) of the
-final greedy return ({eval_episodes} episodes) and of the wall-clock per run (wheeler2:
-the whole `wheeler2.run`, its start-up and closing evaluation included; SB3: `learn` alone).
+{" ".join(map(str, seeds))} --steps {steps} --eval-episodes {eval_episodes} --device {device}` \
+({date}, {cores} cores shared with other work, networks on {device}). Median over \
+{len(seeds)} seed(s) of the final greedy return ({eval_episodes} episodes) and of the
+wall-clock per run (wheeler2: the whole `wheeler2.run`, its start-up and closing evaluation
+included; SB3: `learn` alone).
 
 | game | wheeler2 return | SB3 return | wheeler2 wall | SB3 wall | wall ratio |
 | --- | --- | --- | --- | --- | --- |
