@@ -19,6 +19,10 @@ own process: the serial backend steps the member here).
 
     python -m experiments.meet_games --game tictactoe --seeds 0 1 2 3 4
     python -m experiments.meet_games --game connect_four --seeds 0 1 2 3 4 --steps 200000
+    python -m experiments.meet_games --game tictactoe --rescore 4000   # the stored runs again
+
+``--rescore N`` plays each stored run's final policy again, N games against random (the run's
+own 1000 first), and adds that table: a win rate near its threshold read more tightly.
 
 Writes experiments/results/meet_<game>.md, .json (every run's figures; each seed replaces its
 earlier row as it finishes) and .png (the in-run ``vs_random/win`` and Elo curves). Notes:

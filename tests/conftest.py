@@ -6,6 +6,7 @@ they keep testing the config machinery while the real algorithms change.
 
 from __future__ import annotations
 
+import signal
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -128,3 +129,13 @@ def ray_tmp() -> Iterator[str]:
     """A short RAY_TMPDIR for one test (see tests/ray_tmpdir.py), removed after it."""
     with ray_tmpdir() as path:
         yield path
+
+
+@pytest.fixture(autouse=True)
+def _restore_sigint() -> Iterator[None]:
+    """Each test starts with the SIGINT handler the session had: a run inside the test process
+    that stops while Ctrl-C is ignored must not leave it ignored, since every child a later
+    test starts inherits that (and a child started with SIGINT ignored never sees Ctrl-C)."""
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, handler)

@@ -191,7 +191,14 @@ def test_ctrl_c_stops_the_sweep_cleanly(tmp_path: Path, parallel: list[str]) -> 
     out = tmp_path / "runs"
     path = tiny(tmp_path, steps=10_000_000)  # runs until interrupted
     cmd = wheeler2_command("run", str(path), "--seeds", "0-2", "--out", str(out), *parallel)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env())
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=child_env(),
+        # Ctrl-C as a terminal delivers it: to a process that has not inherited it ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     running = 2 if parallel else 1
     deadline = time.monotonic() + 90
     try:

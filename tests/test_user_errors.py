@@ -338,6 +338,11 @@ RELATION_CASES = {
         ("[play] random_opening_min", "3 is more than", "random_opening = 2"),
         sets=("play.random_opening=2", "play.random_opening_min=3"),
     ),
+    "negamax_random needs negamax": Case(
+        "",
+        ("[play] negamax_random", "0.3 models", "negamax = true"),
+        sets=("play.negamax_random=0.3",),
+    ),
 }
 for _name, _case in RELATION_CASES.items():
     _case.name = f"relation: {_name}"

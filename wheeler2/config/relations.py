@@ -107,6 +107,17 @@ def _opening_range(config: Config) -> Iterator[Found]:
         )
 
 
+def _negamax_random_needs_negamax(config: Config) -> Iterator[Found]:
+    play = config.play
+    if play.negamax_random > 0 and not play.negamax:
+        yield (
+            "[play]",
+            "negamax_random",
+            f"{play.negamax_random} models the opponent's reply in the negamax target, which "
+            "only [play] negamax = true learns: set negamax = true or leave negamax_random out",
+        )
+
+
 def _her_needs_a_replay(config: Config) -> Iterator[Found]:
     if config.buffer.her is not None and not _uses_replay(config):
         names = ", ".join(f"'{m.name}' ({m.algo})" for m in _learners(config))
@@ -214,6 +225,12 @@ RULES: tuple[Rule, ...] = (
         ("play.random_opening_min", "play.random_opening"),
         "error",
         _opening_range,
+    ),
+    Rule(
+        "negamax_random needs negamax",
+        ("play.negamax_random", "play.negamax"),
+        "error",
+        _negamax_random_needs_negamax,
     ),
     Rule(
         "agents need a multi-agent env",

@@ -138,7 +138,7 @@ def _negamax_error(config: Config, why: str) -> ConfigError:
 def _check_negamax(config: Config, tables: list[Any], agents: list[str], turn_based: bool) -> None:
     """A negamax table learns from one ply at a time and values a move by the opponent's reply,
     which its own network judges: the game must alternate two players of one table, and the
-    learner must read transitions that way (an ``negamax`` algorithm, one-step returns)."""
+    learner must read transitions that way (a ``negamax`` algorithm, one-step returns)."""
     if not turn_based or len(agents) != 2:
         raise _negamax_error(
             config, f"{config.env.id} is not a two-player turn-based game (agents: {agents})"
