@@ -390,3 +390,22 @@ def test_the_forgetting_credit_is_shared_by_every_producer() -> None:
     assert 0.0 <= credit < 1.0
     assert stats["carried"] + credit == pytest.approx(allowance)
     assert _carried_share(stats) == pytest.approx(keep, abs=2e-3)
+
+
+def _reservoir_rows(seed: int) -> list[int]:
+    """The codes a seeded reservoir keeps, made in whichever process calls it."""
+    cfg = _cfg(forget="reservoir", chunk=4)
+    with Replay.create(Layout(obs_dim=2, act_dim=1), cfg, GAMMA, seed=seed) as replay:
+        _episodes(replay, [10] * 30)
+        return sorted(_stored(replay)["code"].tolist())
+
+
+def test_the_owner_forgets_reproducibly_from_its_seed_in_any_process() -> None:
+    """The same seed keeps the same rows in another process (a serial run repeats itself; the
+    stream once mixed in the pid, which made this differ run to run), and another seed not."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        there = pool.apply(_reservoir_rows, (4,))
+    assert _reservoir_rows(4) == there
+    assert _reservoir_rows(5) != there

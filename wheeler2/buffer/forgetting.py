@@ -44,8 +44,6 @@ replay is made.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from .config import ReplayConfig
@@ -57,7 +55,7 @@ _MEAN_SAMPLE = 256
 class Forgetting:
     """Carries the rows a rule keeps forward before an insert overwrites them; lock held."""
 
-    def __init__(self, cfg: ReplayConfig, seed: int) -> None:
+    def __init__(self, cfg: ReplayConfig, seed: int | list[int]) -> None:
         self.rule = cfg.forget
         self.keep = float(cfg.forget_keep)
         self.rate = self.keep / (1.0 - self.keep)  # kept rows allowed per overwritten row
@@ -68,9 +66,10 @@ class Forgetting:
         seq = cfg.sequence
         self.every = 0 if seq is None else seq.every
         self.window = 0 if seq is None else seq.span + cfg.n_step - 1
-        # Each process that inserts draws its own stream (reservoir); the pid keeps two
-        # producers from making the same draws.
-        self.rng = np.random.default_rng([seed, os.getpid(), 41])
+        # Each process that inserts draws its own stream (reservoir): the replay passes the
+        # owner its bare seed, so a serial run forgets reproducibly, and a member its seed
+        # with its pid, so two producers never make the same draws.
+        self.rng = np.random.default_rng([*np.atleast_1d(seed).tolist(), 41])
 
     def carry(self, st: Storage, n: int) -> int:
         """Before ``n`` rows are inserted: copy the kept rows among those they would overwrite

@@ -81,7 +81,7 @@ class Replay:
         self._closed = False
         self._her_extra = ("obs", "action", "next_obs", "next_achieved_goal")
         # Any process that inserts applies the rule under the insert's lock (forgetting.py).
-        self._forget = Forgetting(self.cfg, handle.seed) if self.cfg.forget != "oldest" else None
+        self._forget = Forgetting(self.cfg, seed) if self.cfg.forget != "oldest" else None
         self._terms: PriorityTerms | None = None
         if self.cfg.priority_novelty > 0.0 or self.cfg.priority_td != 1.0:
             self._terms = PriorityTerms(
