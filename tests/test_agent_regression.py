@@ -7,6 +7,13 @@ still loads), takes the same fixed input for about 200 gradient steps, and must 
 recorded parameters, targets, counters, last TD errors and metrics, equal to float32 rounding
 (``rtol = 1e-5``, ``atol = 1e-6``).
 
+Or, on a machine that rounds otherwise: MKL and ATen choose their kernels by instruction set,
+so an AVX-512 Xeon does not round as the AMD EPYC (AVX2) that made the recording did, and 200
+Adam steps amplify a last-bit difference (the cases' docstring: rounding first shows at update
+110 or later, every mutation tried by update 11). There the traced metrics must still agree at
+float32 rounding through update ``STRICT_THROUGH`` (the math), and the final values lie within
+``LOOSE_RTOL`` / ``LOOSE_ATOL`` (amplified rounding, measured at most 0.005 on a Xeon).
+
 A failure names the case and every tensor that moved. If the change is *meant* to move the
 numbers, re-record from a clean checkout of the new code and say why in the commit:
 
@@ -27,6 +34,8 @@ from wheeler2.registry import resolve_algo
 
 RECORDING = Path(__file__).parent / "data" / "agent_regression.pt"
 RTOL, ATOL = 1e-5, 1e-6
+STRICT_THROUGH = cases.UPDATES // 2
+LOOSE_RTOL, LOOSE_ATOL = 0.05, 0.02
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +48,9 @@ def test_the_recording_covers_every_case(recording: dict[str, Any]) -> None:
     assert sorted(recording["cases"]) == sorted(cases.BY_ID)
 
 
-def _differences(final: dict[str, Any], now: dict[str, Any]) -> list[str]:
+def _differences(
+    final: dict[str, Any], now: dict[str, Any], rtol: float = RTOL, atol: float = ATOL
+) -> list[str]:
     """One line per recorded value the agent no longer ends with."""
     bad = []
     for key, want in final.items():
@@ -58,31 +69,34 @@ def _differences(final: dict[str, Any], now: dict[str, Any]) -> list[str]:
             )
             continue
         try:
-            torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+            torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
         except AssertionError:
             diff = (got.double() - want.double()).abs().max().item()
             bad.append(f"{key}: max |diff| {diff:.3g}")
     return bad
 
 
-def _first_departure(trace: dict[str, Any], now: list[tuple[int, dict[str, float]]]) -> str:
-    """Where the metrics trace first left the recording, in words (see the cases' docstring:
-    early = a real change, late after agreeing updates = rounding amplified)."""
+def _first_departure(
+    trace: dict[str, Any], now: list[tuple[int, dict[str, float]]]
+) -> tuple[int, str]:
+    """The last traced update whose metrics agree with the recording, and where they first
+    left it, in words (see the cases' docstring: early = a real change, late after agreeing
+    updates = rounding amplified)."""
     got = dict(now)
     agreed = 0
     for u, row in zip(trace["updates"].tolist(), trace["values"].tolist()):
         m = got.get(u)
         if m is None:
-            return f"no metrics at update {u} (agreed through update {agreed})"
+            return agreed, f"no metrics at update {u} (agreed through update {agreed})"
         for name, want in zip(trace["names"], row):
             if name not in m or not np.isclose(m[name], want, rtol=RTOL, atol=ATOL, equal_nan=True):
                 have = m.get(name)
                 first = f"metrics agree through update {agreed}; first differ at update {u}"
                 if not agreed:
                     first = "metrics differ from update 1"
-                return f"{first}: {name} is {have!r}, recorded {want!r}"
+                return agreed, f"{first}: {name} is {have!r}, recorded {want!r}"
         agreed = u
-    return f"the traced metrics agree through update {agreed}"
+    return agreed, f"the traced metrics agree through update {agreed}"
 
 
 def _upgraded(algo: str, params: dict) -> dict:
@@ -110,17 +124,26 @@ def test_the_agent_ends_where_it_was_recorded(case: cases.Case, recording: dict)
         agent.load_state_dict(data["initial"])
         out = cases.run(agent, case, data["inputs"])
 
-    bad = _differences(data["final"], cases.final_values(agent))
-    if data["td_error"] is not None:
-        assert out.td_error is not None, "learn() no longer reports td_error"
-        now = {"td_error": torch.as_tensor(out.td_error)}
-        bad += _differences({"td_error": data["td_error"]}, now)
-    for name, want in rec["metrics"].items():
-        got = out.metrics.get(name)
-        if got is None:
-            bad.append(f"metric {name}: missing")
-        elif not np.isclose(float(got), want, rtol=RTOL, atol=ATOL):
-            bad.append(f"metric {name}: {float(got)!r}, recorded {want!r}")
-    if bad:
-        where = _first_departure(data["trace"], out.trace)
-        pytest.fail(f"{case.id} moved from the recording ({where}):\n  " + "\n  ".join(bad))
+    def moved(rtol: float, atol: float) -> list[str]:
+        bad = _differences(data["final"], cases.final_values(agent), rtol, atol)
+        if data["td_error"] is not None:
+            assert out.td_error is not None, "learn() no longer reports td_error"
+            now = {"td_error": torch.as_tensor(out.td_error)}
+            bad += _differences({"td_error": data["td_error"]}, now, rtol, atol)
+        for name, want in rec["metrics"].items():
+            got = out.metrics.get(name)
+            if got is None:
+                bad.append(f"metric {name}: missing")
+            elif not np.isclose(float(got), want, rtol=rtol, atol=atol):
+                bad.append(f"metric {name}: {float(got)!r}, recorded {want!r}")
+        return bad
+
+    bad = moved(RTOL, ATOL)
+    if not bad:
+        return
+    agreed, where = _first_departure(data["trace"], out.trace)
+    if agreed >= STRICT_THROUGH:  # rounding of another machine, amplified late
+        bad = moved(LOOSE_RTOL, LOOSE_ATOL)
+        if not bad:
+            return
+    pytest.fail(f"{case.id} moved from the recording ({where}):\n  " + "\n  ".join(bad))
