@@ -135,7 +135,7 @@ class DQN(OffPolicy, Agent):
             if p.noisy:
                 noisy_head_(self.q.net if not self.recurrent else body(self.q), p.noisy_sigma0)
         self.q_target = self.target(self.q)
-        self.opt, self.q_params = self.optimizer(self.q, p.lr, fused=None)
+        self.opt, self.q_params = self.optimizer(self.q, p.lr)
         # The layers after the network's core (the network itself when feedforward).
         self.q_layers, self.q_target_layers = body(self.q), body(self.q_target)
         self.rng = np.random.default_rng(seed)  # epsilon-greedy
