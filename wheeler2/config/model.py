@@ -237,6 +237,10 @@ class MemberConfig:
     # from. Members with other observation or action spaces (predators and prey) go in tables
     # of their own, each with one learner; an on-policy learner's table has no replay.
     table: str = setting(DEFAULT_TABLE, rule=plain_name)
+    # An explorer's or actor's own policy (a population's mean, a PPO explorer's actor) is
+    # evaluated on the run's schedule beside the lead's, into summary.json member_evals: what
+    # the member itself would be worth. Learners are always evaluated.
+    evaluate: bool = False
     # Niceness of the member's own process (local and ray backends): explorers at 5-10 leave
     # the learner its core when the machine has fewer cores than members.
     nice: int = bounded(0, ge=0, le=19)
@@ -248,6 +252,30 @@ class MemberConfig:
         ge=0,
         expected="a table of resource names to numbers >= 0, e.g. { explorer_node = 1 }",
     )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # ``params`` is an instance of the algorithm's Params. Where the algorithm is a file
+        # named by path (``"./mine.py:Mine"``), its module was imported under a made-up name
+        # that another process (a local or ray member) does not know, so the instance would not
+        # unpickle there: it travels as its field values and is rebuilt from ``algo``.
+        plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        params = plain.pop("params")
+        if not dataclasses.is_dataclass(params) or isinstance(params, type):
+            return (_member_config, (plain, None, params))
+        values = {f.name: getattr(params, f.name) for f in dataclasses.fields(params) if f.init}
+        return (_member_config, (plain, values, None))
+
+
+def _member_config(
+    plain: dict[str, Any], values: dict[str, Any] | None, params: Any
+) -> MemberConfig:
+    """A :class:`MemberConfig` unpickled (its ``__reduce__``): the Params rebuilt from their
+    values by the algorithm's own class, resolved in this process."""
+    if values is not None:
+        from wheeler2 import registry
+
+        params = registry.resolve_algo(plain["algo"]).Params(**values)
+    return MemberConfig(**plain, params=params)
 
 
 def copy_value(spec: Any, copy: int, count: int) -> Any:
@@ -306,6 +334,8 @@ class Config:
                 member["table"] = m.table
             if m.nice:
                 member["nice"] = m.nice
+            if m.evaluate:
+                member["evaluate"] = True
             for key in ("agents", "num_cpus", "num_gpus", "resources", "sync", "per_copy"):
                 if getattr(m, key) is not None:
                     member[key] = _plain(getattr(m, key))

@@ -845,6 +845,12 @@ def _member(reader: Reader, label: str, entry: Any) -> MemberConfig:
         raise reader.error(
             label, "sync", "a learner does not sync; only explorers copy the learner's weights"
         )
+    if values["evaluate"] and values["role"] == "learner":
+        raise reader.error(
+            label,
+            "evaluate",
+            "a learner is always evaluated; evaluate = true is for explorers and actors",
+        )
     if values["role"] == "actor":
         _check_actor(reader, label, values, agent_class)
     values["per_copy"] = _per_copy(reader, label, values, params, params_cls)

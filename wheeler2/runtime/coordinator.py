@@ -175,10 +175,14 @@ class Coordinator:
             recorder = self.recorder
             recorder.state.env_steps = max(self.transport.env_steps(), message.env_steps)
             self.states[name] = message.state
-            if name != self.lead:  # another table's learner: its own curve, not the run's
+            if name in self.learners and name != self.lead:
+                # Another table's learner: its own curve, not the run's.
                 recorder.record_table_eval(
                     self.learners[name], name, message.env_steps, message.result
                 )
+                return
+            if name != self.lead:  # an explorer or actor with evaluate = true
+                recorder.record_member_eval(name, message.env_steps, message.result)
                 return
             if recorder.record_eval(message.env_steps, message.result, name):
                 # Before a stage change: best.pt's run state holds the stage this eval ran at.

@@ -134,6 +134,8 @@ class RunState:
     best_return: float = -math.inf
     # The evals of the other tables' learners (teams of unlike agents): table -> entries.
     table_evals: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # The evals of explorers and actors with evaluate = true: member name -> entries.
+    member_evals: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # [curriculum]: the stage the run is at, and the env steps of the evals that advanced it.
     stage: int = 0
     advanced_at: list[int] = field(default_factory=list)
@@ -146,6 +148,7 @@ class RunState:
             "steps_to_threshold": self.steps_to_threshold,
             "best_return": self.best_return,
             "table_evals": self.table_evals,
+            "member_evals": self.member_evals,
             "curriculum": {"stage": self.stage, "advanced_at": list(self.advanced_at)},
         }
 
@@ -158,6 +161,7 @@ class RunState:
             steps_to_threshold=d.get("steps_to_threshold"),
             best_return=float(d["best_return"]),
             table_evals={k: list(v) for k, v in (d.get("table_evals") or {}).items()},
+            member_evals={k: list(v) for k, v in (d.get("member_evals") or {}).items()},
             # Checkpoints from before curriculum stages have none: stage 0.
             stage=int((d.get("curriculum") or {}).get("stage", 0)),
             advanced_at=[int(s) for s in (d.get("curriculum") or {}).get("advanced_at", [])],
@@ -296,8 +300,26 @@ class Recorder:
     ) -> None:
         """An eval of another table's learner: kept in the summary's ``tables`` and logged as
         that member's ``eval_return``; the run's curve, threshold and best.pt stay the lead's."""
+        self._record_side_eval(self.state.table_evals, table, learner, table, env_steps, result)
+
+    def record_member_eval(self, member: str, env_steps: int, result: EvalResult) -> None:
+        """An eval of an explorer's or actor's own policy (``evaluate = true``): kept in the
+        summary's ``member_evals`` and logged as that member's ``eval_return``, as another
+        table's learner's is."""
+        table = next(m.table for m in self.config.team if member_of(member, m.name, m.count))
+        self._record_side_eval(self.state.member_evals, member, member, table, env_steps, result)
+
+    def _record_side_eval(
+        self,
+        store: dict[str, list[dict[str, Any]]],
+        key: str,
+        member: str,
+        table: str,
+        env_steps: int,
+        result: EvalResult,
+    ) -> None:
         entry = self._eval_entry(env_steps, result)
-        evals = self.state.table_evals.setdefault(table, [])
+        evals = store.setdefault(key, [])
         before = max((e["return"] for e in evals), default=-math.inf)
         if evals and evals[-1]["env_steps"] == env_steps:
             evals[-1] = entry  # its closing eval at the step of its last one (record_eval)
@@ -307,8 +329,8 @@ class Recorder:
         values.update(result.matches or {})
         if result.success is not None:
             values["eval_success"] = result.success
-        self.log.scalars(learner, env_steps, values)
-        self._call("on_eval", self._eval_event(learner, table, False, entry, result, before))
+        self.log.scalars(member, env_steps, values)
+        self._call("on_eval", self._eval_event(member, table, False, entry, result, before))
 
     def record_eval(self, env_steps: int, result: EvalResult, member: str = "") -> bool:
         """Stores one evaluation of the lead learner (``member``); returns True when it is the
@@ -432,6 +454,10 @@ class Recorder:
         }
         if self.state.table_evals:
             summary["tables"] = _table_summaries(self.config, evals, self.state.table_evals)
+        if self.state.member_evals:
+            summary["member_evals"] = {
+                name: _eval_summary(entries) for name, entries in self.state.member_evals.items()
+            }
         if self.curriculum is not None:
             summary["curriculum"] = {
                 "stage": self.state.stage,
@@ -455,6 +481,23 @@ class Recorder:
         return summary
 
 
+def member_of(name: str, team_name: str, count: int) -> bool:
+    """Whether member ``name`` is a copy of the ``[[team]]`` entry ``team_name`` (copies of a
+    ``count > 1`` entry are named ``<team_name>-<k>``)."""
+    if count == 1:
+        return name == team_name
+    head, _, k = name.rpartition("-")
+    return head == team_name and k.isdigit() and int(k) < count
+
+
+def _eval_summary(evals: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "best_eval_return": max((e["return"] for e in evals), default=None),
+        "final_eval_return": evals[-1]["return"] if evals else None,
+        "eval": evals,
+    }
+
+
 def _table_summaries(
     config: Config, lead_evals: list[dict[str, Any]], others: dict[str, list[dict[str, Any]]]
 ) -> dict[str, Any]:
@@ -463,12 +506,7 @@ def _table_summaries(
     out = {}
     for table in config.tables:
         evals = lead_evals if table == config.learner.table else others.get(table, [])
-        out[table] = {
-            "learner": learners[table],
-            "best_eval_return": max((e["return"] for e in evals), default=None),
-            "final_eval_return": evals[-1]["return"] if evals else None,
-            "eval": evals,
-        }
+        out[table] = {"learner": learners[table], **_eval_summary(evals)}
     return out
 
 

@@ -365,6 +365,8 @@ class MemberLoop:
         self.budget = wiring.budget
         self.link = wiring.link
         self.learner = plan.role == "learner"
+        # Learners are evaluated; an explorer or actor when its [[team]] entry says evaluate.
+        self.evaluates = self.learner or bool(plan.spec.evaluate)
         self.eval_every = int(config.experiment.eval_every)
         self.next_eval = wiring.next_eval
         self.last_eval: int | None = None
@@ -437,7 +439,8 @@ class MemberLoop:
         # The actor, or with it the modules the table's explorers pull by name (sync.ModuleSet).
         self.published = None if self.sink is None else publish_view(agent, sink_pulls(self.sink))
         self.eval_env = None
-        if self.learner:
+        self.eval_drivers: EvalDrivers | None = None
+        if self.evaluates:
             self._building("building its eval envs")
             self.eval_env = make_env(
                 config, int(exp.eval_episodes), eval_env_seed(config), plan, groups
@@ -502,6 +505,8 @@ class MemberLoop:
             budget.settle(want, used)
             if self.learner:
                 self._learn()
+            elif self.evaluates:
+                self._evaluate_when_due()
             drivers = self.drivers
             if drivers is not None:
                 drivers.after_update(int(getattr(self.agent, "updates", 0)))
@@ -540,6 +545,9 @@ class MemberLoop:
         if self.sink is not None and self.published is not None and progress >= self.next_publish:
             self.sink.publish(self.published)
             self.next_publish = progress + PUBLISH_EVERY
+        self._evaluate_when_due()
+
+    def _evaluate_when_due(self) -> None:
         total = self.budget.run_steps(self.member.stats.env_steps)
         if total >= self.next_eval:
             self._evaluate(total)
@@ -550,7 +558,7 @@ class MemberLoop:
         seed = eval_reset_seed(self.config)
         assert self.eval_env is not None  # every learner builds its eval envs
         result = evaluate(self.agent, self.eval_env, seed, heads=self.member.heads)
-        if self.config.play.eval_vs and hasattr(self.eval_env, "seats"):
+        if self.config.play.eval_vs and self.learner and hasattr(self.eval_env, "seats"):
             env: Any = self.eval_env
             vs = self.config.play.eval_vs
             result.matches = match_figures(self.agent, env, self.drivers, vs, result, seed)
@@ -560,8 +568,9 @@ class MemberLoop:
     def finish(self) -> None:
         """After the last tick. A learner whose budget is spent takes the updates the gate still
         owes, then the closing eval, so the curve ends on the final actor; a stopped one does
-        neither. Every member then sends its figures and its final state."""
-        if self.learner and not self.stopped:
+        neither (an evaluated explorer only the closing eval). Every member then sends its
+        figures and its final state."""
+        if self.evaluates and not self.stopped:
             updates = 0
             if self.trainer is not None:
                 updates = self.trainer.train_owed(heartbeat=self._report_when_due)
