@@ -33,18 +33,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import tempfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from experiments.lib import RESULTS, ROOT, report, runs, stats
+from experiments.lib import RESULTS, ROOT, arms, report, runs, stats
 
 SIDES = ["wheeler2", "sb3"]
 CONFIGS = {"Breakout": "minatar_breakout.toml", "SpaceInvaders": "minatar_space_invaders.toml"}
@@ -198,39 +196,15 @@ def one_run(
     return {"game": game, "seed": seed, "side": side, **settings(steps, episodes, every), **res}
 
 
+def describe(record: dict[str, Any]) -> str:
+    return (
+        f"{record['game']} seed {record['seed']} {record['side']}: final "
+        f"{record['final_return']:.2f}, {record['wall_s']:.0f} s"
+    )
+
+
 def settings(steps: int, episodes: int, every: int) -> dict[str, int]:
     return {"steps": steps, "eval_episodes": episodes, "eval_every": every}
-
-
-def sweep(todo: list[tuple[str, int, str]], jobs: int, log: Path, **kw: Any) -> None:
-    """Runs ``todo`` ``jobs`` at a time in spawned processes; each record is appended to ``log``
-    and printed as its run ends. Ctrl-C cancels what has not started and waits for nothing."""
-    ctx = multiprocessing.get_context("spawn")
-    pending = iter(todo)
-    running: dict[Future[dict[str, Any]], tuple[str, int, str]] = {}
-    with ProcessPoolExecutor(jobs, mp_context=ctx, max_tasks_per_child=1) as pool:
-        try:
-            while True:
-                while len(running) < jobs:
-                    nxt = next(pending, None)
-                    if nxt is None:
-                        break
-                    running[pool.submit(one_run, *nxt, **kw)] = nxt
-                if not running:
-                    return
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    running.pop(fut)
-                    record = fut.result()
-                    runs.append(log, record)
-                    print(
-                        f"{record['game']} seed {record['seed']} {record['side']}: final "
-                        f"{record['final_return']:.2f}, {record['wall_s']:.0f} s",
-                        flush=True,
-                    )
-        except KeyboardInterrupt:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,10 +234,12 @@ def main(argv: list[str] | None = None) -> int:
         }
         todo = [t for t in plan(args.games, args.seeds, args.sides) if t not in stored]
         print(f"{len(todo)} runs to go ({len(stored)} stored)", flush=True)
-        sweep(
+        arms.run_parallel(
             todo,
-            max(1, args.jobs),
+            args.jobs,
+            one_run,
             log,
+            describe,
             steps=args.steps,
             episodes=args.eval_episodes,
             every=every,

@@ -6,10 +6,12 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -348,3 +350,19 @@ def test_sweep_skips_the_pairs_a_previous_sweep_finished() -> None:
 
     arms.sweep([0, 1], ["a", "b"], run, skip={(0, "a"), (1, "b")})
     assert ran == [(0, "b"), (1, "a")]
+
+
+def _pid_record(seed: int, arm: str, scale: int = 1) -> dict[str, Any]:
+    return {"seed": seed, "arm": arm, "value": seed * scale, "pid": os.getpid()}
+
+
+def test_run_parallel_runs_each_task_in_a_process_of_its_own_and_stores_it(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "x_runs.jsonl"
+    todo = [(seed, arm) for seed in (0, 1) for arm in ("a", "b")]
+    done = arms.run_parallel(todo, 2, _pid_record, log, scale=10)
+    stored = runs.load(log)
+    assert sorted((r["seed"], r["arm"]) for r in stored) == sorted(todo)
+    assert {r["seed"]: r["value"] for r in stored} == {0: 0, 1: 10}
+    assert len({r["pid"] for r in done}) == 4 and os.getpid() not in {r["pid"] for r in done}

@@ -11,9 +11,11 @@ once, so an interrupted sweep keeps what it finished.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import time
 import tomllib
 from collections.abc import Callable, Collection, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -67,6 +69,46 @@ def sweep(
         print(describe(record) if describe else json.dumps(record, default=str), flush=True)
         done.append(record)
     return done
+
+
+def run_parallel(
+    todo: Iterable[tuple[Any, ...]],
+    jobs: int,
+    run: Callable[..., dict[str, Any]],
+    runs_file: str | Path | None = None,
+    describe: Callable[[dict[str, Any]], str] | None = None,
+    **kw: Any,
+) -> list[dict[str, Any]]:
+    """``run(*task, **kw)`` for each task of ``todo``, ``jobs`` at a time, each in a spawned
+    process of its own (a fresh interpreter: no run's imports, threads or RNG reach another);
+    ``run`` must be a module-level function. Tasks start in ``todo``'s order (interleave it),
+    each record is appended to ``runs_file`` and printed (``describe(record)``) as its run
+    ends. Ctrl-C cancels what has not started and waits for nothing."""
+    ctx = multiprocessing.get_context("spawn")
+    pending = iter(todo)
+    running: dict[Future[dict[str, Any]], tuple[Any, ...]] = {}
+    done_records: list[dict[str, Any]] = []
+    with ProcessPoolExecutor(max(1, jobs), mp_context=ctx, max_tasks_per_child=1) as pool:
+        try:
+            while True:
+                while len(running) < max(1, jobs):
+                    task = next(pending, None)
+                    if task is None:
+                        break
+                    running[pool.submit(run, *task, **kw)] = task
+                if not running:
+                    return done_records
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    running.pop(fut)
+                    record = fut.result()
+                    if runs_file is not None:
+                        runs.append(runs_file, record)
+                    print(describe(record) if describe else json.dumps(record), flush=True)
+                    done_records.append(record)
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def parse_set(expr: str) -> tuple[str, Any]:
