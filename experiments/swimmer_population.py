@@ -1,0 +1,307 @@
+"""Issue 37's Swimmer comparison: a TD3 learner with an evolutionary population against TD3
+alone (at its default gamma and at the zoo's tuned one) and against the population alone.
+
+    python -m experiments.swimmer_population --seeds 0 1 2 3 4 --jobs 2
+    python -m experiments.swimmer_population --arms td3 erl --seeds 0 --steps 20000 --out /tmp/s.md
+    python -m experiments.swimmer_population --table          # the files again from the runs
+
+Every arm runs Swimmer-v5 for ``--steps`` env steps (500k by default: all members together),
+evaluated as its shipped file says (5 deterministic episodes every 10k steps):
+
+* ``td3``: the learner of ``cfg/swimmer_erl.toml`` alone (TD3, 400-300, batch 100, gamma 0.99,
+  10k warm-up steps, one update per env step), serial;
+* ``td3-g0.9999``: the same at gamma 0.9999, rl-baselines3-zoo's tuned TD3 for Swimmer: the best
+  single learner the issue names;
+* ``cem``: ``cfg/swimmer_cem.toml``, the population alone (CEM, 10 actors, 5 elites);
+* ``erl``: ``cfg/swimmer_erl.toml``, TD3 + the population, the learner's actor injected (ERL);
+* ``cemrl``: ``cfg/swimmer_cemrl.toml``, TD3 + the population, half of each generation stepped on
+  the learner's critic (CEM-RL).
+
+What an arm's figure is, fixed before any run: for ``td3`` and ``td3-g0.9999`` the learner's
+eval, for ``cem`` the distribution's mean, and for the teams the population's mean (the team
+files set ``evaluate = true`` on it), which is what ERL and CEM-RL report (their RL actor is
+the population's helper); the team learner's own eval is shown beside it. The final return is
+the last eval, at the budget. Targets (issue 37): the team's median final >= 2x ``td3``'s and
+>= ``td3-g0.9999``'s.
+
+Runs go ``--jobs`` at a time, interleaved seed by seed (the arms' order rotating), each in a
+process of its own (the teams on the local backend, one process per member). Each record is
+appended to ``results/swimmer_population_runs.jsonl`` as its run ends; a sweep started again
+skips the (arm, seed) runs stored at the same steps, so an interrupted one goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from experiments.lib import CFG, RESULTS, arms, report, runs, stats
+
+FILES = {
+    "td3": "swimmer_erl.toml",
+    "td3-g0.9999": "swimmer_erl.toml",
+    "cem": "swimmer_cem.toml",
+    "erl": "swimmer_erl.toml",
+    "cemrl": "swimmer_cemrl.toml",
+}
+SOLO = {"td3", "td3-g0.9999"}  # the file's learner alone
+SETS = {"td3-g0.9999": ("team.target.params.gamma=0.9999",)}
+POPULATION = "population"  # the cem member of the team files, evaluated as the team's figure
+TEAMS = ("erl", "cemrl")
+DEFAULT_ARMS = ["td3", "td3-g0.9999", "cem", "erl"]
+
+
+def arm_config(arm: str) -> dict[str, Any]:
+    """The arm's experiment as parsed TOML: its file, or the file's learner alone (serial)."""
+    raw = tomllib.loads((CFG / FILES[arm]).read_text())
+    if arm in SOLO:
+        raw["team"] = [m for m in raw["team"] if m["role"] == "learner"]
+        raw["experiment"]["backend"] = "serial"
+        raw["experiment"]["name"] = f"swimmer-{arm}"
+    return raw
+
+
+def one_run(arm: str, seed: int, steps: int) -> dict[str, Any]:
+    """One arm on one seed, in this (spawned) process; its record."""
+    from wheeler2.process import set_compute_threads
+
+    set_compute_threads()
+    sets = (f"experiment.total_steps={steps}", *SETS.get(arm, ()))
+    with tempfile.TemporaryDirectory() as tmp:
+        run = arms.run_config(arm_config(arm), sets, seed=seed, out=tmp)
+    s = run.summary
+    learner = [[int(e["env_steps"]), float(e["return"])] for e in s["eval"]]
+    record: dict[str, Any] = {
+        "arm": arm,
+        "seed": seed,
+        "steps": steps,
+        "env_steps": s["env_steps"],
+        "wall_s": run.call_s,
+        "interrupted": s["interrupted"],
+        "learner_curve": learner,
+    }
+    population = (s.get("member_evals") or {}).get(POPULATION)
+    if arm in TEAMS:
+        if population is None:
+            raise RuntimeError(f"{arm}: the team file's {POPULATION!r} member was not evaluated")
+        curve = [[int(e["env_steps"]), float(e["return"])] for e in population["eval"]]
+    else:
+        curve = learner
+    record["curve"] = curve
+    record["final"] = curve[-1][1]
+    record["learner_final"] = learner[-1][1]
+    return record
+
+
+def describe(r: dict[str, Any]) -> str:
+    extra = f" (learner {r['learner_final']:.1f})" if r["arm"] in TEAMS else ""
+    return f"{r['arm']} seed {r['seed']}: final {r['final']:.1f}{extra}, {r['wall_s']:.0f} s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arms", nargs="+", default=DEFAULT_ARMS, choices=list(FILES))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    ap.add_argument("--steps", type=int, default=500_000)
+    ap.add_argument("--jobs", type=int, default=1, help="runs side by side")
+    ap.add_argument("--out", type=Path, default=RESULTS / "swimmer_population.md")
+    ap.add_argument("--table", action="store_true", help="only rebuild the files")
+    args = ap.parse_args(argv)
+    log = args.out.with_name(args.out.stem + "_runs.jsonl")
+    if not args.table:
+        stored = {(r["arm"], r["seed"]) for r in runs.load(log) if r["steps"] == args.steps}
+        order = arms.interleave(args.seeds, args.arms, rotate=True)
+        todo = [(arm, seed) for seed, arm in order if (arm, seed) not in stored]
+        print(f"{len(todo)} runs to go ({len(stored)} stored)", flush=True)
+        arms.run_parallel(todo, args.jobs, one_run, log, describe, steps=args.steps)
+    params = {
+        "arms": args.arms,
+        "seeds": args.seeds,
+        "steps": args.steps,
+        "date": time.strftime("%Y-%m-%d"),
+        "cores": os.cpu_count(),
+    }
+    records = runs.load(log)
+    plot_path = args.out.with_suffix(".png")
+    plot(records, plot_path, **params)
+    text = render(records, **params)
+    report.write(
+        args.out,
+        text,
+        render=render,
+        params=params,
+        runs_file=log,
+        plots=[plot_path] if plot_path.exists() else [],
+        command=report.command_line(argv),
+    )
+    print(text)
+    return 0
+
+
+# -- the table and the plot -----------------------------------------------------------------------
+
+
+def chosen(
+    records: list[dict[str, Any]], arm: str, seeds: list[int], steps: int
+) -> dict[int, dict[str, Any]]:
+    mine = [r for r in records if r["arm"] == arm and r["seed"] in seeds and r["steps"] == steps]
+    return runs.latest(mine, key=lambda r: r["seed"])  # type: ignore[return-value]
+
+
+def _ratio(a: dict[int, dict], b: dict[int, dict]) -> str:
+    both = sorted(set(a) & set(b))
+    if not both:
+        return "—"
+    ci = stats.ratio_ci([a[k]["final"] for k in both], [b[k]["final"] for k in both])
+    if math.isnan(ci.point):
+        return "— (a median not above 0)"
+    return f"{ci.point:.2f}x [{stats.fmt(ci.lo, '.2f')}, {stats.fmt(ci.hi, '.2f')}]"
+
+
+def _wall(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 600 else f"{seconds / 60:.0f} min"
+
+
+HEAD = (
+    "arm",
+    "seeds",
+    "final: median [95% CI]",
+    "IQM",
+    "/ td3 [95% CI]",
+    "/ td3-g0.9999 [95% CI]",
+    "team learner's final",
+    "wall per run",
+)
+
+
+SEED_HEAD = ("arm", "seed", "final", "team learner's final", "best eval", "wall")
+
+
+def render(
+    records: list[dict[str, Any]],
+    *,
+    arms: list[str],
+    seeds: list[int],
+    steps: int,
+    date: str,
+    cores: int,
+) -> str:
+    by_arm = {arm: chosen(records, arm, seeds, steps) for arm in arms}
+    rows, per_seed = [], []
+    for arm in arms:
+        mine = by_arm[arm]
+        if not mine:
+            continue
+        finals = [r["final"] for r in mine.values()]
+        ci = stats.seed_intervals(finals)
+        learner = (
+            stats.fmt(stats.median(r["learner_final"] for r in mine.values()), ".1f")
+            if arm in TEAMS
+            else ""
+        )
+        rows.append(
+            (
+                arm,
+                len(mine),
+                f"{ci['median'].point:.1f} [{ci['median'].lo:.1f}, {ci['median'].hi:.1f}]",
+                f"{ci['iqm'].point:.1f}",
+                _ratio(mine, by_arm.get("td3", {})) if arm != "td3" else "1",
+                _ratio(mine, by_arm.get("td3-g0.9999", {})) if arm != "td3-g0.9999" else "1",
+                learner,
+                _wall(stats.median(r["wall_s"] for r in mine.values())),
+            )
+        )
+        for k in sorted(mine):
+            r = mine[k]
+            per_seed.append(
+                (
+                    arm,
+                    k,
+                    f"{r['final']:.1f}",
+                    f"{r['learner_final']:.1f}" if arm in TEAMS else "",
+                    f"{max(x for _, x in r['curve']):.1f}",
+                    _wall(r["wall_s"]),
+                )
+            )
+    verdicts = []
+    for team in (a for a in arms if a in TEAMS and by_arm[a]):
+        for solo, factor in (("td3", 2.0), ("td3-g0.9999", 1.0)):
+            both = sorted(set(by_arm[team]) & set(by_arm.get(solo, {})))
+            if not both:
+                continue
+            t = stats.median(by_arm[team][k]["final"] for k in both)
+            s = stats.median(by_arm[solo][k]["final"] for k in both)
+            head = f"- {team} >= {factor:g}x {solo} (median final, {len(both)} seeds): {t:.1f}"
+            if factor != 1.0 and s <= 0:
+                verdicts.append(
+                    f"{head}, {solo} {s:.1f}: undefined ({solo}'s median is not above 0)"
+                )
+                continue
+            met = t >= factor * s
+            verdicts.append(
+                f"{head} against {factor:g} x {s:.1f}: **{'met' if met else 'not met'}**"
+            )
+    return f"""# Swimmer-v5: TD3 with a population against TD3 and the population alone (issue 37)
+
+`python -m experiments.swimmer_population --arms {" ".join(arms)} --seeds \\
+{" ".join(map(str, seeds))} --steps {steps}` ({date}, {cores} cores). {steps:,} env steps per
+run, all members together; evals as the files say (5 deterministic episodes every 10k steps);
+the final return is the last eval. An arm's figure: the learner's eval for `td3` and
+`td3-g0.9999`, the distribution's mean for `cem` and for the teams (their population, as ERL
+and CEM-RL report; the team learner's own final beside it). Medians and IQMs over seeds with
+rliable's 95% bootstrap intervals; ratios are ratios of medians with a paired bootstrap
+interval over the seeds both arms ran ("nan" where a median is not above 0).
+
+{chr(10).join(report.table(HEAD, rows))}
+
+Targets:
+
+{chr(10).join(verdicts) or "- no team arm with a solo arm on the same seeds yet"}
+
+Per seed:
+
+{chr(10).join(report.table(SEED_HEAD, per_seed))}
+"""
+
+
+def plot(records: list[dict[str, Any]], path: Path, **params: Any) -> None:
+    """Each arm's eval return against env steps: seeds thin, the median over seeds thick."""
+    arms_, seeds, steps = params["arms"], params["seeds"], params["steps"]
+    curves = {
+        arm: [r["curve"] for r in chosen(records, arm, seeds, steps).values()] for arm in arms_
+    }
+    if not any(curves.values()):
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, arm in enumerate(arms_):
+        colour = f"C{i}"
+        cs = [c for c in curves[arm] if c]
+        for c in cs:
+            ax.plot(*zip(*c), color=colour, alpha=0.25, linewidth=1)
+        if cs:
+            n = min(len(c) for c in cs)
+            xs = [x for x, _ in cs[0][:n]]
+            med = [stats.median(c[j][1] for c in cs) for j in range(n)]
+            ax.plot(xs, med, color=colour, linewidth=2.5, label=f"{arm}: median, {len(cs)} seeds")
+    ax.set_title("Swimmer-v5: each arm's figure (teams: the population's mean)")
+    ax.set_xlabel("env steps, all members")
+    ax.set_ylabel("eval return (5 deterministic episodes)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
