@@ -26,8 +26,9 @@ like any member's, so a TD3 / DDPG learner trains on the population's data.
   member's own recent observations, as the detached explorer's (``agents/detached.py``):
   sampling the central replay would spend the learner's ratio-gate credit.
 
-Without either (``role = "learner"``) the population learns alone and evaluation plays the
-distribution's mean, CEM-RL's reported actor.
+Without either (``role = "learner"``) the population learns alone. Evaluation plays the
+distribution's mean, CEM-RL's reported actor, or with ``eval_actor = "champion"`` the best of
+the last generation played by fitness (the injected actor included), ERL's champion.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ class Params:
     # (DDPG), with "separate" or "shared" heads (the learner's `critic`).
     critic_pair: bool = True
     critic: str = choice("separate", ("separate", "shared"))
+    # What evaluation plays: the distribution's mean (CEM-RL's reported actor) or the last
+    # played generation's best by fitness, the injected actor included (ERL's champion).
+    eval_actor: str = choice("mean", ("mean", "champion"))
 
 
 class CEM(Agent):
@@ -98,6 +102,8 @@ class CEM(Agent):
             self.mean_net = actor()  # the distribution's mean: what evaluation plays
             self.pop = [actor() for _ in range(p.pop_size)]  # each drawn anew by ask
             self.slot = actor()  # where sync writes the learner's actor (ERL)
+            self.champion_net = actor()  # the last generation's best (eval_actor = champion)
+        self.champion: torch.Tensor | None = None  # its parameters, once a generation ended
         self.cem = SepCEM(
             flat(self.mean_net),
             p.pop_size,
@@ -165,7 +171,7 @@ class CEM(Agent):
     def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
         x = torch.as_tensor(obs, dtype=torch.float32)
         if not explore:
-            return ActOut(self.mean_net(x).numpy())
+            return ActOut(self.eval_net()(x).numpy())
         roster = self._roster(len(obs))
         action = np.empty((len(obs), self.space.act_dim), np.float32)
         for k in np.unique(roster.playing):
@@ -173,6 +179,12 @@ class CEM(Agent):
             net = self.pop[k] if k >= 0 else self.mean_net
             action[rows] = net(x[rows]).numpy()
         return ActOut(action)
+
+    def eval_net(self) -> nn.Module:
+        """What evaluation plays: the mean, or the champion once a generation has ended."""
+        if self.params.eval_actor == "champion" and self.champion is not None:
+            return self.champion_net
+        return self.mean_net
 
     def _roster(self, copies: int) -> Roster:
         if self.roster is None:
@@ -230,6 +242,8 @@ class CEM(Agent):
         samples = torch.stack([flat(net) for net in self.pop])  # as played (stepped ones too)
         order = self.cem.tell(samples, fitness)
         set_flat(self.mean_net, self.cem.mean)
+        self.champion = samples[int(order[0])].clone()
+        set_flat(self.champion_net, self.champion)
         ranked = fitness[order]
         metrics = {
             "generation": float(self.generation),
@@ -303,6 +317,7 @@ class CEM(Agent):
             "generation": self.generation,
             "injected": self.injected,
             "injected_at": self.injected_at,
+            "champion": self.champion,
             "climb": list(self.climb),
             "gains": list(self.gains),
             "slot": self.slot.state_dict(),
@@ -323,6 +338,11 @@ class CEM(Agent):
         self.generation = int(state["generation"])
         self.injected = state["injected"]
         self.injected_at = state["injected_at"]
+        # (Checkpoints from before eval_actor have none: the mean is played until a generation
+        # ends.)
+        self.champion = state.get("champion")
+        if self.champion is not None:
+            set_flat(self.champion_net, self.champion)
         self.climb = [int(k) for k in state["climb"]]
         self.gains = [float(g) for g in state["gains"]]
         self.slot.load_state_dict(state["slot"])

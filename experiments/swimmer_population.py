@@ -18,9 +18,11 @@ evaluated as its shipped file says (5 deterministic episodes every 10k steps):
   the learner's critic (CEM-RL).
 
 What an arm's figure is, fixed before any run: for ``td3`` and ``td3-g0.9999`` the learner's
-eval, for ``cem`` the distribution's mean, and for the teams the population's mean (the team
-files set ``evaluate = true`` on it), which is what ERL and CEM-RL report (their RL actor is
-the population's helper); the team learner's own eval is shown beside it. The final return is
+eval, for ``cem`` the distribution's mean, and for the teams their population's eval (the team
+files set ``evaluate = true`` on it): ERL's champion (``eval_actor = "champion"``, the last
+generation's best by fitness, the injected RL actor included) and CEM-RL's mean, what each
+paper reports (their RL actor is the population's helper); the team learner's own eval is
+shown beside it. The final return is
 the last eval, at the budget. Targets (issue 37): the team's median final >= 2x ``td3``'s and
 >= ``td3-g0.9999``'s.
 
@@ -253,10 +255,11 @@ def render(
 {" ".join(map(str, seeds))} --steps {steps}` ({date}, {cores} cores). {steps:,} env steps per
 run, all members together; evals as the files say (5 deterministic episodes every 10k steps);
 the final return is the last eval. An arm's figure: the learner's eval for `td3` and
-`td3-g0.9999`, the distribution's mean for `cem` and for the teams (their population, as ERL
-and CEM-RL report; the team learner's own final beside it). Medians and IQMs over seeds with
-rliable's 95% bootstrap intervals; ratios are ratios of medians with a paired bootstrap
-interval over the seeds both arms ran ("nan" where a median is not above 0).
+`td3-g0.9999`, the distribution's mean for `cem`, the population's for the teams (ERL's
+champion, CEM-RL's mean, as the papers report; the team learner's own final beside it).
+Medians and IQMs over seeds with rliable's 95% bootstrap intervals; ratios are ratios of
+medians with a paired bootstrap interval over the seeds both arms ran ("—" where a median
+is not above 0).
 
 {chr(10).join(report.table(HEAD, rows))}
 
@@ -294,7 +297,7 @@ def plot(records: list[dict[str, Any]], path: Path, **params: Any) -> None:
             xs = [x for x, _ in cs[0][:n]]
             med = [stats.median(c[j][1] for c in cs) for j in range(n)]
             ax.plot(xs, med, color=colour, linewidth=2.5, label=f"{arm}: median, {len(cs)} seeds")
-    ax.set_title("Swimmer-v5: each arm's figure (teams: the population's mean)")
+    ax.set_title("Swimmer-v5: each arm's figure (teams: their population's)")
     ax.set_xlabel("env steps, all members")
     ax.set_ylabel("eval return (5 deterministic episodes)")
     ax.legend(fontsize=8)

@@ -409,3 +409,22 @@ elites = 1
     )
     summary = json.loads((run_experiment(load(path)) / "summary.json").read_text())
     assert summary["env_steps"] == 1_000 and summary["eval"]
+
+
+@pytest.mark.parametrize("eval_actor", ["mean", "champion"])
+def test_evaluation_plays_the_mean_or_the_last_generations_champion(eval_actor):
+    agent = _cem(sigma_init=0.5, eval_actor=eval_actor)
+    x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    before = agent.act(x, explore=False).action  # no generation ended: the mean either way
+    np.testing.assert_allclose(before, agent.mean_net(torch.as_tensor(x)).detach().numpy())
+    agent.act(np.zeros((1, 3), np.float32), explore=True)
+    played = [net(torch.as_tensor(x)).detach().numpy() for net in agent.pop]
+    _play(agent, [1.0, -2.0, 7.0, 4.0])  # individual 2 is the champion
+    got = agent.act(x, explore=False).action
+    want = played[2] if eval_actor == "champion" else agent.mean_net(torch.as_tensor(x)).detach()
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-6)
+    assert not np.allclose(played[2], agent.mean_net(torch.as_tensor(x)).detach().numpy())
+    # The champion goes through a checkpoint.
+    again = _cem(sigma_init=0.5, eval_actor=eval_actor)
+    again.load_state_dict(agent.state_dict())
+    np.testing.assert_allclose(again.act(x, explore=False).action, got, rtol=1e-6)
