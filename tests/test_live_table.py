@@ -137,3 +137,15 @@ def test_a_narrow_terminal_drops_the_least_wanted_columns_never_wraps(tmp_path: 
     assert "effort" not in kept and "upright" not in kept  # the heads go first
     rows = {line.split()[0]: line.split() for line in narrow[3:] if line.split()}
     assert "-123" in rows["target-learner-l"][3]
+
+
+def test_a_member_evaluated_beside_the_lead_shows_its_last_eval(tmp_path: Path) -> None:
+    """Another table's learner or an explorer with evaluate = true: its own last eval in an
+    ``eval`` column and on the plain line; the others' cells stay empty."""
+    with runlog.RunLog(tmp_path, total_steps=10_000_000, progress=False, tensorboard=False) as log:
+        members = reported(log)
+        members["ppo"]["eval_return"] = -87.5
+        table = cells(log, members, 200)
+        plain = log._plain_line(1_234_616, members, -150.0)
+    assert table["eval"] == {TARGET: "", "ppo": "-87.5", "dqn": ""}
+    assert "ppo: 42 eval -87.5 lag 2" in plain

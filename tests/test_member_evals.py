@@ -139,6 +139,10 @@ def test_an_explorer_with_evaluate_is_evaluated_on_the_runs_schedule(
         rows = [r for r in csv.DictReader(f) if r["member"] == "still"]
     logged = [float(r["value"]) for r in rows if r["key"] == "eval_return"]
     assert logged == pytest.approx([want] * 3)
+    # The live table's figures carry its last eval (the lead's has its own headline).
+    shown = recorder_figures(run)
+    assert shown["still"]["eval_return"] == pytest.approx(want)
+    assert "eval_return" not in shown["target"]
     side = [e for e in seen if e.member == "still"]
     assert len(side) == 3 and not any(e.lead for e in side)
     assert all(e.lead for e in seen if e.member == "target")
@@ -195,3 +199,21 @@ def _team_dict(blob: bytes) -> Any:
     import pickle
 
     return pickle.loads(blob).to_dict()["team"]
+
+
+def recorder_figures(run: Path) -> dict[str, dict[str, float]]:
+    """What the recorder of ``run`` (its summary's evals) hands the live table for figures
+    that carry no eval of their own."""
+    from wheeler2.runtime.experiment import Recorder, RunState
+
+    summary = json.loads((run / "summary.json").read_text())
+    state = RunState(
+        evals=summary["eval"],
+        member_evals={k: v["eval"] for k, v in summary["member_evals"].items()},
+    )
+    config = load(run / "config.toml")
+    recorder = Recorder(config, run / "again", state)
+    try:
+        return recorder._with_side_evals({"target": {"env_steps": 1.0}, "still": {}})
+    finally:
+        recorder.log.close()

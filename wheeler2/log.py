@@ -421,14 +421,17 @@ def _percent(v: float) -> str:
     return f"{v:.0%}"
 
 
-# A learner's pace and its replay, an explorer's sync lag: (column, figure, format).
+# A member's last eval where it is not the run's (another table's learner, an explorer with
+# evaluate = true), a learner's pace and its replay, an explorer's sync lag:
+# (column, figure, format).
 LEARNER_FIGURES: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("eval", "eval_return", lambda v: _cell(v)),  # (_cell is defined below)
     ("upd/s", "updates_per_s", _whole_cell),
     ("replay", "replay_fill", _percent),  # rows / capacity
     ("lag", "sync_version_lag", _whole_cell),  # weight versions the explorer is behind
 )
 # The optional columns a narrow terminal keeps longest, most wanted first; heads go first.
-COLUMN_WANTED = ("critic", "policy", "value", "upd/s", "replay", "lag", "actor")
+COLUMN_WANTED = ("critic", "policy", "value", "eval", "upd/s", "replay", "lag", "actor")
 
 
 def _kind_name(key: str, values: dict[str, Any]) -> str:

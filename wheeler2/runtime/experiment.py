@@ -410,7 +410,18 @@ class Recorder:
     def progress(self, env_steps: int, members: dict[str, dict[str, float]]) -> None:
         self.schedule.next_log = time.perf_counter() + self.schedule.log_every_s
         last = self.state.evals[-1]["return"] if self.state.evals else None
-        self.log.progress(env_steps, members, last_eval=last)
+        self.log.progress(env_steps, self._with_side_evals(members), last_eval=last)
+
+    def _with_side_evals(self, members: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        """The members' figures, each evaluated member that is not the lead with its last eval
+        (``eval_return``): the live table's ``eval`` column."""
+        learners = {m.table: m.name for m in self.config.team if m.role == "learner"}
+        last = {learners[t]: e[-1]["return"] for t, e in self.state.table_evals.items() if e}
+        last.update({n: e[-1]["return"] for n, e in self.state.member_evals.items() if e})
+        return {
+            name: {**figures, "eval_return": last[name]} if name in last else figures
+            for name, figures in members.items()
+        }
 
     def _stopped_by(self, interrupted: bool, failure: str | None) -> dict[str, str]:
         error = self.callbacks.error
