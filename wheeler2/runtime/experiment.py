@@ -22,6 +22,7 @@ from wheeler2 import checkpoint as ckpt
 from wheeler2.callbacks import Callbacks, Checkpoint, Eval, Report
 from wheeler2.log import RunLog, write_summary
 from wheeler2.runtime.evaluation import EvalResult
+from wheeler2.runtime.plan import plan_team
 from wheeler2.trackers import RunFacts, make_trackers
 
 if TYPE_CHECKING:
@@ -306,7 +307,7 @@ class Recorder:
         """An eval of an explorer's or actor's own policy (``evaluate = true``): kept in the
         summary's ``member_evals`` and logged as that member's ``eval_return``, as another
         table's learner's is."""
-        table = next(m.table for m in self.config.team if member_of(member, m.name, m.count))
+        table = next(p.spec.table for p in plan_team(self.config) if p.name == member)
         self._record_side_eval(self.state.member_evals, member, member, table, env_steps, result)
 
     def _record_side_eval(
@@ -490,15 +491,6 @@ class Recorder:
         self.log.close()
         self._call("on_end", summary)
         return summary
-
-
-def member_of(name: str, team_name: str, count: int) -> bool:
-    """Whether member ``name`` is a copy of the ``[[team]]`` entry ``team_name`` (copies of a
-    ``count > 1`` entry are named ``<team_name>-<k>``)."""
-    if count == 1:
-        return name == team_name
-    head, _, k = name.rpartition("-")
-    return head == team_name and k.isdigit() and int(k) < count
 
 
 def _eval_summary(evals: list[dict[str, Any]]) -> dict[str, Any]:

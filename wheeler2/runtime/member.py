@@ -556,7 +556,7 @@ class MemberLoop:
     def _evaluate(self, env_steps: int) -> None:
         self.last_eval = env_steps
         seed = eval_reset_seed(self.config)
-        assert self.eval_env is not None  # every learner builds its eval envs
+        assert self.eval_env is not None  # every evaluating member builds its eval envs
         result = evaluate(self.agent, self.eval_env, seed, heads=self.member.heads)
         if self.config.play.eval_vs and self.learner and hasattr(self.eval_env, "seats"):
             env: Any = self.eval_env
