@@ -123,11 +123,14 @@ def test_an_explorer_with_evaluate_is_evaluated_on_the_runs_schedule(
     summary = json.loads((run / "summary.json").read_text())
     mine = summary["member_evals"]["still"]
     # On the run's schedule, as the lead's (the first step of the member at or past every 400
-    # env steps of all members together, and the closing eval at the budget) ...
+    # env steps of all members together, and the closing eval at the budget). Serially the
+    # members take turns, so that step is close; in processes the others step on meanwhile by
+    # as much as the machine's load lets them, so only the interval is certain ...
+    slack = 50 if backend == "serial" else 400
     for evals in (mine["eval"], summary["eval"]):
         steps = [e["env_steps"] for e in evals]
         assert len(steps) == 3 and steps[-1] == 1200, steps
-        assert all(400 * k <= s < 400 * k + 50 for k, s in zip((1, 2), steps)), steps
+        assert all(400 * k <= s < 400 * k + slack for k, s in zip((1, 2), steps)), steps
     # ... and of its own policy: the still policy's return on the same eval episodes, at every
     # eval, while the lead's changes as it learns.
     want = _by_hand(path)
