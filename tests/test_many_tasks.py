@@ -1,0 +1,80 @@
+"""experiments/many_tasks.py (issue 37): the team arm is the shipped team file with only the env
+and the threshold changed, a solo arm is one learner with nothing set, the verdicts read the
+median final against the threshold, and the run order puts unlike arms side by side."""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # experiments/ is not installed: its scripts run from the root
+    sys.path.insert(0, str(ROOT))
+
+from experiments import many_tasks as mt  # noqa: E402
+from wheeler2.config import dumps_toml, load  # noqa: E402
+
+
+def _diff(a: dict, b: dict, at: str = "") -> set[str]:
+    """The dotted keys where two parsed TOML documents differ."""
+    out: set[str] = set()
+    for k in set(a) | set(b):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out |= _diff(x, y, f"{at}{k}.")
+        elif x != y:
+            out.add(f"{at}{k}")
+    return out
+
+
+def test_the_team_arm_changes_only_the_env_and_the_threshold() -> None:
+    shipped = tomllib.loads((ROOT / "cfg" / mt.TEAM_FILE).read_text())
+    for task, (env_id, threshold) in mt.TASKS.items():
+        raw = mt.arm_config("team", task)
+        changed = _diff(shipped, raw)
+        assert changed <= {"env.id", "experiment.eval_threshold"}, (task, changed)
+        assert raw["env"]["id"] == env_id and raw["experiment"]["eval_threshold"] == threshold
+        assert raw["team"] == shipped["team"]
+
+
+def test_a_solo_arm_is_its_algorithm_at_its_defaults_on_the_same_protocol(
+    tmp_path: Path,
+) -> None:
+    team = mt.arm_config("team", "hopper")["experiment"]
+    for algo in mt.SOLOS:
+        raw = mt.arm_config(algo, "hopper")
+        assert raw["team"] == [{"name": "target", "algo": algo, "role": "learner"}]
+        assert "buffer" not in raw  # the buffer at its defaults too
+        exp = raw["experiment"]
+        for key in ("total_steps", "eval_every", "eval_episodes", "eval_threshold"):
+            assert exp[key] == team[key], key
+        # ... and it is a file wheeler2 takes.
+        path = tmp_path / f"{algo}.toml"
+        path.write_text(dumps_toml(raw))
+        config = load(path)
+        assert config.env.id == "Hopper-v5" and config.team[0].algo == algo
+
+
+def test_solved_is_the_median_final_at_or_above_the_threshold() -> None:
+    assert mt.verdict([95.0, 91.0, 10.0], 90.0) == (True, 2)
+    assert mt.verdict([95.0, 80.0, 10.0], 90.0) == (False, 1)
+    assert mt.verdict([-150.0, -200.0, -900.0], -200.0) == (True, 2)
+    # The targets: the team must solve all four, and every solo must fall short somewhere.
+    lines = mt._targets({"team": (4, 4), "td3": (3, 4), "sac": (2, 4)}, 4)
+    assert "(**met**)" in lines[0] and "(**met**)" in lines[1]
+    lines = mt._targets({"team": (3, 4), "td3": (4, 4)}, 4)
+    assert "(**not met**)" in lines[0] and "(**not met**)" in lines[1]
+    lines = mt._targets({"team": (2, 2), "td3": (1, 2)}, 4)
+    assert "(**open**)" in lines[0] and "(**open**)" in lines[1]
+
+
+def test_every_run_is_planned_once_and_neighbours_differ_in_arm() -> None:
+    tasks, arms, seeds = list(mt.TASKS), list(mt.ARMS), [0, 1, 2]
+    order = mt.plan(tasks, arms, seeds)
+    assert sorted(order) == sorted((t, a, s) for t in tasks for a in arms for s in seeds)
+    assert all(x[1] != y[1] for x, y in zip(order, order[1:]))
+    # Seed by seed, and the arm that starts a task's block moves on from seed to seed.
+    assert [s for _, _, s in order] == sorted(s for _, _, s in order)
+    firsts = {(t, s): a for t, a, s in reversed(order)}
+    assert len({firsts[("hopper", s)] for s in seeds}) == 3
