@@ -163,20 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d"),
         "cores": os.cpu_count(),
     }
-    records = runs.load(log)
-    plot_path = args.out.with_suffix(".png")
-    plot(records, plot_path, **params)
-    text = render(records, **params)
-    report.write(
-        args.out,
-        text,
-        render=render,
-        params=params,
-        runs_file=log,
-        plots=[plot_path] if plot_path.exists() else [],
-        command=report.command_line(argv),
-    )
-    print(text)
+    print(report.write_from_runs(args.out, log, render, plot, params, argv))
     return 0
 
 

@@ -233,6 +233,34 @@ def test_write_and_regenerate_round_trip(tmp_path: Path) -> None:
     assert report.body_of(md) == body
 
 
+def test_a_sweeps_table_and_plot_come_from_its_stored_runs_alone(tmp_path: Path) -> None:
+    # many_tasks' ending: the plot and the table from the .jsonl, regenerable to the same body.
+    from experiments import many_tasks as mt
+
+    log = tmp_path / "m_runs.jsonl"
+    for arm, seed, final in (("team", 0, -150.0), ("team", 1, -300.0), ("td3", 0, -900.0)):
+        curve = [[1000, -1200.0], [2000, final]]
+        runs.append(
+            log,
+            {"task": "pendulum", "arm": arm, "seed": seed, "steps": 2000, "threshold": -200.0,
+             "curve": curve, "final": final, "learner_curve": curve, "learner_final": final,
+             "wall_s": 1.0},
+        )  # fmt: skip
+    # One arm shown (rliable's interval takes seconds a cell); the td3 run is left out of it.
+    params = {"tasks": ["pendulum"], "arms": ["team"], "seeds": [0, 1], "steps": 2000,
+              "date": "2026-01-01", "cores": 2}  # fmt: skip
+    md = tmp_path / "m.md"
+    text = report.write_from_runs(md, log, mt.render, mt.plot, params, ["--table"])
+    assert (tmp_path / "m.png").stat().st_size > 0
+    assert report.read_meta(md)["plots"] == ["m.png"]
+    body = report.body_of(md)
+    assert body.strip() == text.strip()
+    assert "not solved: -225.0" in body  # the median of -150 and -300, below -200
+    assert "td3" not in body
+    report.regenerate(md)
+    assert report.body_of(md) == body
+
+
 def test_every_result_file_is_generated_and_names_what_rebuilds_it() -> None:
     """Under results/ (notes/ aside) every markdown file carries the generated header; where it
     is rebuildable, its module has render() and its runs files are there."""

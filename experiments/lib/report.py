@@ -140,6 +140,34 @@ def write(
     return path
 
 
+def write_from_runs(
+    path: str | Path,
+    runs_file: str | Path,
+    render: Callable[..., str],
+    plot: Callable[..., None],
+    params: dict[str, Any],
+    argv: Sequence[str] | None = None,
+) -> str:
+    """A resumable sweep's ending, one call: from the runs stored in ``runs_file`` (a
+    ``.jsonl``) alone, ``plot(records, png, **params)`` draws ``path``'s ``.png`` (or nothing,
+    before any run) and ``render(records, **params)`` is written to ``path`` under the regen
+    header; the text is returned."""
+    records = runs.load(runs_file)
+    png = Path(path).with_suffix(".png")
+    plot(records, png, **params)
+    text = render(records, **params)
+    write(
+        path,
+        text,
+        render=render,
+        params=params,
+        runs_file=runs_file,
+        plots=[png] if png.exists() else [],
+        command=command_line(argv),
+    )
+    return text
+
+
 LEGACY = "_Written by `{command}` before the script stored its runs"
 
 
