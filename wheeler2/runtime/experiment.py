@@ -7,6 +7,7 @@ writes and when, so every backend produces the same run directory.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import math
 import signal
@@ -307,8 +308,13 @@ class Recorder:
         """An eval of an explorer's or actor's own policy (``evaluate = true``): kept in the
         summary's ``member_evals`` and logged as that member's ``eval_return``, as another
         table's learner's is."""
-        table = next(p.spec.table for p in plan_team(self.config) if p.name == member)
+        table = self._tables[member]
         self._record_side_eval(self.state.member_evals, member, member, table, env_steps, result)
+
+    @functools.cached_property
+    def _tables(self) -> dict[str, str]:
+        """Each member's table, by member name (copies named as plan_team names them)."""
+        return {p.name: p.spec.table for p in plan_team(self.config)}
 
     def _record_side_eval(
         self,
