@@ -393,3 +393,24 @@ def test_a_run_that_fails_at_start_leaves_no_run_directory(tmp_path: Path, ray_t
     output = run.finish(timeout=120)
     assert run.proc.returncode != 0, output
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir()), output
+
+
+def test_one_receive_takes_every_message_a_member_queued_before_it_exited() -> None:
+    """A member that raised sends its Failed behind its last figures and exits; reading one
+    message per member per receive left the Failed unread, and the run said only "its process
+    is gone" (a CI failure on a loaded machine)."""
+    from multiprocessing import Pipe
+    from types import SimpleNamespace
+
+    from wheeler2.runtime.local import LocalTransport
+    from wheeler2.runtime.messages import Alive, Failed
+
+    reader, writer = Pipe(duplex=False)
+    for k in range(3):
+        writer.send(Alive("m", cpu_s=float(k)))
+    writer.send(Failed("m", "non-finite value: reward head 'bonus' is nan", how="raised"))
+    writer.close()
+    transport = SimpleNamespace(conns={reader: "m"})
+    got = LocalTransport.receive(transport, 0.5)  # type: ignore[arg-type]
+    assert [type(m).__name__ for m in got] == ["Alive"] * 3 + ["Failed"]
+    assert "bonus" in got[-1].detail

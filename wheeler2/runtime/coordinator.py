@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 STOP_GRACE_S = 10.0  # members get this long to finish a step and send their final state
 POLL_S = 0.1
+FAILED_GRACE_S = 2.0  # a member that exited gets this long for its Failed message to arrive
 # A member that has not reported Started and was never heard from (its process not yet running,
 # or a Ray worker not yet scheduled) gets this long; one whose start-up beats come
 # (wheeler2.liveness) may take as long as its CPU time grows, and this long in a stage where it
@@ -249,10 +250,13 @@ class Coordinator:
             return next(iter(self.errors))
         gone = {n: how for n, how in self.transport.failures().items() if n not in self.finished}
         if gone:
-            # A member that raised sends its traceback before it exits: give it a moment.
-            self._receive(0.2)
-            if self.errors:
-                return next(iter(self.errors))
+            # A member that raised sends its traceback before it exits: give it a moment
+            # (on a loaded machine, more than one receive may be needed to reach it).
+            deadline = time.monotonic() + FAILED_GRACE_S
+            while time.monotonic() < deadline:
+                self._receive(0.1)
+                if self.errors:
+                    return next(iter(self.errors))
             name, how = next(iter(gone.items()))
             self.errors[name] = Failed(name, f"its process is gone ({how})", how="died")
             return name

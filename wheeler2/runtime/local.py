@@ -292,8 +292,13 @@ class LocalTransport:
     def receive(self, timeout: float) -> list[Message]:
         out = []
         for conn in wait(list(self.conns), timeout=timeout):
+            # Everything a member has sent, not one message: a member that raised queues its
+            # Failed behind its last figures, and exits before the next call.
             try:
-                out.append(conn.recv())
+                while True:
+                    out.append(conn.recv())
+                    if not conn.poll():
+                        break
             except (EOFError, OSError):
                 del self.conns[conn]  # closed: finished, or died (failures() tells which)
         return out
