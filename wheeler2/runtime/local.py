@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from wheeler2.shared import SharedBlock, SharedHandle
     from wheeler2.sync import WeightHandle, WeightPublisher
 
+RECEIVE_MAX = 256  # messages taken from one member in one receive
+
 
 @dataclass
 class MemberArgs:
@@ -293,9 +295,10 @@ class LocalTransport:
         out = []
         for conn in wait(list(self.conns), timeout=timeout):
             # Everything a member has sent, not one message: a member that raised queues its
-            # Failed behind its last figures, and exits before the next call.
+            # Failed behind its last figures, and exits before the next call. Bounded, so one
+            # chatty member cannot hold the coordinator.
             try:
-                while True:
+                for _ in range(RECEIVE_MAX):
                     out.append(conn.recv())
                     if not conn.poll():
                         break
