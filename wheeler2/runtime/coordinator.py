@@ -254,7 +254,7 @@ class Coordinator:
             # (on a loaded machine, more than one receive may be needed to reach it).
             deadline = time.monotonic() + FAILED_GRACE_S
             while time.monotonic() < deadline:
-                self._receive(0.1)
+                self._receive(POLL_S)
                 if self.errors:
                     return next(iter(self.errors))
             name, how = next(iter(gone.items()))
