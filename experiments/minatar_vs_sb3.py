@@ -82,19 +82,15 @@ def wheeler2_run(
     }
 
 
-def sb3_run(
-    game: str, seed: int, steps: int, episodes: int, every: int, device: str = "cpu"
-) -> dict[str, Any]:
+def sb3_model(game: str, seed: int, steps: int, device: str = "cpu") -> tuple[Any, Any]:
+    """SB3's side of the comparison: (its ``DQN`` on ``MinAtar/<game>-v1`` with the settings of
+    the docstring, a function making another such env)."""
     import gymnasium as gym
     import torch
     import wheeler2.envs.pixels  # noqa: F401 - registers the MinAtar ids
     from stable_baselines3 import DQN
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
     from torch import nn
-
-    torch.set_num_threads(1)
 
     class Bytes(gym.ObservationWrapper):
         """MinAtar's (10, 10, C) bool state as (C, 10, 10) uint8 of 0 / 255, as wheeler2's
@@ -123,10 +119,9 @@ def sb3_run(
         return Bytes(gym.make(f"MinAtar/{game}-v1"))
 
     warm, decay = schedule(steps)
-    env = make()
     model = DQN(
         "CnnPolicy",
-        env,
+        make(),
         learning_rate=2.5e-4,
         buffer_size=100_000,
         learning_starts=warm,
@@ -143,6 +138,19 @@ def sb3_run(
         device=device,
         seed=seed,
     )
+    return model, make
+
+
+def sb3_run(
+    game: str, seed: int, steps: int, episodes: int, every: int, device: str = "cpu"
+) -> dict[str, Any]:
+    import torch
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    torch.set_num_threads(1)
+    model, make = sb3_model(game, seed, steps, device)
+    env = model.get_env()
     curve: list[list[float]] = []
     eval_env = make()
 
