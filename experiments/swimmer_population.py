@@ -16,6 +16,9 @@ evaluated as its shipped file says (5 deterministic episodes every 10k steps):
 * ``erl``: ``cfg/swimmer_erl.toml``, TD3 + the population, the learner's actor injected (ERL);
 * ``cemrl``: ``cfg/swimmer_cemrl.toml``, TD3 + the population, half of each generation stepped on
   the learner's critic (CEM-RL).
+* ``erl-g0.9999`` (not run by default; a labelled row): ``cfg/swimmer_erl.toml`` with its learner
+  at the best solo's gamma 0.9999, i.e. the population added to the best single learner, the
+  question that follows if ``erl`` (learner at 0.99) stays below ``td3-g0.9999``.
 
 What an arm's figure is, fixed before any run: for ``td3`` and ``td3-g0.9999`` the learner's
 eval, for ``cem`` the distribution's mean, and for the teams their population's eval (the team
@@ -51,11 +54,15 @@ FILES = {
     "cem": "swimmer_cem.toml",
     "erl": "swimmer_erl.toml",
     "cemrl": "swimmer_cemrl.toml",
+    "erl-g0.9999": "swimmer_erl.toml",
 }
 SOLO = {"td3", "td3-g0.9999"}  # the file's learner alone
-SETS = {"td3-g0.9999": ("team.target.params.gamma=0.9999",)}
+SETS = {
+    "td3-g0.9999": ("team.target.params.gamma=0.9999",),
+    "erl-g0.9999": ("team.target.params.gamma=0.9999",),
+}
 POPULATION = "population"  # the cem member of the team files, evaluated as the team's figure
-TEAMS = ("erl", "cemrl")
+TEAMS = ("erl", "cemrl", "erl-g0.9999")
 DEFAULT_ARMS = ["td3", "td3-g0.9999", "cem", "erl"]
 
 
