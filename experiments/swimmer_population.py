@@ -32,7 +32,9 @@ the last eval, at the budget. Targets (issue 37): the team's median final >= 2x 
 Runs go ``--jobs`` at a time, interleaved seed by seed (the arms' order rotating), each in a
 process of its own (the teams on the local backend, one process per member). Each record is
 appended to ``results/swimmer_population_runs.jsonl`` as its run ends; a sweep started again
-skips the (arm, seed) runs stored at the same steps, so an interrupted one goes on.
+skips the (arm, seed) runs stored at the same steps, and a run that Ctrl-C, SIGTERM or a lost
+machine stopped goes on from its last checkpoint (``runs/swimmer_population/``; its replay is
+checkpointed, every 50k steps and on Ctrl-C), so a sweep longer than one sitting adds up.
 """
 
 from __future__ import annotations
@@ -40,13 +42,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import tempfile
+import shutil
 import time
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from experiments.lib import CFG, RESULTS, arms, report, runs, stats
+from experiments.lib import CFG, RESULTS, ROOT, arms, report, runs, stats
 
 FILES = {
     "td3": "swimmer_erl.toml",
@@ -64,6 +66,7 @@ SETS = {
 POPULATION = "population"  # the cem member of the team files, evaluated as the team's figure
 TEAMS = ("erl", "cemrl", "erl-g0.9999")
 DEFAULT_ARMS = ["td3", "td3-g0.9999", "cem", "erl"]
+WORK = ROOT / "runs" / "swimmer_population"  # runs under way, resumed across sessions
 
 
 def arm_config(arm: str) -> dict[str, Any]:
@@ -82,8 +85,10 @@ def one_run(arm: str, seed: int, steps: int) -> dict[str, Any]:
 
     set_compute_threads()
     sets = (f"experiment.total_steps={steps}", *SETS.get(arm, ()))
-    with tempfile.TemporaryDirectory() as tmp:
-        run = arms.run_config(arm_config(arm), sets, seed=seed, out=tmp)
+    # A run takes 80-90 minutes of a core: one stopped by the end of a session goes on from
+    # its checkpoint in the next (runs/swimmer_population/, not kept in git).
+    work = WORK / f"{arm}-seed{seed}-{steps}"
+    run = arms.run_resumable(arm_config(arm), sets, seed, work, checkpoint_every=50_000)
     s = run.summary
     learner = [[int(e["env_steps"]), float(e["return"])] for e in s["eval"]]
     record: dict[str, Any] = {
@@ -91,7 +96,7 @@ def one_run(arm: str, seed: int, steps: int) -> dict[str, Any]:
         "seed": seed,
         "steps": steps,
         "env_steps": s["env_steps"],
-        "wall_s": run.call_s,
+        "wall_s": s["wall_s"],  # the run's own, summed over the sessions it ran in
         "interrupted": s["interrupted"],
         "learner_curve": learner,
     }
@@ -105,6 +110,7 @@ def one_run(arm: str, seed: int, steps: int) -> dict[str, Any]:
     record["curve"] = curve
     record["final"] = curve[-1][1]
     record["learner_final"] = learner[-1][1]
+    shutil.rmtree(work)
     return record
 
 

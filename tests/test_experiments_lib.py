@@ -394,3 +394,41 @@ def test_run_parallel_runs_each_task_in_a_process_of_its_own_and_stores_it(
     assert sorted((r["seed"], r["arm"]) for r in stored) == sorted(todo)
     assert {r["seed"]: r["value"] for r in stored} == {0: 0, 1: 10}
     assert len({r["pid"] for r in done}) == 4 and os.getpid() not in {r["pid"] for r in done}
+
+
+TINY = {
+    "experiment": {"name": "tiny", "total_steps": 300, "eval_every": 100, "eval_episodes": 1},
+    "env": {"id": "Pendulum-v1"},
+    "buffer": {"capacity": 1_000, "batch_size": 16},
+    "team": [
+        {
+            "name": "target",
+            "algo": "ddpg",
+            "role": "learner",
+            "params": {"learning_starts": 50, "hidden": [8]},
+        }
+    ],
+}
+
+
+def test_a_resumable_run_stopped_short_goes_on_from_its_checkpoint(tmp_path: Path) -> None:
+    """The run a session left unfinished continues in the same run directory (its env steps
+    and eval curve carried on, not restarted); a finished one is not run again; another
+    request in the same folder starts afresh."""
+    import wheeler2
+
+    work = tmp_path / "work"
+    first = arms.run_resumable(TINY, [], 3, work, callbacks=[lambda e: wheeler2.STOP])
+    assert first.summary["env_steps"] < 300 and len(first.summary["eval"]) == 1
+    resumed = arms.run_resumable(TINY, [], 3, work)
+    assert resumed.run_dir == first.run_dir
+    assert resumed.summary["env_steps"] == 300
+    assert [e["env_steps"] for e in resumed.summary["eval"]][:1] == [
+        first.summary["eval"][0]["env_steps"]
+    ]
+    assert len(resumed.summary["eval"]) == 3
+    again = arms.run_resumable(TINY, [], 3, work)
+    assert again.run_dir == first.run_dir and again.call_s == 0.0
+    other = arms.run_resumable(TINY, [], 4, work)
+    assert other.run_dir != first.run_dir and not first.run_dir.exists()
+    assert other.summary["env_steps"] == 300

@@ -156,3 +156,53 @@ def run_config(
     run_dir = Path(wheeler2.run(config, callbacks=list(callbacks), **overrides))
     call_s = time.perf_counter() - t0
     return Run(run_dir, json.loads((run_dir / "summary.json").read_text()), call_s)
+
+
+REQUEST = "request.json"  # what a resumable run was asked for, beside its run directory
+
+
+def run_resumable(
+    config: dict[str, Any],
+    sets: Iterable[str],
+    seed: int,
+    work: str | Path,
+    checkpoint_every: int | None = None,
+    callbacks: Sequence[Any] = (),
+) -> Run:
+    """:func:`run_config` of parsed TOML in ``work``, a folder kept from one session to the
+    next: a run there that stopped short of its budget (Ctrl-C, SIGTERM, a machine that went
+    away) goes on from its latest checkpoint, as ``wheeler2 resume`` does, instead of starting
+    over. The replay goes into the checkpoints (``buffer.checkpoint = true``), so the resumed
+    learner samples what it would have; ``checkpoint_every`` (env steps) bounds what a kill
+    without a last checkpoint loses. A run there that asked for something else (another config,
+    ``sets`` or seed) is removed and this one starts fresh. The caller removes ``work`` once it
+    has stored what it needs. ``callbacks`` go to a fresh run only."""
+    import shutil
+
+    import wheeler2.config
+    from wheeler2.checkpoint import checkpoint_path
+    from wheeler2.runtime import run_experiment
+
+    work = Path(work)
+    sets = [*sets, "buffer.checkpoint=true"]
+    if checkpoint_every is not None:
+        sets.append(f"experiment.checkpoint_every={checkpoint_every}")
+    request = {"config": config, "sets": sets, "seed": seed}
+    stored = work / REQUEST
+    if stored.exists() and json.loads(stored.read_text()) != json.loads(json.dumps(request)):
+        shutil.rmtree(work)
+    started = [d for d in work.glob("*/") if checkpoint_path(d, "latest").exists()]
+    if not started:
+        work.mkdir(parents=True, exist_ok=True)
+        stored.write_text(json.dumps(request))
+        return run_config(config, sets, seed=seed, out=work, callbacks=callbacks)
+    run_dir = max(started, key=lambda d: d.stat().st_mtime)
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists():
+        summary = json.loads(summary_path.read_text())
+        if not summary["interrupted"] and summary["env_steps"] >= summary["total_steps"]:
+            return Run(run_dir, summary, 0.0)  # it finished; its record was not stored
+    t0 = time.perf_counter()
+    run_experiment(wheeler2.config.load(run_dir / "config.toml"), run_dir, resume=True)
+    call_s = time.perf_counter() - t0
+    return Run(run_dir, json.loads(summary_path.read_text()), call_s)
