@@ -16,9 +16,12 @@ evaluated as its shipped file says (5 deterministic episodes every 10k steps):
 * ``erl``: ``cfg/swimmer_erl.toml``, TD3 + the population, the learner's actor injected (ERL);
 * ``cemrl``: ``cfg/swimmer_cemrl.toml``, TD3 + the population, half of each generation stepped on
   the learner's critic (CEM-RL).
-* ``erl-g0.9999`` (not run by default; a labelled row): ``cfg/swimmer_erl.toml`` with its learner
-  at the best solo's gamma 0.9999, i.e. the population added to the best single learner, the
-  question that follows if ``erl`` (learner at 0.99) stays below ``td3-g0.9999``.
+* ``erl-g0.9999``: ``cfg/swimmer_erl.toml`` with its learner at the best solo's gamma 0.9999,
+  i.e. the population added to the best single learner. Added to the default arms on
+  2026-11-29, before any team run, when seed 0 showed how far apart the two gammas are
+  (``td3`` ended at 47.4; ``td3-g0.9999`` evaluated 343 by 160k steps): a team can only beat the
+  best solo with that solo's discount, while ``erl`` asks whether a population rescues the
+  default one. Both team arms get both verdicts.
 
 What an arm's figure is, fixed before any run: for ``td3`` and ``td3-g0.9999`` the learner's
 eval, for ``cem`` the distribution's mean, and for the teams their population's eval (the team
@@ -65,7 +68,7 @@ SETS = {
 }
 POPULATION = "population"  # the cem member of the team files, evaluated as the team's figure
 TEAMS = ("erl", "cemrl", "erl-g0.9999")
-DEFAULT_ARMS = ["td3", "td3-g0.9999", "cem", "erl"]
+DEFAULT_ARMS = ["td3", "td3-g0.9999", "cem", "erl-g0.9999", "erl"]
 WORK = ROOT / "runs" / "swimmer_population"  # runs under way, resumed across sessions
 
 
