@@ -92,8 +92,7 @@ def copy_weights(src: torch.nn.Module, *dst: torch.nn.Module) -> None:
     """``src``'s parameters into each of ``dst`` in order (the same layers, named differently)."""
     with torch.no_grad():
         for net in dst:
-            pairs = list(zip(src.parameters(), net.parameters(), strict=True))
-            for a, b in pairs:
+            for a, b in zip(src.parameters(), net.parameters(), strict=True):
                 assert a.shape == b.shape, (a.shape, b.shape)
                 b.copy_(a)
 
@@ -125,6 +124,8 @@ def compare(game: str, updates: int, transitions: int, seed: int) -> dict[str, A
             for param in net.parameters():
                 param.copy_(torch.nextafter(param, torch.full_like(param, torch.inf)))
 
+    # SB3 reads the images as (C, H, W) uint8 and scales them itself, as in its runs.
+    shape = (BATCH, *sb3.observation_space.shape)
     rng = np.random.default_rng(seed + 1)
     checkpoints = {max(1, updates * k // 20) for k in range(1, 21)}
     rows, worst_loss = [], 0.0
@@ -144,8 +145,6 @@ def compare(game: str, updates: int, transitions: int, seed: int) -> dict[str, A
         )
         w2_loss = w2.learn(batch).metrics["loss"]
         ulp.learn(batch)
-        # SB3 reads the images as (C, H, W) uint8 and scales them itself, as in its runs.
-        shape = (BATCH, *sb3.observation_space.shape)
         sample = ReplayBufferSamples(
             observations=torch.as_tensor(obs.reshape(shape)),
             actions=torch.as_tensor(act[:, None]),
