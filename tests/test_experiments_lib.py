@@ -396,6 +396,86 @@ def test_run_parallel_runs_each_task_in_a_process_of_its_own_and_stores_it(
     assert len({r["pid"] for r in done}) == 4 and os.getpid() not in {r["pid"] for r in done}
 
 
+def _flaky_record(seed: int, arm: str) -> dict[str, Any]:
+    if arm == "bad":
+        raise ValueError(f"no such arm on seed {seed}")
+    return {"seed": seed, "arm": arm, "interrupted": arm == "cut"}
+
+
+def test_run_parallel_stores_neither_a_failed_nor_a_cut_short_run_and_names_the_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The runs that finished are stored though one failed; a run that reports itself
+    interrupted is printed but not stored (the next sweep runs it again); the failure is
+    raised at the end with its task."""
+    log = tmp_path / "x_runs.jsonl"
+    todo = [(0, "a"), (0, "bad"), (0, "cut"), (1, "a")]
+    with pytest.raises(RuntimeError, match=r"1 run\(s\) failed: \(0, 'bad'\): ValueError"):
+        arms.run_parallel(todo, 2, _flaky_record, log)
+    assert sorted((r["seed"], r["arm"]) for r in runs.load(log)) == [(0, "a"), (1, "a")]
+    out = capsys.readouterr()
+    assert "(interrupted: not stored)" in out.out
+    assert "no such arm on seed 0" in out.err  # the run's own traceback
+
+
+CTRL_C_SWEEP = """
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+from experiments.lib import arms
+
+def job(i):
+    try:
+        time.sleep(0.2 if i == 0 else 60)
+    except KeyboardInterrupt:
+        time.sleep(0.5)  # a resumable run writing its checkpoint
+        return {"i": i, "interrupted": True}
+    return {"i": i}
+
+if __name__ == "__main__":
+    arms.run_parallel([(i,) for i in range(4)], 2, job, sys.argv[2])
+"""
+
+
+def test_ctrl_c_on_a_parallel_sweep_waits_for_its_runs_and_exits_130_cleanly(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C at the terminal (SIGINT to the process group): no traceback, the run that
+    finished before it is stored, the runs it cut short are not, no process is left."""
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "sweep.py"
+    script.write_text(CTRL_C_SWEEP)
+    log = tmp_path / "x_runs.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(ROOT), str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while not log.exists() and time.monotonic() < deadline:  # job 0 done, jobs 1 and 2 running
+        time.sleep(0.05)
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out and "interrupted: waiting for 2 running run(s)" in out
+    assert [r["i"] for r in runs.load(log)] == [0]
+    assert out.count("(interrupted: not stored)") == 2
+    deadline = time.monotonic() + 10  # multiprocessing's resource tracker leaves last
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("a process of the sweep outlived it")
+
+
 TINY = {
     "experiment": {"name": "tiny", "total_steps": 300, "eval_every": 100, "eval_episodes": 1},
     "env": {"id": "Pendulum-v1"},

@@ -14,6 +14,7 @@ import json
 import multiprocessing
 import time
 import tomllib
+import traceback
 from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -83,32 +84,71 @@ def run_parallel(
     process of its own (a fresh interpreter: no run's imports, threads or RNG reach another);
     ``run`` must be a module-level function. Tasks start in ``todo``'s order (interleave it),
     each record is appended to ``runs_file`` and printed (``describe(record)``) as its run
-    ends. Ctrl-C cancels what has not started and waits for nothing."""
+    ends; a record marked ``"interrupted": true`` is printed, not stored, so the sweep started
+    again runs it (or resumes it) rather than counting a cut-short run. A run that raises is
+    reported as it ends and the others go on (hours of them are not lost to one bad run); the
+    sweep then raises ``RuntimeError`` naming each failed task.
+
+    Ctrl-C (which reaches the runs too: they share the terminal's process group) starts
+    nothing more, waits for the running runs to stop (a resumable run writes its checkpoint),
+    stores any that finished meanwhile and exits 130; a second Ctrl-C kills them."""
     ctx = multiprocessing.get_context("spawn")
     pending = iter(todo)
     running: dict[Future[dict[str, Any]], tuple[Any, ...]] = {}
     done_records: list[dict[str, Any]] = []
-    with ProcessPoolExecutor(max(1, jobs), mp_context=ctx, max_tasks_per_child=1) as pool:
+    failed: list[str] = []
+
+    def collect(finished: Iterable[Future[dict[str, Any]]]) -> None:
+        for fut in finished:
+            task = running.pop(fut)
+            error = fut.exception()
+            if isinstance(error, KeyboardInterrupt):
+                continue  # stopped by the Ctrl-C before it had a record to return
+            if error is not None:
+                failed.append(f"{task!r}: {type(error).__name__}: {error}")
+                print(f"run {task!r} failed:", flush=True)
+                traceback.print_exception(error)  # with the run's own traceback, from its process
+                continue
+            record = fut.result()
+            cut = bool(record.get("interrupted"))
+            if runs_file is not None and not cut:
+                runs.append(runs_file, record)
+            line = describe(record) if describe else json.dumps(record)
+            print(line + (" (interrupted: not stored)" if cut else ""), flush=True)
+            if not cut:
+                done_records.append(record)
+
+    # Not a `with` block: on Ctrl-C its shutdown(wait=False) leaves the pool's manager thread
+    # respawning workers into a torn-down pool (a TypeError traceback, CPython 3.11).
+    pool = ProcessPoolExecutor(max(1, jobs), mp_context=ctx, max_tasks_per_child=1)
+    try:
+        while True:
+            while len(running) < max(1, jobs):
+                task = next(pending, None)
+                if task is None:
+                    break
+                running[pool.submit(run, *task, **kw)] = task
+            if not running:
+                pool.shutdown()
+                if failed:
+                    raise RuntimeError(f"{len(failed)} run(s) failed: " + "; ".join(failed))
+                return done_records
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            collect(finished)
+    except KeyboardInterrupt:
+        print(
+            f"\ninterrupted: waiting for {len(running)} running run(s) to stop "
+            "(Ctrl-C again kills them); the same command goes on from here",
+            flush=True,
+        )
         try:
-            while True:
-                while len(running) < max(1, jobs):
-                    task = next(pending, None)
-                    if task is None:
-                        break
-                    running[pool.submit(run, *task, **kw)] = task
-                if not running:
-                    return done_records
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    running.pop(fut)
-                    record = fut.result()
-                    if runs_file is not None:
-                        runs.append(runs_file, record)
-                    print(describe(record) if describe else json.dumps(record), flush=True)
-                    done_records.append(record)
+            collect(wait(running).done)
+            pool.shutdown()
         except KeyboardInterrupt:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+            for child in multiprocessing.active_children():
+                child.kill()
+            pool.shutdown(cancel_futures=True)  # the pool sees its workers gone and winds up
+        raise SystemExit(130) from None
 
 
 def parse_set(expr: str) -> tuple[str, Any]:
