@@ -113,7 +113,8 @@ def one_run(arm: str, seed: int, steps: int) -> dict[str, Any]:
     record["curve"] = curve
     record["final"] = curve[-1][1]
     record["learner_final"] = learner[-1][1]
-    shutil.rmtree(work)
+    if not s["interrupted"]:  # a cut-short run keeps its checkpoint to go on from
+        shutil.rmtree(work)
     return record
 
 
