@@ -243,7 +243,9 @@ def render(
                 continue
             t = stats.median(by_arm[team][k]["final"] for k in both)
             s = stats.median(by_arm[solo][k]["final"] for k in both)
-            head = f"- {team} >= {factor:g}x {solo} (median final, {len(both)} seeds): {t:.1f}"
+            so_far = ", so far" if len(both) < len(seeds) else ""
+            n = f"{len(both)} of {len(seeds)} seeds{so_far}"
+            head = f"- {team} >= {factor:g}x {solo} (median final, {n}): {t:.1f}"
             if factor != 1.0 and s <= 0:
                 verdicts.append(
                     f"{head}, {solo} {s:.1f}: undefined ({solo}'s median is not above 0)"
