@@ -93,6 +93,7 @@ def run_parallel(
     nothing more, waits for the running runs to stop (a resumable run writes its checkpoint),
     stores any that finished meanwhile and exits 130; a second Ctrl-C kills them."""
     ctx = multiprocessing.get_context("spawn")
+    jobs = max(1, jobs)
     pending = iter(todo)
     running: dict[Future[dict[str, Any]], tuple[Any, ...]] = {}
     done_records: list[dict[str, Any]] = []
@@ -120,10 +121,10 @@ def run_parallel(
 
     # Not a `with` block: on Ctrl-C its shutdown(wait=False) leaves the pool's manager thread
     # respawning workers into a torn-down pool (a TypeError traceback, CPython 3.11).
-    pool = ProcessPoolExecutor(max(1, jobs), mp_context=ctx, max_tasks_per_child=1)
+    pool = ProcessPoolExecutor(jobs, mp_context=ctx, max_tasks_per_child=1)
     try:
         while True:
-            while len(running) < max(1, jobs):
+            while len(running) < jobs:
                 task = next(pending, None)
                 if task is None:
                     break
