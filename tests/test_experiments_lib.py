@@ -172,6 +172,25 @@ def test_sweep_appends_each_run_as_it_finishes(tmp_path: Path) -> None:
     assert runs.load(tmp_path / "missing_runs.jsonl") == []
 
 
+def test_ctrl_c_on_a_serial_sweep_keeps_what_finished_and_exits_130(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "x_runs.jsonl"
+
+    def run(arm: str, seed: int) -> dict:
+        if seed == 1:  # a wheeler2 run closes on Ctrl-C, then raises it
+            raise KeyboardInterrupt
+        return {"arm": arm, "seed": seed}
+
+    with pytest.raises(SystemExit) as stop:
+        arms.sweep([0, 1, 2], ["a", "b"], run, log, describe=str)
+    assert stop.value.code == 130
+    assert runs.load(log) == [{"arm": "a", "seed": 0}, {"arm": "b", "seed": 0}]  # no seed 2
+    out = capsys.readouterr().out
+    assert f"interrupted: 2 run(s) finished and stored in {log}" in out
+    assert "Traceback" not in out
+
+
 def test_parse_set_reads_toml_values() -> None:
     assert arms.parse_set("team.0.params.gamma=0.95") == ("team.0.params.gamma", 0.95)
     assert arms.parse_set('env.id="Pendulum-v1"') == ("env.id", "Pendulum-v1")

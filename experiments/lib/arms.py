@@ -59,16 +59,29 @@ def sweep(
 ) -> list[dict[str, Any]]:
     """Run ``run(arm, seed)`` over :func:`interleave`'s order, except the ``(seed, arm)`` pairs
     in ``skip`` (those an interrupted sweep finished); each record is appended to
-    ``runs_file`` as it finishes and printed (``describe(record)``, default the JSON)."""
+    ``runs_file`` as it finishes and printed (``describe(record)``, default the JSON).
+
+    Ctrl-C ends the running run as the run itself ends on it (a wheeler2 run closes its members
+    and writes its last checkpoint, then raises ``KeyboardInterrupt``); that run is not stored,
+    and the sweep says what it kept and exits 130, with no traceback."""
     done = []
-    for seed, arm in interleave(seeds, arms, rotate):
-        if (seed, arm) in skip:
-            continue
-        record = run(arm, seed)
-        if runs_file is not None:
-            runs.append(runs_file, record)
-        print(describe(record) if describe else json.dumps(record, default=str), flush=True)
-        done.append(record)
+    try:
+        for seed, arm in interleave(seeds, arms, rotate):
+            if (seed, arm) in skip:
+                continue
+            record = run(arm, seed)
+            if runs_file is not None:
+                runs.append(runs_file, record)
+            print(describe(record) if describe else json.dumps(record, default=str), flush=True)
+            done.append(record)
+    except KeyboardInterrupt:
+        where = f" in {runs_file}" if runs_file is not None else " nowhere (no runs file)"
+        print(
+            f"\ninterrupted: {len(done)} run(s) finished and stored{where}; "
+            "the run cut short is not",
+            flush=True,
+        )
+        raise SystemExit(130) from None
     return done
 
 
