@@ -203,6 +203,25 @@ def test_parse_set_reads_toml_values() -> None:
 # -- reports and regeneration ------------------------------------------------------------------
 
 
+def test_a_generated_page_of_the_repository_links_its_note_and_a_scratch_table_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, scratch = tmp_path / "repo", tmp_path / "scratch"
+    notes = repo / "experiments" / "results" / "notes"
+    notes.mkdir(parents=True)
+    (notes / "zoo.md").write_text("why rows are not run\n")
+    monkeypatch.setattr(report, "ROOT", repo)
+    monkeypatch.setattr(report, "NOTES", notes)
+    assert report.notes_link(repo / "docs" / "zoo.md") == (
+        " Notes: [../experiments/results/notes/zoo.md](../experiments/results/notes/zoo.md)."
+    )
+    assert report.notes_link(repo / "experiments" / "results" / "zoo.md") == (
+        " Notes: [notes/zoo.md](notes/zoo.md)."
+    )
+    assert report.notes_link(scratch / "zoo.md") == ""  # a smoke run's copy
+    assert report.notes_link(repo / "docs" / "other.md") == ""  # no note of that name
+
+
 def test_regenerate_a_result_file_from_its_stored_runs(tmp_path: Path) -> None:
     # compare_sb3_sac.md and its runs, copied: the table is rebuilt from the runs alone.
     for name in ("compare_sb3_sac.md", "compare_sb3_sac_runs.jsonl"):
