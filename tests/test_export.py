@@ -51,6 +51,14 @@ RUNS = {
     ),
     # A Gaussian actor, whose mean is clipped to [-1, 1] before scaling.
     "ppo": dict(env="Pendulum-v1", algo="ppo", params="n_steps = 64\nbatch_size = 64"),
+    # A population that evaluates its last generation's best, not the actor sync copies (2 elites:
+    # the new mean is a blend of both, so it is not the champion).
+    "cem": dict(
+        env="Pendulum-v1",
+        algo="cem",
+        steps=512,  # a whole Pendulum episode on each of the 2 envs: one generation told
+        params='pop_size = 2\nelites = 2\nsigma_init = 0.1\neval_actor = "champion"',
+    ),
     # A goal env: the flat input is [observation, achieved_goal, desired_goal].
     "bitflip": dict(
         env="wheeler2/BitFlip-v0",

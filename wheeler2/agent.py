@@ -214,7 +214,8 @@ class Agent:
 
     @property
     def actor(self) -> nn.Module:
-        """The policy network: what evaluation runs and what weight sync copies.
+        """The policy network: what weight sync copies and, unless :meth:`eval_net` says
+        otherwise, what evaluation runs.
 
         For weight sync between algorithm families the module declares, as class attributes,
         ``sync_roles`` (role -> sub-module path, e.g. ``{"trunk": "net.trunk", "head":
@@ -225,6 +226,12 @@ class Agent:
         The actors in ``agents/parts/heads.py`` declare both (see ``wheeler2/sync.py``).
         """
         raise NotImplementedError
+
+    def eval_net(self) -> nn.Module:
+        """The network that deterministic acting (``act(explore=False)``) runs, and so what
+        ``wheeler2 export`` writes: the :attr:`actor`, unless an algorithm evaluates another
+        one (a population's champion)."""
+        return self.actor
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: networks, targets, optimizers, counters."""

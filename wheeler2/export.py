@@ -44,8 +44,8 @@ class PolicyModule(nn.Module):
         from gymnasium import spaces
 
         agent = policy.agent
-        # The actor is copied so that tracing or exporting never touches the live agent.
-        self.actor = copy.deepcopy(agent.actor).cpu().eval().requires_grad_(False)
+        # Copied so that tracing or exporting never touches the live agent.
+        self.actor = copy.deepcopy(agent.eval_net()).cpu().eval().requires_grad_(False)
         norm: Any = getattr(agent, "obs_norm", None)
         self.normalize = norm is not None and hasattr(norm, "mean")
         dim = policy.input_dim
