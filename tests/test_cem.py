@@ -344,6 +344,21 @@ def test_what_the_member_cannot_do_is_one_error_naming_the_key(tmp_path):
     assert (err.table, err.key) == ("[[team]] pop", "sync") and "critic" in err.message
 
 
+def test_a_normalizing_learner_is_refused_with_a_fix_the_population_can_take(tmp_path):
+    """cem has no normalize_obs key, so the refusal must name the learner's as a way out."""
+    path = _config(tmp_path)
+    path.write_text(
+        path.read_text().replace(
+            "learning_starts = 100", "learning_starts = 100\nnormalize_obs = true"
+        )
+    )
+    with pytest.raises(ConfigError) as info:
+        prepare_team(load(path), {})
+    assert info.value.table == "[[team]] pop" and "normalize_obs = false in the learner's" in str(
+        info.value
+    )
+
+
 def test_a_population_learner_cannot_inject(tmp_path):
     path = tmp_path / "alone.toml"
     text = TEAM.format(

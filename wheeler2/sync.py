@@ -485,7 +485,8 @@ def _plan_stats(
             f"observations normalized by the learner's running statistics (the learner has "
             f"normalize_obs = true), but this member has normalize_obs = false; set "
             f"normalize_obs = true in its [team.params] (it then acts with the learner's "
-            f'statistics) or add "{role}" to sync.keep'
+            f"statistics) if its algorithm has that key, set normalize_obs = false in the "
+            f'learner\'s, or add "{role}" to sync.keep'
         )
     if stats is not None and not has:
         raise SyncError(
