@@ -298,10 +298,12 @@ class CEM(Agent):
         probe = torch.as_tensor(self.states[self.rng.integers(0, self.size, p.grad_batch)])
         with torch.no_grad():
             before = float(self._q(probe, net(probe)).mean())
-        for _ in range(p.grad_steps):
-            s = torch.as_tensor(self.states[self.rng.integers(0, self.size, p.grad_batch)])
-            loss = -self._q(s, net(s)).mean()
-            actor_step(loss, opt, params, p.max_grad_norm)
+        # Reached from act() (under no_grad) whenever a copy's next actor is one to step.
+        with torch.enable_grad():
+            for _ in range(p.grad_steps):
+                s = torch.as_tensor(self.states[self.rng.integers(0, self.size, p.grad_batch)])
+                loss = -self._q(s, net(s)).mean()
+                actor_step(loss, opt, params, p.max_grad_norm)
         with torch.no_grad():
             return float(self._q(probe, net(probe)).mean()) - before
 
