@@ -202,7 +202,9 @@ def render(
 ) -> str:
     head = ("arm", *(f"{t} (>= {TASKS[t][1]:g})" for t in tasks), "tasks solved")
     rows, per_seed = [], []
-    solved_by: dict[str, tuple[int, int]] = {}  # arm -> (tasks solved, tasks with runs)
+    # arm -> (tasks solved, tasks whose every seed has run): a task counts once all its seeds
+    # are in, so a verdict never rests on the seeds that happened to finish first.
+    solved_by: dict[str, tuple[int, int]] = {}
     for arm in arms:
         cells, solved, ran = [], 0, 0
         for task in tasks:
@@ -213,13 +215,15 @@ def render(
             finals = [r["final"] for r in mine.values()]
             ok, seeds_there = verdict(finals, TASKS[task][1])
             ci = stats.seed_intervals(finals)["median"]
-            mark = "**solved**" if ok else "not solved"
+            complete = len(mine) == len(seeds)
+            mark = ("**solved**" if ok else "not solved") + ("" if complete else " so far")
+            ran_of = "" if complete else f" ({len(finals)} of {len(seeds)} run)"
             cells.append(
                 f"{mark}: {ci.point:.1f} [{ci.lo:.1f}, {ci.hi:.1f}], "
-                f"{seeds_there}/{len(finals)} seeds"
+                f"{seeds_there} of {len(finals)} seeds{ran_of}"
             )
-            solved += ok
-            ran += 1
+            solved += ok and complete
+            ran += complete
             for k in sorted(mine):
                 r = mine[k]
                 per_seed.append(
@@ -234,7 +238,7 @@ def render(
                     )
                 )
         solved_by[arm] = (solved, ran)
-        rows.append((arm, *cells, f"{solved} of {ran}" if ran else "—"))
+        rows.append((arm, *cells, f"{solved} of {ran} complete" if ran else "—"))
     return f"""# One team for many tasks against single learners at their defaults (issue 37)
 
 `python -m experiments.many_tasks --tasks {" ".join(tasks)} --arms {" ".join(arms)} \\
@@ -244,7 +248,8 @@ return is the last eval. The team is `cfg/{TEAM_FILE}` with only `env.id` and th
 changed, its figure the population's champion (the learner's own final in the per-seed table);
 each solo is that algorithm alone at wheeler2's defaults. A cell: whether the arm solves the
 task (its median final at or above the threshold), the median final with rliable's 95%
-bootstrap interval over seeds, and the seeds whose final is at or above the threshold.
+bootstrap interval over seeds, and the seeds whose final is at or above the threshold; "so
+far" while some of the task's seeds have not run, and such a task counts toward no target.
 
 {chr(10).join(report.table(head, rows))}
 

@@ -161,13 +161,33 @@ def chosen(
 
 
 def _ratio(a: dict[int, dict], b: dict[int, dict]) -> str:
+    """The paired ratio of medians over the seeds both arms ran, saying how many where that is
+    fewer than ``a``'s own (the row's median is over all of ``a``'s)."""
     both = sorted(set(a) & set(b))
     if not both:
         return "—"
-    ci = stats.ratio_ci([a[k]["final"] for k in both], [b[k]["final"] for k in both])
+    den = [b[k]["final"] for k in both]
+    ci = stats.ratio_ci([a[k]["final"] for k in both], den)
     if math.isnan(ci.point):
-        return "— (a median not above 0)"
-    return f"{ci.point:.2f}x [{stats.fmt(ci.lo, '.2f')}, {stats.fmt(ci.hi, '.2f')}]"
+        return "— (the other median is not above 0)"
+    # A resample whose denominator median is not above 0 has no ratio and is left out: the
+    # interval then speaks only for the rest.
+    mark = "†" if min(den) <= 0 else ""
+    over = f", {len(both)} seeds" if len(both) < len(a) else ""
+    return f"{ci.point:.2f}x [{stats.fmt(ci.lo, '.2f')}, {stats.fmt(ci.hi, '.2f')}]{mark}{over}"
+
+
+def _partial(ran: dict[str, int], seeds: int) -> str:
+    """The warning above a table some arms of which have not run every seed ('' if none)."""
+    short = [f"{a} {n}" for a, n in ran.items() if n < seeds]
+    if not short:
+        return ""
+    few = min((n for n in ran.values() if n), default=0) <= 2
+    two = "; with two seeds a median's interval is their range and the IQM is the median"
+    return (
+        f"\n**Partial: not every seed has run** (seeds run: {', '.join(short)}, of {seeds}). "
+        f"Every figure may move{two if few else ''}.\n"
+    )
 
 
 def _wall(seconds: float) -> str:
@@ -235,6 +255,7 @@ def render(
                     _wall(r["wall_s"]),
                 )
             )
+    partial = _partial({a: len(by_arm[a]) for a in arms}, len(seeds))
     verdicts = []
     for team in (a for a in arms if a in TEAMS and by_arm[a]):
         for solo, factor in (("td3", 2.0), ("td3-g0.9999", 1.0)):
@@ -252,8 +273,11 @@ def render(
                 )
                 continue
             met = t >= factor * s
+            # The verdict is the declared point rule; the interval says how firmly it holds.
+            ratio = _ratio({k: by_arm[team][k] for k in both}, by_arm[solo])
             verdicts.append(
-                f"{head} against {factor:g} x {s:.1f}: **{'met' if met else 'not met'}**"
+                f"{head} against {factor:g} x {s:.1f}: **{'met' if met else 'not met'}** "
+                f"(ratio {ratio})"
             )
     return f"""# Swimmer-v5: TD3 with a population against TD3 and the population alone (issue 37)
 
@@ -264,9 +288,12 @@ the final return is the last eval. An arm's figure: the learner's eval for `td3`
 `td3-g0.9999`, the distribution's mean for `cem`, the population's for the teams (ERL's
 champion, CEM-RL's mean, as the papers report; the team learner's own final beside it).
 Medians and IQMs over seeds with rliable's 95% bootstrap intervals; ratios are ratios of
-medians with a paired bootstrap interval over the seeds both arms ran ("—" where a median
-is not above 0).
-
+medians with a paired bootstrap interval over the seeds both arms ran (how many, where that is
+fewer than the row's; "—" where the other arm's median is not above 0; † where some of its
+seeds are not above 0, so that the resamples without a ratio are left out of the interval).
+Wall: the run's own clock (a resumed run adds its sessions, not the work it redid) beside the
+sweep's other job on {cores} cores: a cost, not a speed comparison.
+{partial}
 {chr(10).join(report.table(HEAD, rows))}
 
 Targets:

@@ -69,6 +69,19 @@ def test_solved_is_the_median_final_at_or_above_the_threshold() -> None:
     assert "(**open**)" in lines[0] and "(**open**)" in lines[1]
 
 
+def test_a_task_with_seeds_still_to_run_says_so_far_and_decides_no_target() -> None:
+    curve = [[1000, -1200.0], [2000, -150.0]]
+    record = {"task": "pendulum", "arm": "team", "seed": 0, "steps": 2000, "curve": curve,
+              "final": -150.0, "learner_curve": curve, "learner_final": -150.0,
+              "wall_s": 1.0}  # fmt: skip
+    params = {"tasks": ["pendulum"], "arms": ["team"], "steps": 2000, "date": "-", "cores": 2}
+    body = mt.render([record], seeds=[0, 1, 2], **params)  # type: ignore[arg-type]
+    assert "**solved** so far: -150.0" in body and "1 of 1 seeds (1 of 3 run)" in body
+    assert "0 of 0 complete" not in body and "(**open**)" in body
+    body = mt.render([record], seeds=[0], **params)  # type: ignore[arg-type]
+    assert "**solved**: -150.0" in body and "1 of 1 complete" in body and "(**met**)" in body
+
+
 def test_every_run_is_planned_once_and_neighbours_differ_in_arm() -> None:
     tasks, arms, seeds = list(mt.TASKS), list(mt.ARMS), [0, 1, 2]
     order = mt.plan(tasks, arms, seeds)
