@@ -30,20 +30,21 @@ defaults solves every task.
 Runs go ``--jobs`` at a time, seed by seed, the arms' order rotating, each in a
 process of its own (the team on the local backend, a process per member). Each record is
 appended to ``results/many_tasks_runs.jsonl`` as its run ends; a sweep started again skips
-the (task, arm, seed) runs stored at the same steps, so an interrupted one goes on.
+the (task, arm, seed) runs stored at the same steps, and a run cut short (Ctrl-C, the end of
+a session) goes on from its checkpoint in ``runs/many_tasks/``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import tempfile
+import shutil
 import time
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from experiments.lib import CFG, RESULTS, arms, report, runs, stats
+from experiments.lib import CFG, RESULTS, ROOT, arms, report, runs, stats
 
 TASKS: dict[str, tuple[str, float]] = {
     "pendulum": ("Pendulum-v1", -200.0),
@@ -54,6 +55,7 @@ TASKS: dict[str, tuple[str, float]] = {
 TEAM_FILE = "many_tasks_team.toml"
 POPULATION = "population"  # the team file's cem member, evaluated as the team's figure
 SOLOS = ("ddpg", "td3", "sac")
+WORK = ROOT / "runs" / "many_tasks"  # runs under way, resumed across sessions
 ARMS = ("team", *SOLOS)
 
 
@@ -89,10 +91,11 @@ def one_run(task: str, arm: str, seed: int, steps: int) -> dict[str, Any]:
     from wheeler2.process import set_compute_threads
 
     set_compute_threads()
-    with tempfile.TemporaryDirectory() as tmp:
-        run = arms.run_config(
-            arm_config(arm, task), (f"experiment.total_steps={steps}",), seed=seed, out=tmp
-        )
+    # A team run takes 13-15 minutes of a core here: one stopped by the end of a session goes on
+    # from its checkpoint in the next (runs/many_tasks/, not kept in git).
+    work = WORK / f"{task}-{arm}-seed{seed}-{steps}"
+    sets = (f"experiment.total_steps={steps}",)
+    run = arms.run_resumable(arm_config(arm, task), sets, seed, work, checkpoint_every=25_000)
     s = run.summary
     learner = _curve(s["eval"])
     curve = learner
@@ -101,20 +104,23 @@ def one_run(task: str, arm: str, seed: int, steps: int) -> dict[str, Any]:
         if population is None:
             raise RuntimeError(f"the team file's {POPULATION!r} member was not evaluated")
         curve = _curve(population["eval"])
-    return {
+    record = {
         "task": task,
         "arm": arm,
         "seed": seed,
         "steps": steps,
         "threshold": TASKS[task][1],
         "env_steps": s["env_steps"],
-        "wall_s": run.call_s,
+        "wall_s": s["wall_s"],  # the run's own, summed over the sessions it ran in
         "interrupted": s["interrupted"],
         "curve": curve,
         "final": curve[-1][1],
         "learner_curve": learner,
         "learner_final": learner[-1][1],
     }
+    if not s["interrupted"]:  # a cut-short run keeps its checkpoint to go on from
+        shutil.rmtree(work)
+    return record
 
 
 def describe(r: dict[str, Any]) -> str:
