@@ -161,8 +161,7 @@ def chosen(
 
 
 def _ratio(a: dict[int, dict], b: dict[int, dict]) -> str:
-    """The paired ratio of medians over the seeds both arms ran, saying how many where that is
-    fewer than ``a``'s own (the row's median is over all of ``a``'s)."""
+    """The paired ratio of medians over the seeds both arms ran, with its interval."""
     both = sorted(set(a) & set(b))
     if not both:
         return "—"
@@ -173,8 +172,14 @@ def _ratio(a: dict[int, dict], b: dict[int, dict]) -> str:
     # A resample whose denominator median is not above 0 has no ratio and is left out: the
     # interval then speaks only for the rest.
     mark = "†" if min(den) <= 0 else ""
-    over = f", {len(both)} seeds" if len(both) < len(a) else ""
-    return f"{ci.point:.2f}x [{stats.fmt(ci.lo, '.2f')}, {stats.fmt(ci.hi, '.2f')}]{mark}{over}"
+    return f"{ci.point:.2f}x [{stats.fmt(ci.lo, '.2f')}, {stats.fmt(ci.hi, '.2f')}]{mark}"
+
+
+def _paired_over(a: dict[int, dict], b: dict[int, dict]) -> str:
+    """How many seeds a ratio cell is paired over, where that is fewer than ``a``'s own (the
+    row's median is over all of ``a``'s)."""
+    both = len(set(a) & set(b))
+    return f", {both} seeds" if 0 < both < len(a) else ""
 
 
 def _partial(ran: dict[str, int], seeds: int) -> str:
@@ -219,6 +224,13 @@ def render(
     cores: int,
 ) -> str:
     by_arm = {arm: chosen(records, arm, seeds, steps) for arm in arms}
+    # Each (arm, solo) ratio is bootstrapped once, for its table cell and its target's verdict.
+    ratios = {
+        (arm, solo): _ratio(by_arm[arm], by_arm.get(solo, {}))
+        for arm in arms
+        for solo in SOLO
+        if by_arm[arm] and arm != solo
+    }
     rows, per_seed = [], []
     for arm in arms:
         mine = by_arm[arm]
@@ -237,8 +249,12 @@ def render(
                 len(mine),
                 f"{ci['median'].point:.1f} [{ci['median'].lo:.1f}, {ci['median'].hi:.1f}]",
                 f"{ci['iqm'].point:.1f}",
-                _ratio(mine, by_arm.get("td3", {})) if arm != "td3" else "1",
-                _ratio(mine, by_arm.get("td3-g0.9999", {})) if arm != "td3-g0.9999" else "1",
+                *(
+                    ratios[(arm, solo)] + _paired_over(mine, by_arm.get(solo, {}))
+                    if arm != solo
+                    else "1"
+                    for solo in ("td3", "td3-g0.9999")
+                ),
                 learner,
                 _wall(stats.median(r["wall_s"] for r in mine.values())),
             )
@@ -274,10 +290,9 @@ def render(
                 continue
             met = t >= factor * s
             # The verdict is the declared point rule; the interval says how firmly it holds.
-            ratio = _ratio({k: by_arm[team][k] for k in both}, by_arm[solo])
             verdicts.append(
                 f"{head} against {factor:g} x {s:.1f}: **{'met' if met else 'not met'}** "
-                f"(ratio {ratio})"
+                f"(ratio {ratios[(team, solo)]})"
             )
     return f"""# Swimmer-v5: TD3 with a population against TD3 and the population alone (issue 37)
 
