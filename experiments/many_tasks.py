@@ -86,6 +86,17 @@ def _curve(evals: list[dict[str, Any]]) -> list[list[float]]:
     return [[int(e["env_steps"]), float(e["return"])] for e in evals]
 
 
+def work_dir(task: str, arm: str, seed: int, steps: int) -> Path:
+    """Where a run keeps its checkpoints until its record is stored."""
+    return WORK / f"{task}-{arm}-seed{seed}-{steps}"
+
+
+def forget(record: dict[str, Any]) -> None:
+    """Remove a stored run's checkpoints."""
+    work = work_dir(record["task"], record["arm"], record["seed"], record["steps"])
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def one_run(task: str, arm: str, seed: int, steps: int) -> dict[str, Any]:
     """One arm on one task and seed, in this (spawned) process; its record."""
     from wheeler2.process import set_compute_threads
@@ -93,8 +104,8 @@ def one_run(task: str, arm: str, seed: int, steps: int) -> dict[str, Any]:
     set_compute_threads()
     # A team run takes 13-15 minutes of a core here: one stopped by the end of a session goes on
     # from its checkpoint in the next (runs/many_tasks/, not kept in git).
-    work = WORK / f"{task}-{arm}-seed{seed}-{steps}"
     sets = (f"experiment.total_steps={steps}",)
+    work = work_dir(task, arm, seed, steps)
     run = arms.run_resumable(arm_config(arm, task), sets, seed, work, checkpoint_every=25_000)
     s = run.summary
     learner = _curve(s["eval"])
@@ -118,9 +129,7 @@ def one_run(task: str, arm: str, seed: int, steps: int) -> dict[str, Any]:
         "learner_curve": learner,
         "learner_final": learner[-1][1],
     }
-    if not s["interrupted"]:  # a cut-short run keeps its checkpoint to go on from
-        shutil.rmtree(work)
-    return record
+    return record  # its checkpoints stay until the record is stored (forget)
 
 
 def describe(r: dict[str, Any]) -> str:
@@ -160,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         }
         todo = [t for t in plan(args.tasks, args.arms, args.seeds) if t not in stored]
         print(f"{len(todo)} runs to go ({len(stored)} stored)", flush=True)
-        arms.run_parallel(todo, args.jobs, one_run, log, describe, steps=args.steps)
+        arms.run_parallel(
+            todo, args.jobs, one_run, log, describe, after_store=forget, steps=args.steps
+        )
     params = {
         "tasks": args.tasks,
         "arms": args.arms,

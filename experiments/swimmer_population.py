@@ -82,6 +82,16 @@ def arm_config(arm: str) -> dict[str, Any]:
     return raw
 
 
+def work_dir(arm: str, seed: int, steps: int) -> Path:
+    """Where a run keeps its checkpoints until its record is stored."""
+    return WORK / f"{arm}-seed{seed}-{steps}"
+
+
+def forget(record: dict[str, Any]) -> None:
+    """Remove a stored run's checkpoints."""
+    shutil.rmtree(work_dir(record["arm"], record["seed"], record["steps"]), ignore_errors=True)
+
+
 def one_run(arm: str, seed: int, steps: int) -> dict[str, Any]:
     """One arm on one seed, in this (spawned) process; its record."""
     from wheeler2.process import set_compute_threads
@@ -90,7 +100,7 @@ def one_run(arm: str, seed: int, steps: int) -> dict[str, Any]:
     sets = (f"experiment.total_steps={steps}", *SETS.get(arm, ()))
     # A run takes 80-90 minutes of a core: one stopped by the end of a session goes on from
     # its checkpoint in the next (runs/swimmer_population/, not kept in git).
-    work = WORK / f"{arm}-seed{seed}-{steps}"
+    work = work_dir(arm, seed, steps)
     run = arms.run_resumable(arm_config(arm), sets, seed, work, checkpoint_every=50_000)
     s = run.summary
     learner = [[int(e["env_steps"]), float(e["return"])] for e in s["eval"]]
@@ -113,9 +123,7 @@ def one_run(arm: str, seed: int, steps: int) -> dict[str, Any]:
     record["curve"] = curve
     record["final"] = curve[-1][1]
     record["learner_final"] = learner[-1][1]
-    if not s["interrupted"]:  # a cut-short run keeps its checkpoint to go on from
-        shutil.rmtree(work)
-    return record
+    return record  # its checkpoints stay until the record is stored (forget)
 
 
 def describe(r: dict[str, Any]) -> str:
@@ -138,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         order = arms.interleave(args.seeds, args.arms, rotate=True)
         todo = [(arm, seed) for seed, arm in order if (arm, seed) not in stored]
         print(f"{len(todo)} runs to go ({len(stored)} stored)", flush=True)
-        arms.run_parallel(todo, args.jobs, one_run, log, describe, steps=args.steps)
+        arms.run_parallel(
+            todo, args.jobs, one_run, log, describe, after_store=forget, steps=args.steps
+        )
     params = {
         "arms": args.arms,
         "seeds": args.seeds,

@@ -457,6 +457,27 @@ def test_run_parallel_stores_neither_a_failed_nor_a_cut_short_run_and_names_the_
     assert "no such arm on seed 0" in out.err  # the run's own traceback
 
 
+def test_run_parallel_calls_after_store_once_a_record_is_stored_and_only_then(
+    tmp_path: Path,
+) -> None:
+    """What a run kept to go on from is removed by ``after_store``: it must see its record
+    already in the file, and never be called for a run that failed or was cut short (those
+    go on from what they kept)."""
+    log = tmp_path / "x_runs.jsonl"
+    seen: list[tuple[int, str, bool]] = []
+
+    def after_store(record: dict[str, Any]) -> None:
+        in_file = any(
+            r["arm"] == record["arm"] and r["seed"] == record["seed"] for r in runs.load(log)
+        )
+        seen.append((record["seed"], record["arm"], in_file))
+
+    todo = [(0, "a"), (0, "bad"), (0, "cut"), (1, "a")]
+    with pytest.raises(RuntimeError):
+        arms.run_parallel(todo, 2, _flaky_record, log, after_store=after_store)
+    assert sorted(seen) == [(0, "a", True), (1, "a", True)]
+
+
 CTRL_C_SWEEP = """
 import os, sys, time
 sys.path.insert(0, sys.argv[1])

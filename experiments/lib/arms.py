@@ -91,6 +91,7 @@ def run_parallel(
     run: Callable[..., dict[str, Any]],
     runs_file: str | Path | None = None,
     describe: Callable[[dict[str, Any]], str] | None = None,
+    after_store: Callable[[dict[str, Any]], None] | None = None,
     **kw: Any,
 ) -> list[dict[str, Any]]:
     """``run(*task, **kw)`` for each task of ``todo``, ``jobs`` at a time, each in a spawned
@@ -100,7 +101,10 @@ def run_parallel(
     ends; a record marked ``"interrupted": true`` is printed, not stored, so the sweep started
     again runs it (or resumes it) rather than counting a cut-short run. A run that raises is
     reported as it ends and the others go on (hours of them are not lost to one bad run); the
-    sweep then raises ``RuntimeError`` naming each failed task.
+    sweep then raises ``RuntimeError`` naming each failed task. ``after_store(record)`` runs
+    once a record is in ``runs_file``: the place to remove what a resumable run kept to go on
+    from, since a run that removed it itself and was then stopped before its record was stored
+    would be lost whole.
 
     Ctrl-C (which reaches the runs too: they share the terminal's process group) starts
     nothing more, waits for the running runs to stop (a resumable run writes its checkpoint),
@@ -127,6 +131,8 @@ def run_parallel(
             cut = bool(record.get("interrupted"))
             if runs_file is not None and not cut:
                 runs.append(runs_file, record)
+                if after_store is not None:
+                    after_store(record)
             line = describe(record) if describe else json.dumps(record)
             print(line + (" (interrupted: not stored)" if cut else ""), flush=True)
             if not cut:
