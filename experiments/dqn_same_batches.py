@@ -21,7 +21,8 @@ too.
 
 Written: ``experiments/results/dqn_same_batches_<game>.md`` and its plot (every twentieth of
 the updates: both losses, the largest relative difference of the two so far, the relative
-difference of the parameters, and how often the two networks pick the same greedy action on
+difference of the parameters (the norm of the difference over the norm of wheeler2's, in
+both parameter columns), and how often the two networks pick the same greedy action on
 1,000 held-out states). The yardstick beside them: wheeler2 against itself with every initial
 weight moved by one float32 step, which shows how far float rounding alone carries two runs
 apart.
@@ -167,7 +168,7 @@ def compare(game: str, updates: int, transitions: int, seed: int) -> dict[str, A
                 {
                     "updates": u,
                     "loss_rel": worst_loss,
-                    "param_rel": ((a - b).norm() / b.norm()).item(),
+                    "param_rel": ((a - b).norm() / a.norm()).item(),  # both against wheeler2's norm
                     "ulp_rel": ((a - c).norm() / a.norm()).item(),
                     "greedy_same": same.float().mean().item(),
                     "greedy_same_ulp": same_ulp.float().mean().item(),
