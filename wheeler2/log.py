@@ -175,20 +175,6 @@ class RunLog:
         for tracker in self.trackers:
             tracker.summary(_json_safe(figures))
 
-    def summary_fields(self, threshold: float | None = None) -> dict[str, Any]:
-        """Eval figures for summary.json: best / final return, the eval list, steps to threshold."""
-        returns = [e["return"] for e in self.evals]
-        fields: dict[str, Any] = {
-            "best_eval_return": max(returns) if returns else None,
-            "final_eval_return": returns[-1] if returns else None,
-            "eval": list(self.evals),
-        }
-        if threshold is not None:
-            hit = next((e for e in self.evals if e["return"] >= threshold), None)
-            fields["steps_to_threshold"] = None if hit is None else hit["env_steps"]
-            fields["wall_s_to_threshold"] = None if hit is None else hit["wall_s"]
-        return fields
-
     def flush(self) -> None:
         self._csv_file.flush()
         for tracker in self.trackers:
