@@ -64,11 +64,6 @@ class Layout:
             size *= int(d)
         return size if self.frame_shape else 0
 
-    @property
-    def policy_obs_dim(self) -> int:
-        """Width of the learner's input: observation, then desired goal."""
-        return self.obs_dim + self.goal_dim
-
 
 @dataclass(frozen=True)
 class HerConfig:

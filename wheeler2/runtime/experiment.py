@@ -110,17 +110,15 @@ def interrupt_on_sigterm() -> Iterator[None]:
 
 @dataclass
 class Schedule:
-    """When the next eval / checkpoint / log line is due, in env steps or seconds."""
+    """When the next checkpoint / log line is due, in env steps or seconds (evals are the
+    members' own schedule: runtime/member.py)."""
 
-    eval_every: int
     checkpoint_every: int
     log_every_s: float = 2.0
-    next_eval: int = 0
     next_checkpoint: int = 0
     next_log: float = 0.0
 
     def start(self, env_steps: int) -> None:
-        self.next_eval = (env_steps // self.eval_every + 1) * self.eval_every
         self.next_checkpoint = (env_steps // self.checkpoint_every + 1) * self.checkpoint_every
         self.next_log = time.perf_counter() + self.log_every_s
 
@@ -184,7 +182,7 @@ class Recorder:
         # Why the run ends before its budget ({"by", "reason"}): the threshold, or a callback.
         self.stop: dict[str, str] | None = None
         exp = config.experiment
-        self.schedule = Schedule(int(exp.eval_every), int(exp.checkpoint_every or exp.eval_every))
+        self.schedule = Schedule(int(exp.checkpoint_every or exp.eval_every))
         self.schedule.start(state.env_steps)
         self.threshold = exp.eval_threshold
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -243,9 +241,6 @@ class Recorder:
                 "reason": f"{what} passed eval_threshold {float(self.threshold or 0):g} at "
                 f"{self.state.steps_to_threshold:,} env steps",
             }
-
-    def eval_due(self, env_steps: int) -> bool:
-        return env_steps >= self.schedule.next_eval
 
     def checkpoint_due(self, env_steps: int) -> bool:
         return env_steps >= self.schedule.next_checkpoint
@@ -342,8 +337,6 @@ class Recorder:
     def record_eval(self, env_steps: int, result: EvalResult, member: str = "") -> bool:
         """Stores one evaluation of the lead learner (``member``); returns True when it is the
         best so far."""
-        while self.schedule.next_eval <= env_steps:
-            self.schedule.next_eval += self.schedule.eval_every
         entry = self._eval_entry(env_steps, result)
         if self.curriculum is not None:
             entry["stage"] = self.state.stage  # the stage this eval ran at
