@@ -27,7 +27,6 @@ from wheeler2.envs.gym import GymVecEnv
 from wheeler2.config import ConfigError
 from wheeler2.task import Head
 
-PREFIX = "mo"
 INFO_KEY = "reward_vector"
 HEAD_MODES = ("vector", "sum")
 # MO-Gymnasium's reward spaces carry no names; these follow its env docstrings, by id without
