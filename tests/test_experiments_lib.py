@@ -492,6 +492,10 @@ def job(i):
     return {"i": i}
 
 if __name__ == "__main__":
+    import signal
+    # As from a terminal, even where the test runs in the background (a shell's `&` starts
+    # it with SIGINT ignored, which Python and its spawned runs would keep).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     arms.run_parallel([(i,) for i in range(4)], 2, job, sys.argv[2])
 """
 
