@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -188,3 +189,123 @@ def test_parallel_workers_stop_when_the_tune_process_is_killed(tmp_path: Path) -
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _fake_run(script: list[Any]) -> Any:
+    """A stand-in for ``wheeler2.api.run``: each call takes the next entry of ``script``,
+    raising it if it is an exception, else writing a run whose final eval return it is."""
+    import itertools
+    import json
+
+    calls = iter(script)
+    count = itertools.count()
+
+    def run(path: Any, callbacks: Any = None, **overrides: Any) -> Path:
+        what = next(calls)
+        if isinstance(what, BaseException):
+            raise what
+        run_dir = Path(overrides["out"]) / f"tunetest-{next(count)}"
+        run_dir.mkdir(parents=True)
+        summary = {"final_eval_return": what, "best_eval_return": what}
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+        return run_dir
+
+    return run
+
+
+def _rows(study: Path) -> list[str]:
+    return [r for r in (study / "trials.md").read_text().splitlines() if r[2:3].isdigit()]
+
+
+def test_a_trial_whose_run_fails_counts_and_the_study_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A diverging trial (a member failed) is a result of the search: it is marked failed with
+    its error line, counts towards the total, and the other trials still run."""
+    import wheeler2.api
+    from wheeler2.runtime.experiment import MemberFailed
+
+    failed = MemberFailed("pg", "Traceback ...\nNonFiniteError: loss 'policy' is nan")
+    monkeypatch.setattr(wheeler2.api, "run", _fake_run([failed, 1.0, 2.0, 3.0, 4.0]))
+    study = tune(_file(tmp_path), trials=3, out=tmp_path / "runs")
+    rows = _rows(study)
+    assert len(rows) == 3
+    assert rows[0].startswith("| 0 | fail | — |") and "loss 'policy' is nan" in rows[0]
+    assert [r.split(" | ")[2] for r in rows[1:]] == ["1.5", "3.5"]  # the mean over two seeds
+
+
+def test_a_trial_stopped_by_ctrl_c_is_run_again_not_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import wheeler2.api
+
+    monkeypatch.setattr(wheeler2.api, "run", _fake_run([1.0, 1.0, KeyboardInterrupt()]))
+    with pytest.raises(KeyboardInterrupt):
+        tune(_file(tmp_path), trials=2, out=tmp_path / "runs")
+    monkeypatch.setattr(wheeler2.api, "run", _fake_run([5.0, 5.0]))
+    study = tune(_file(tmp_path), trials=2, out=tmp_path / "runs")
+    states = [r.split(" | ")[1] for r in _rows(study)]
+    assert states == ["complete", "fail", "complete"]  # two trials count, as asked
+    assert "stopped before it ended: not counted" in _rows(study)[1]
+
+
+def test_a_trial_left_running_by_a_killed_process_is_closed_and_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its heartbeat stops; the next trial to start marks it failed, and it does not count."""
+    import optuna
+
+    import wheeler2.api
+    import wheeler2.tune
+
+    monkeypatch.setattr(wheeler2.tune, "HEARTBEAT_S", 1)
+    where = tmp_path / "runs" / "tune-tunetest"
+    where.mkdir(parents=True)
+    storage = optuna.storages.RDBStorage(
+        f"sqlite:///{where / 'study.db'}", heartbeat_interval=1, grace_period=3
+    )
+    left = optuna.create_study(study_name="tunetest", storage=storage, direction="maximize")
+    trial = left.ask()  # a process asked for it, then was killed
+    storage.record_heartbeat(trial._trial_id)
+    time.sleep(3.5)
+    monkeypatch.setattr(wheeler2.api, "run", _fake_run([2.0, 2.0]))
+    study = tune(_file(tmp_path), trials=1, out=tmp_path / "runs")
+    states = [r.split(" | ")[1] for r in _rows(study)]
+    assert states == ["fail", "complete"]
+
+
+def test_a_space_key_also_given_by_set_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        tune(_file(tmp_path), out=tmp_path / "runs", overrides=["team.pg.params.gamma=0.9"])
+    message = str(err.value)
+    assert '[tune] space."team.pg.params.gamma"' in message and "--set" in message, message
+
+
+class _Trial:
+    def __init__(self) -> None:
+        self.reports: list[tuple[float, int]] = []
+        self.asked: list[int] = []
+
+    def report(self, value: float, step: int) -> None:
+        self.reports.append((value, step))
+
+    def should_prune(self) -> bool:
+        self.asked.append(self.reports[-1][1])
+        return False
+
+
+def test_evals_are_reported_at_their_eval_every_mark_once_and_never_pruned_at_the_budget() -> None:
+    """A team's evals fire at whatever total its members reached (348, 620, ...): Optuna
+    compares trials only at equal steps, so each is reported at its mark; the closing eval at
+    a mark already reported is not reported again, and the budget's eval is not pruned."""
+    from types import SimpleNamespace
+
+    from wheeler2.tune import _Prune
+
+    trial = _Trial()
+    prune = _Prune(trial, eval_every=300, total_steps=1200)
+    for steps, ret in [(348, 1.0), (620, 2.0), (948, 3.0), (1200, 4.0), (1203, 5.0)]:
+        assert prune.on_eval(SimpleNamespace(lead=True, env_steps=steps, mean_return=ret)) is None
+    prune.on_eval(SimpleNamespace(lead=False, env_steps=1500, mean_return=9.0))  # not the lead
+    assert trial.reports == [(1.0, 300), (2.0, 600), (3.0, 900), (4.0, 1200)]
+    assert trial.asked == [300, 600, 900]

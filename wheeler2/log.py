@@ -490,11 +490,16 @@ def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
 def write_json_atomic(path: Path, obj: Any, indent: int = 1) -> Path:
     """``path`` holds the whole of ``obj`` as JSON or its previous content, never half a file:
     a run's files are read from outside while it runs (by people, tools and the tests)."""
-    text = json.dumps(obj, indent=indent, allow_nan=False)
+    return write_text_atomic(path, json.dumps(obj, indent=indent, allow_nan=False) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """``path`` holds the whole of ``text`` or its previous content, never half a file (a
+    Ctrl-C or a kill in the middle of the write leaves the old one)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

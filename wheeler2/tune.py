@@ -16,15 +16,22 @@
 
 Optuna (Akiba et al. 2019) holds the study in ``OUT/tune-NAME/study.db`` (SQLite): a study
 that was stopped (Ctrl-C, a machine that went away) goes on from its finished trials when the
-same command runs again. Each trial's runs are ordinary run directories under
+same command runs again. A trial counts towards ``trials`` when it completed, was pruned or
+failed on its own (its run raised: a diverging learning rate is a result of the search); one
+stopped from outside (Ctrl-C, a killed process, found by Optuna's heartbeat) does not, so the
+re-run runs it again. Each trial's runs are ordinary run directories under
 ``OUT/tune-NAME/trial-K/``; ``best.toml`` beside them is the file with the best trial's values
 written in, runnable as it is (``wheeler2 run OUT/tune-NAME/best.toml``), and ``trials.md``
 the table of every trial.
 
-Pruning stops a trial whose first seed's eval returns fall below the median of the earlier
-trials' at the same env step (Optuna's ``MedianPruner``, reported through a run callback,
-:mod:`wheeler2.callbacks`): it ends at that eval, with its checkpoint and summary. Later seeds
-of a trial are not pruned: a trial that passed on its first seed is worth its full mean.
+Pruning stops a trial whose first seed's best eval return so far falls below the median of
+the completed trials' at the same point of the eval schedule (Optuna's ``MedianPruner``, after
+five completed trials; reported through a run callback, :mod:`wheeler2.callbacks`): it ends at
+that eval, with its checkpoint and summary. An eval is reported at its ``eval_every`` mark
+(``env_steps // eval_every * eval_every``): evals of a team on ``local`` or ``ray`` fire at
+whatever total the members have reached, and Optuna compares trials only at equal steps. The
+closing eval, at the budget, is not pruned: the seed is whole by then. Later seeds of a trial
+are not pruned: a trial that passed on its first seed is worth its full mean.
 
 Trials run one after another, or ``--parallel P`` side by side as processes sharing the study;
 each trial's team runs on the backend its file names (``ray`` included: a trial's members then
@@ -36,6 +43,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,18 +74,28 @@ class _Plan:
     where: Path  # the study directory
     total: int  # trials in all
     overrides: tuple[str, ...]
+    parallel: int = 1
 
     def study(self) -> Any:
         import optuna
 
         spec = self.spec
-        random = spec.sampler == "random"
-        sampler = optuna.samplers.RandomSampler() if random else optuna.samplers.TPESampler()
+        with warnings.catch_warnings():  # heartbeats and constant_liar are "experimental"
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if spec.sampler == "random":
+                sampler = optuna.samplers.RandomSampler()
+            else:  # the liar keeps side-by-side workers from sampling the same point
+                sampler = optuna.samplers.TPESampler(constant_liar=self.parallel > 1)
+            # A trial whose process was killed would stay "running" for ever: with a
+            # heartbeat, the next trial to start marks it failed (not counted: _counts).
+            storage = optuna.storages.RDBStorage(
+                self.storage, heartbeat_interval=HEARTBEAT_S, grace_period=3 * HEARTBEAT_S
+            )
         none = spec.pruner == "none"
         pruner = optuna.pruners.NopPruner() if none else optuna.pruners.MedianPruner()
         return optuna.create_study(
             study_name=self.name,
-            storage=self.storage,
+            storage=storage,
             direction="maximize",
             sampler=sampler,
             pruner=pruner,
@@ -85,12 +103,34 @@ class _Plan:
         )
 
 
-def _ended() -> tuple[Any, ...]:
-    """The trial states that count towards the total: not a trial still running."""
+HEARTBEAT_S = 60
+ERROR = "error"  # the user attribute of a trial whose run raised: the error's line
+
+
+def _counts(trial: Any) -> bool:
+    """Whether a trial counts towards the study's total: completed, pruned, or failed on its
+    own. A trial stopped from outside (Ctrl-C, a killed process) is run again."""
     import optuna
 
     state = optuna.trial.TrialState
-    return (state.COMPLETE, state.PRUNED, state.FAIL)
+    if trial.state == state.FAIL:
+        return ERROR in trial.user_attrs
+    return trial.state in (state.COMPLETE, state.PRUNED)
+
+
+def _done(study: Any) -> int:
+    return sum(_counts(t) for t in study.get_trials(deepcopy=False))
+
+
+class _StopAtTotal:
+    """Optuna callback: stop the study once ``total`` trials count (:func:`_counts`)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+    def __call__(self, study: Any, trial: Any) -> None:
+        if _done(study) >= self.total:
+            study.stop()
 
 
 def tune(
@@ -110,7 +150,15 @@ def tune(
     config_path = Path(config_path)
     config = load(config_path, overrides)  # the file must run as it is
     spec = read_tune(parse_toml(config_path), config_path)
+    fixed = _as_dict(overrides)
     for dim in spec.space:  # each key must be one --set takes, checked at a value of its own
+        if dim.key in fixed:
+            raise ConfigError(
+                str(config_path),
+                "[tune]",
+                f'space."{dim.key}"',
+                "is also given by --set; a key is either searched or set: drop one",
+            )
         _check_key(config_path, overrides, dim)
     where = study_dir(config_path, out)
     where.mkdir(parents=True, exist_ok=True)
@@ -122,9 +170,10 @@ def tune(
         where,
         int(trials or spec.trials),
         tuple(overrides),
+        max(1, parallel),
     )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    done = len(plan.study().get_trials(deepcopy=False, states=_ended()))
+    done = _done(plan.study())
     if plan.total > done:
         print(f"study {where}: {done} trials done, {plan.total - done} to run", flush=True)
         if parallel <= 1:
@@ -136,15 +185,16 @@ def tune(
 
 
 def _check_key(config_path: Path, overrides: Sequence[str], dim: Dimension) -> None:
+    """The file must take the key at every choice, or at both ends of its range."""
     from wheeler2.api import _config
 
-    value = dim.choices[0] if dim.choices is not None else dim.low
-    try:
-        _config(config_path, {**_as_dict(overrides), dim.key: value})
-    except ConfigError as exc:
-        raise ConfigError(
-            str(config_path), "[tune]", f'space."{dim.key}"', f"at {value!r}: {exc.message}"
-        ) from None
+    for value in dim.choices if dim.choices is not None else (dim.low, dim.high):
+        try:
+            _config(config_path, {**_as_dict(overrides), dim.key: value})
+        except ConfigError as exc:
+            raise ConfigError(
+                str(config_path), "[tune]", f'space."{dim.key}"', f"at {value!r}: {exc.message}"
+            ) from None
 
 
 def _as_dict(overrides: Sequence[str]) -> dict[str, Any]:
@@ -157,10 +207,12 @@ def _optimize(plan: _Plan) -> None:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a --parallel worker's own
+    # Any error of a trial's run fails that trial and the study goes on, as a sweep's seed
+    # fails alone (wheeler2.sweep.run_seed); Ctrl-C is not an Exception and stops it.
     plan.study().optimize(
         lambda trial: _objective(trial, plan),
-        callbacks=[optuna.study.MaxTrialsCallback(plan.total, states=_ended())],
-        catch=(ConfigError,),
+        callbacks=[_StopAtTotal(plan.total)],
+        catch=(Exception,),
     )
 
 
@@ -183,6 +235,9 @@ def _in_processes(plan: _Plan, parallel: int) -> None:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=10)
+    died = [f"{p.name} (exit {p.exitcode})" for p in procs if p.exitcode not in (0, None)]
+    if died:
+        print(f"tune workers that did not end cleanly: {', '.join(died)}", file=sys.stderr)
 
 
 def _worker(plan: _Plan, parent: int) -> None:
@@ -199,20 +254,25 @@ def _worker(plan: _Plan, parent: int) -> None:
 
 
 class _Prune:
-    """The run callback that reports the first seed's evals to the trial and ends the run when
-    Optuna's pruner says so."""
+    """The run callback that reports the first seed's evals to the trial, each at its
+    ``eval_every`` mark, and ends the run when Optuna's pruner says so (never at the budget)."""
 
-    def __init__(self, trial: Any) -> None:
+    def __init__(self, trial: Any, eval_every: int, total_steps: int) -> None:
         self.trial = trial
+        self.every = max(1, int(eval_every))
+        self.total = int(total_steps)
+        self.reported = -1
         self.pruned = False
 
     def on_eval(self, ev: Any) -> Any:
         from wheeler2.callbacks import Stop
 
-        if not ev.lead:
+        step = int(ev.env_steps) // self.every * self.every
+        if not ev.lead or step <= self.reported:  # a closing eval at a mark already reported
             return None
-        self.trial.report(float(ev.mean_return), int(ev.env_steps))
-        if self.trial.should_prune():
+        self.reported = step
+        self.trial.report(float(ev.mean_return), step)
+        if step < self.total and self.trial.should_prune():
             self.pruned = True
             return Stop(f"pruned by Optuna at {ev.env_steps:,} env steps")
         return None
@@ -221,20 +281,33 @@ class _Prune:
 def _objective(trial: Any, plan: _Plan) -> float:
     import optuna
 
-    from wheeler2.api import run
+    try:
+        return _score(trial, plan)
+    except optuna.TrialPruned:
+        raise
+    except Exception as exc:  # counted, with its line for trials.md; Ctrl-C is not counted
+        trial.set_user_attr(ERROR, " ".join(f"{type(exc).__name__}: {exc}".split())[:300])
+        raise
+
+
+def _score(trial: Any, plan: _Plan) -> float:
+    import optuna
+
+    from wheeler2.api import _config, run
     from wheeler2.log import read_summary
 
-    spec, overrides = plan.spec, plan.overrides
+    spec = plan.spec
     values = {dim.key: dim.suggest(trial) for dim in spec.space}
+    settings = {**_as_dict(plan.overrides), **values}
+    exp = _config(plan.config_path, settings).experiment
     trial_dir = plan.where / f"trial-{trial.number}"
     scores = []
     for i, seed in enumerate(spec.seeds):
-        prune = _Prune(trial) if i == 0 else None
+        prune = _Prune(trial, exp.eval_every, exp.total_steps) if i == 0 else None
         run_dir = run(
             plan.config_path,
             callbacks=[prune] if prune is not None else [],
-            **_as_dict(overrides),
-            **values,
+            **settings,
             seed=seed,
             out=str(trial_dir),
         )
@@ -252,6 +325,7 @@ def _write_results(plan: _Plan, study: Any) -> None:
     import optuna
 
     from wheeler2.api import _config
+    from wheeler2.log import write_text_atomic
 
     spec, where = plan.spec, plan.where
     finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
@@ -260,16 +334,20 @@ def _write_results(plan: _Plan, study: Any) -> None:
         f"({len(finished)} finished), metric: mean {spec.metric} eval return over seeds "
         f"{list(spec.seeds)}",
         "",
-        "| trial | state | value | " + " | ".join(d.key for d in spec.space) + " |",
-        "| --- | --- | --- | " + " | ".join("---" for _ in spec.space) + " |",
+        "| trial | state | value | " + " | ".join(d.key for d in spec.space) + " | note |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in spec.space) + " | --- |",
     ]
     for t in study.trials:
-        value = "—" if t.value is None else f"{t.value:.4g}"
+        # A pruned trial holds its last reported eval, not a mean over seeds: no value.
+        complete = t.state == optuna.trial.TrialState.COMPLETE
+        value = f"{t.value:.4g}" if complete and t.value is not None else "—"
         cells = [repr(t.params.get(d.key, "—")) for d in spec.space]
         lines.append(
-            f"| {t.number} | {t.state.name.lower()} | {value} | " + " | ".join(cells) + " |"
+            f"| {t.number} | {t.state.name.lower()} | {value} | "
+            + " | ".join(cells)
+            + f" | {_note(t)} |"
         )
-    (where / "trials.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(where / "trials.md", "\n".join(lines) + "\n")
     if not finished:
         print(f"no trial finished; trials: {where / 'trials.md'}", file=sys.stderr)
         return
@@ -281,6 +359,18 @@ def _write_results(plan: _Plan, study: Any) -> None:
         f"{best.value:.4g} over seeds {list(spec.seeds)}\n"
         + "".join(f"# {k} = {v!r}\n" for k, v in best.params.items())
     )
-    (where / "best.toml").write_text(header + text)
+    write_text_atomic(where / "best.toml", header + text)
     print(f"best trial {best.number}: {best.value:.4g} {best.params}")
     print(f"best config: {where / 'best.toml'}; every trial: {where / 'trials.md'}")
+
+
+def _note(trial: Any) -> str:
+    import optuna
+
+    state = optuna.trial.TrialState
+    if trial.state == state.PRUNED:
+        return f"pruned at {trial.last_step:,} env steps" if trial.last_step is not None else ""
+    if trial.state == state.FAIL:
+        error = trial.user_attrs.get(ERROR)
+        return error.replace("|", "\\|") if error else "stopped before it ended: not counted"
+    return ""
