@@ -269,7 +269,7 @@ def _fmt(x: float | int | None, spec: str = "") -> str:
 
 def ratio_of_medians(w: list[float], s: list[float]) -> tuple[float, float, float]:
     """median(w) / median(s) and its paired 95% bootstrap interval over seeds; resamples whose
-    medians are not finite (more than half never reached the threshold) are left out."""
+    medians are not finite (at least half never reached the threshold) are left out."""
     return tuple(stats.ratio_ci(w, s, unsolved="drop"))
 
 

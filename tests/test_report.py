@@ -207,3 +207,40 @@ def test_report_of_nothing_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert capsys.readouterr().err == f"error: {tmp_path / 'missing'}: no such directory\n"
     assert cli.main(["report", str(tmp_path)]) == 2
     assert "no runs in" in capsys.readouterr().err
+
+
+def _plain_run_dir(root: Path, name: str, returns: list, threshold: float | None) -> Path:
+    """A run directory with only its summary (no config.toml): grouped by name alone."""
+    run_dir = root / f"{name}-{len(list(root.glob('*'))) if root.exists() else 0}"
+    run_dir.mkdir(parents=True)
+    data = summary(name, [0.0] * len(returns), threshold)
+    for e, r in zip(data["eval"], returns, strict=True):
+        e["return"] = r  # summary.json writes a NaN eval as null
+    (run_dir / "summary.json").write_text(json.dumps(data))
+    return run_dir
+
+
+def test_runs_grouped_together_with_different_thresholds_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Judging both against the first one's would call a seed solved that its own threshold
+    says is not: the report asks for --threshold instead."""
+    _plain_run_dir(tmp_path, "cp", [150.0], 100.0)
+    _plain_run_dir(tmp_path, "cp", [150.0], 200.0)
+    assert cli.main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "different eval_threshold (100, 200)" in err and "--threshold" in err, err
+    assert cli.main(["report", str(tmp_path), "--threshold", "120"]) == 0
+    (only,) = json.loads((tmp_path / "report.json").read_text())["configs"]
+    assert only["solved"] == 2 and only["threshold"] == 120
+
+
+def test_a_run_with_a_non_finite_eval_counts_as_failed(tmp_path: Path) -> None:
+    _plain_run_dir(tmp_path, "cp", [150.0, 160.0], 100.0)
+    _plain_run_dir(tmp_path, "cp", [None, 50.0], 100.0)
+    report.write_report([tmp_path], resamples=200)
+    (only,) = json.loads((tmp_path / "report.json").read_text())["configs"]
+    assert only["seeds"] == {"finished": 1, "failed": 1}
+    assert only["solved"] == 1 and only["counted"] == 2
+    (failed,) = [r for r in only["runs"] if r["status"] == "failed"]
+    assert "not finite" in failed["error"]

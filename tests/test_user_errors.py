@@ -532,6 +532,23 @@ def test_a_closing_eval_at_the_final_step_replaces_the_last_one(tmp_path: Path) 
     assert [(r[1], float(r[4])) for r in rows] == [("100", -900.0), ("200", -500.0)]
 
 
+@pytest.mark.parametrize("closing, expected", [(-600.0, None), (-400.0, 200)])
+def test_steps_to_threshold_follows_the_closing_eval_that_replaces_the_last_one(
+    tmp_path: Path, closing: float, expected: int | None
+) -> None:
+    """The last regular eval passed the threshold and the closing eval at the same step did
+    (or did not): summary.json's steps_to_threshold agrees with its eval list."""
+    from wheeler2.runtime.evaluation import EvalResult
+    from wheeler2.runtime.experiment import Recorder, RunState
+
+    path = _write(tmp_path, Case("rec", ()))
+    config = load(path, ["experiment.eval_threshold=-550"])
+    recorder = Recorder(config, tmp_path / "run", RunState())
+    for steps, ret in ((100, -900.0), (200, -500.0), (200, closing)):
+        recorder.record_eval(steps, EvalResult(ret, 0.0, None, [ret]))
+    assert recorder.finish({})["steps_to_threshold"] == expected
+
+
 def test_the_first_plain_report_shows_no_zero_rate(tmp_path: Path, monkeypatch) -> None:
     from wheeler2 import log as runlog
 

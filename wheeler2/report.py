@@ -13,7 +13,7 @@ experiment's name and the hash of its resolved config without the seed and outpu
   ``steps_to_threshold``), and the median env steps and wall seconds to get there, with
   bootstrap intervals (:func:`wheeler2.stats.median_ci`). A seed that failed, was interrupted
   or never got above it is censored, not dropped: it is infinite ("never"), so it ranks after
-  every seed that did, and a median over more than half such seeds is "never";
+  every seed that did, and a median over at least half such seeds is "never";
 * curves (``report.png``): the median eval return over the finished seeds against env steps
   and wall-clock, with the bootstrap interval of that median as a band
   (:func:`wheeler2.plot.plot_bands`).
@@ -126,20 +126,37 @@ def _sweep_runs(sweep: Path) -> list[Run]:
             status = "interrupted" if status == "running" else NOT_RUN
         summary = _summary(path)
         runs.append(
-            Run(
-                path=path if status != NOT_RUN else None,
-                name=str(meta.get("name", sweep.name)),
-                config=str(meta.get("config_hash", "")),
-                seed=int(entry["seed"]),
-                status=status,
-                error=entry.get("error"),
-                evals=list(summary.get("eval") or []),
-                threshold=meta.get("eval_threshold"),
-                sweep=sweep,
-                settings=meta.get("config") or {},
+            _finite_evals(
+                Run(
+                    path=path if status != NOT_RUN else None,
+                    name=str(meta.get("name", sweep.name)),
+                    config=str(meta.get("config_hash", "")),
+                    seed=int(entry["seed"]),
+                    status=status,
+                    error=entry.get("error"),
+                    evals=list(summary.get("eval") or []),
+                    threshold=meta.get("eval_threshold"),
+                    sweep=sweep,
+                    settings=meta.get("config") or {},
+                )
             )
         )
     return runs
+
+
+def _finite_evals(run: Run) -> Run:
+    """A finished run with an eval return that is not a finite number (summary.json writes
+    NaN as null) counts as failed there: no statistic can take it, and dropping the eval would
+    report a return the policy did not have."""
+    if run.status != "finished":
+        return run
+    for e in run.evals:
+        value = e.get("return")
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            run.status = "failed"
+            run.error = f"eval return {value} at {e.get('env_steps')} env steps: not finite"
+            break
+    return run
 
 
 def _summary(path: Path) -> dict[str, Any]:
@@ -167,7 +184,7 @@ def _plain_run(path: Path) -> Run:
     elif summary.get("interrupted"):
         status = "interrupted"
     threshold = summary.get("eval_threshold", exp.get("eval_threshold"))
-    return Run(
+    run = Run(
         path=path,
         name=str(summary.get("name") or exp.get("name") or path.name),
         config=config_hash(config) if config else "",
@@ -178,6 +195,7 @@ def _plain_run(path: Path) -> Run:
         threshold=threshold,
         settings=settings(config) if config else {},
     )
+    return _finite_evals(run)
 
 
 # -- grouping and statistics ---------------------------------------------------------------------
@@ -248,13 +266,21 @@ def _to_threshold(run: Run, threshold: float | None, x: str) -> float:
 def summarize(
     runs: Sequence[Run], threshold: float | None = None, resamples: int = stats.RESAMPLES
 ) -> dict[str, Any]:
-    """The statistics of one config's runs (``threshold``: None for each run's own)."""
+    """The statistics of one config's runs, judged against ``threshold``, or where it is None
+    against the runs' own ``eval_threshold`` (a :class:`UsageError` where they differ)."""
     counted = [r for r in runs if r.status != NOT_RUN]
     finished = [r for r in counted if r.status == "finished" and r.evals]
     finals = [r.evals[-1]["return"] for r in finished]
     bests = [max(e["return"] for e in r.evals) for r in finished]
     if threshold is None:
-        threshold = next((r.threshold for r in runs if r.threshold is not None), None)
+        own = {r.threshold for r in counted}
+        if len(own) > 1:  # runs without config.toml share a group by name alone
+            named = ", ".join("none" if t is None else f"{t:g}" for t in sorted(own, key=str))
+            raise UsageError(
+                f"runs named {runs[0].name!r} were run with different eval_threshold "
+                f"({named}): give --threshold to judge them alike, or --by sweep"
+            )
+        threshold = next(iter(own), None)
     steps = [_to_threshold(r, threshold, "env_steps") for r in counted]
     wall = [_to_threshold(r, threshold, "wall_s") for r in counted]
     kw: dict[str, Any] = {"resamples": resamples, "confidence": CONFIDENCE}
@@ -319,6 +345,7 @@ def write_report(
         curves,
         png_path,
         threshold=next(iter(thresholds)) if len(thresholds) == 1 else None,
+        resamples=resamples,
         confidence=CONFIDENCE,
     )
     markdown = (
@@ -380,7 +407,9 @@ def render(groups: dict[str, list[Run]], figures: dict[str, dict[str, Any]], res
         "resamples. Returns: rliable over the finished seeds (median; IQM, the mean of the "
         "middle half). To threshold: the first eval above (>) eval_threshold; a seed that "
         "failed, was interrupted or never got above it counts as never (censored, not "
-        "dropped).",
+        "dropped). With 5 seeds or fewer the interval of a median is the range of the seeds, "
+        "and it holds the true median less often than it says (about half the time with 2 "
+        "seeds, three times in four with 3): read it with the seed count.",
         "",
         "## Returns",
         "",

@@ -9,7 +9,7 @@ Two interval paths, each for the values it is right for:
 * **steps or seconds to a threshold** (censored: a seed that never got there has no value):
   :func:`bootstrap` below, in numpy. A run that never reached the threshold is censored, not
   missing: :func:`never` turns its ``None`` into infinity, so it ranks after every run that
-  did, a median over more than half unsolved seeds is infinite, and an interval's upper end is
+  did, a median over at least half unsolved seeds is infinite, and an interval's upper end is
   infinite ("never") when enough resamples are. rliable cannot take these values: an infinite
   score turns its interval into nan. The same bootstrap pairs two arms (a resample draws the
   same seeds from each, as seed s of every arm runs on the same env seeds), which rliable's
@@ -112,7 +112,8 @@ def solved(values: Iterable[float | int | None]) -> int:
 
 
 def median(x: Iterable[float]) -> float:
-    """The median; infinite where more than half the values are."""
+    """The median; infinite where at least half the values are (of an even count, the mean of
+    the two middle ones, infinite when the upper one is)."""
     return float(np.median(np.asarray(list(x) if not isinstance(x, np.ndarray) else x, float)))
 
 
@@ -135,7 +136,7 @@ def mean_sd(x: Sequence[float], spec: str = ".1f") -> str:
 
 
 def ratio_of_medians(a: np.ndarray, b: np.ndarray, unsolved: str = "drop") -> float:
-    """``median(a) / median(b)``. Where a median is infinite (more than half the seeds never
+    """``median(a) / median(b)``. Where a median is infinite (at least half the seeds never
     reached the threshold), ``unsolved`` says what the ratio is:
 
     * ``"drop"``: nan (undefined), so a bootstrap leaves such resamples out;

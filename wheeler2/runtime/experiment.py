@@ -343,8 +343,11 @@ class Recorder:
         evals = self.state.evals
         if evals and evals[-1]["env_steps"] == env_steps:
             # The learner's closing eval, after the updates it still owed once the budget was
-            # spent, at the step of its last regular one: the run's curve ends on this one.
+            # spent, at the step of its last regular one: the run's curve ends on this one,
+            # and so does steps_to_threshold, which the eval list must bear out.
             evals[-1] = entry
+            if self.state.steps_to_threshold == env_steps:
+                self.state.steps_to_threshold = None
         else:
             evals.append(entry)
         self.log.eval(
