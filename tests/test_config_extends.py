@@ -187,6 +187,19 @@ def test_an_unknown_key_is_reported_in_the_file_that_has_it(tmp_path: Path, caps
     assert "did you mean 'extends'?" in one_error_line(capsys, ["check", str(child)])
 
 
+def test_a_value_of_the_wrong_type_is_reported_in_the_file_that_wrote_it(
+    tmp_path: Path, capsys
+) -> None:
+    base = write(tmp_path / "base.toml", BASE.replace("alpha = 0.5", 'alpha = "half"'))
+    child = write(tmp_path / "kid" / "child.toml", 'extends = "../base.toml"\n')
+    line = one_error_line(capsys, ["check", str(child)])
+    assert line.startswith(f"error: {base}: [buffer] alpha: expected "), line
+    # Written over by the child, the value is the child's.
+    child.write_text('extends = "../base.toml"\n[buffer]\nalpha = "most"\n')
+    line = one_error_line(capsys, ["check", str(child)])
+    assert line.startswith(f"error: {child}: [buffer] alpha: expected "), line
+
+
 def test_the_run_saves_the_merged_file_without_extends(chain: Path, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     assert cli.main(["run", str(chain), "--out", str(runs)]) == 0

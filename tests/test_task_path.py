@@ -122,6 +122,39 @@ reward = "tasks_here/mytask.py:spin"
         env.close()
 
 
+def test_a_head_function_by_path_is_recorded_by_its_path_for_another_process(
+    tmp_path: Path,
+) -> None:
+    """The run directory's config.toml names a head function from a file by the file's path:
+    the module name it was loaded under here means nothing to the process that evals or
+    resumes the run (with no [task] spec to load the file first)."""
+    from wheeler2.runtime.heads import resolved_heads_config
+
+    extra = """
+[[task.heads]]
+name = "spin"
+reward = "tasks_here/mytask.py:spin"
+"""
+    path = _write(tmp_path, extra=extra)
+    path.write_text(path.read_text().replace('[task]\nspec = "./tasks_here/mytask.py:Heads"', ""))
+    config = load(path)
+    env = make_env(config, 1, 0)
+    try:
+        written = resolved_heads_config(config, make_heads(config, env, make_task(config)))
+    finally:
+        env.close()
+    (head,) = written.task.heads
+    assert head.reward == f"{(path.parent / 'tasks_here' / 'mytask.py').resolve()}:spin"
+    saved = tmp_path / "run" / "config.toml"
+    saved.parent.mkdir()
+    saved.write_text(written.to_toml())
+    code = "import sys; from wheeler2.config import load; load(sys.argv[1])"
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(saved)], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+
+
 def test_missing_file_is_a_config_error_naming_the_key(tmp_path: Path) -> None:
     path = _write(tmp_path)
     path.write_text(path.read_text().replace("mytask.py", "nosuch.py"))
@@ -169,3 +202,43 @@ def test_an_old_top_level_spec_names_the_installed_module_object() -> None:
     old = registry.resolve_object("tasks.bitflip:BitFlip")
     assert old is registry.resolve_object("wheeler2.tasks.bitflip:BitFlip")
     assert registry.installed_module("tasks.nothing_here") == "tasks.nothing_here"
+
+
+TWIN_ENV = """
+import gymnasium as gym
+import numpy as np
+
+
+class Twin(gym.Env):
+    WHO = "{who}"
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        return np.zeros(2, np.float32), {{}}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 0.0, True, False, {{}}
+
+
+gym.register("Twin-v0", entry_point=Twin, max_episode_steps={steps})
+"""
+
+
+def test_two_files_registering_one_id_each_build_their_own_env(tmp_path: Path) -> None:
+    """A notebook runs two configs whose env files both register "Twin-v0": each config's id
+    builds its own file's env, whichever was imported last, with its registered settings."""
+    import gymnasium as gym
+
+    ids = {}
+    for who, steps in (("first", 7), ("second", 9)):
+        (tmp_path / who).mkdir()
+        (tmp_path / who / "env.py").write_text(TWIN_ENV.format(who=who, steps=steps))
+        ids[who] = f"{tmp_path / who / 'env.py'}:Twin-v0"
+    made = {who: registry.gymnasium_id(spec) for who, spec in ids.items()}
+    again = registry.gymnasium_id(ids["first"])  # after the second file took "Twin-v0"
+    assert again == made["first"] != made["second"]
+    for who, steps in (("first", 7), ("second", 9)):
+        env = gym.make(made[who])
+        assert (env.unwrapped.WHO, env.spec.max_episode_steps) == (who, steps)
+        env.close()

@@ -9,6 +9,7 @@ top-level names (``"tasks.reacher:Reach"``) resolve to ``wheeler2.tasks.reacher`
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import hashlib
@@ -315,6 +316,26 @@ def module_name(module_part: str) -> str:
     return f"wheeler2_file_{stem}_{digest}"
 
 
+# Per module loaded from a file: the gymnasium ids its import registered (or re-registered), with
+# the specs it registered. Two files may register one id; each file's own stays reachable.
+_FILE_IDS: dict[str, dict[str, Any]] = {}
+
+
+def _gym_registry() -> dict[str, Any]:
+    gymnasium = sys.modules.get("gymnasium")
+    return dict(gymnasium.registry) if gymnasium is not None else {}
+
+
+def spec_module_part(module_name: str) -> str:
+    """The module part a spec needs to import ``module_name`` again in another process: the
+    file's absolute path for a module loaded from a file (its :func:`module_name` is known only
+    to the process that loaded it), else the name itself."""
+    module = sys.modules.get(module_name)
+    if module_name.startswith("wheeler2_file_") and getattr(module, "__file__", None):
+        return str(Path(module.__file__).resolve())  # type: ignore[union-attr, arg-type]
+    return module_name
+
+
 def _import_file(module_part: str, spec: str) -> ModuleType:
     name = module_name(module_part)
     if name in sys.modules:
@@ -329,6 +350,7 @@ def _import_file(module_part: str, spec: str) -> ModuleType:
     # Registered before running it, as `import` does: classes defined there can be pickled and
     # a second resolution of the same file returns the same module.
     sys.modules[name] = module
+    before = _gym_registry()
     try:
         with warnings.catch_warnings():
             # A file that registers a gymnasium id another file (an earlier copy of it, in one
@@ -341,6 +363,8 @@ def _import_file(module_part: str, spec: str) -> ModuleType:
     except BaseException:
         del sys.modules[name]
         raise
+    after = _gym_registry()
+    _FILE_IDS[name] = {k: v for k, v in after.items() if before.get(k) is not v}
     return module
 
 
@@ -467,6 +491,15 @@ def gymnasium_id(env_id: str) -> str:
         raise RegistryError(cannot.format(f"No module named '{prefix}'")) from None
     except ImportError as exc:
         raise RegistryError(cannot.format(exc)) from None
+    registered = _FILE_IDS.get(module.__name__, {}).get(rest)
+    if registered is not None:
+        # The id as this file registered it, under a name of its own: another file that
+        # registers the same id later in this process (a notebook running two configs) would
+        # otherwise take it over.
+        own = f"{module.__name__}/{rest}"
+        if own not in gymnasium.registry:
+            gymnasium.registry[own] = dataclasses.replace(registered, id=own)
+        return own
     if rest in gymnasium.registry:
         return rest
     obj: Any = module

@@ -149,7 +149,7 @@ class Reader:
             if name in raw:
                 values[name] = data[name]
                 continue
-            value = self.value(table, name, data[name], field_checker(cls, f, engine))
+            value = self.value(table, name, data[name], field_checker(cls, f, engine), data)
             nested = _dataclass_of(type_hints(cls).get(name))
             if nested is not None and isinstance(value, dict):
                 sub = _sub_table(table, name)
@@ -163,11 +163,17 @@ class Reader:
                 values[name] = self.value(table, name, compute(values), check)
         return values
 
-    def value(self, table: str, key: str, raw: Any, check: Callable[[Any], Any]) -> Any:
+    def value(
+        self, table: str, key: str, raw: Any, check: Callable[[Any], Any], data: Any = None
+    ) -> Any:
+        """``check(raw)``; a mismatch names the file that wrote the key (``data``'s sources: a
+        base merged by ``extends``), else this one."""
         try:
             return check(raw)
         except Mismatch as exc:
-            raise self.error(table, key, f"expected {exc.expected}, got {show(raw)}") from None
+            file = getattr(data, "sources", {}).get(key, self.file)
+            message = f"expected {exc.expected}, got {show(raw)}"
+            raise ConfigError(file, table, key, message) from None
 
 
 def _dataclass_of(hint: Any) -> type | None:

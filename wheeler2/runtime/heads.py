@@ -85,8 +85,8 @@ def head_reward_spec(head: Head) -> str:
     owner = getattr(fn, "__self__", None)
     if owner is not None:
         cls = type(owner)
-        return f"{cls.__module__}:{cls.__qualname__}.{fn.__name__}"
-    return f"{fn.__module__}:{fn.__qualname__}"
+        return f"{registry.spec_module_part(cls.__module__)}:{cls.__qualname__}.{fn.__name__}"
+    return f"{registry.spec_module_part(fn.__module__)}:{fn.__qualname__}"
 
 
 def resolved_heads_config(config: Config, heads: RewardHeads) -> Config:
