@@ -131,6 +131,14 @@ def stop_at_800(ev: Eval) -> bool:
     return ev.env_steps >= 800
 
 
+def test_a_stop_asked_for_once_the_budget_is_spent_ends_nothing_early(tmp_path):
+    """The closing eval at 800 of 800 asks to stop: the run spent its budget, and its summary
+    says so rather than that a callback ended it."""
+    run_dir = wheeler2.run(config(tmp_path, 800), callbacks=[stop_at_800])
+    summary = summary_of(run_dir)
+    assert summary["env_steps"] >= 800 and summary["stop"]["by"] == "total_steps"
+
+
 @pytest.mark.parametrize(
     ("callback", "name", "steps"),
     [(StopAtFirstEval(), "StopAtFirstEval", 400), (stop_at_800, "stop_at_800", 800)],

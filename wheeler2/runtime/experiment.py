@@ -434,9 +434,11 @@ class Recorder:
             return {"by": "failure", "reason": failure}
         if interrupted:
             return {"by": "interrupt", "reason": "Ctrl-C or SIGTERM"}
-        if self.stop is not None:
-            return self.stop
         total = int(self.config.experiment.total_steps)
+        # A stop asked for once the budget was spent (a callback at the closing eval or the
+        # final checkpoint, a threshold first passed there) ended nothing early.
+        if self.stop is not None and self.state.env_steps < total:
+            return self.stop
         return {"by": "total_steps", "reason": f"the budget of {total:,} env steps was spent"}
 
     def finish(
