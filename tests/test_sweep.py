@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -186,8 +187,41 @@ def test_parallel_seeds_run_as_children_and_a_failure_is_recorded(tmp_path: Path
     assert "run directory" in (found / "seed-0" / "output.log").read_text()  # the run's output
 
 
-@pytest.mark.parametrize("parallel", [[], ["--parallel", "2"]], ids=["serial", "parallel"])
-def test_ctrl_c_stops_the_sweep_cleanly(tmp_path: Path, parallel: list[str]) -> None:
+def test_parallel_seeds_run_the_config_the_sweep_read_not_the_file_edited_since(
+    tmp_path: Path,
+) -> None:
+    """The file is edited once the sweep has read it (the loader does it, after the last
+    seed): every seed still runs what sweep.json records."""
+    path = tiny(tmp_path)
+    seeds = [0, 1]
+
+    def load_then_edit(file: Path, overrides, **kwargs):  # noqa: ANN001, ANN202
+        config = cli._load(file, overrides, **kwargs)
+        if kwargs["seed"] == seeds[-1]:
+            file.write_text(file.read_text().replace("n_epochs = 2", "n_epochs = 7"))
+        return config
+
+    out = tmp_path / "runs"
+    assert sweep.run_sweep(path, seeds, [], load_then_edit, str(out), "2") == 0
+    found, meta = the_sweep(out)
+    assert meta["config"]["team"][0]["params"]["n_epochs"] == 2
+    for seed in seeds:
+        ran = tomllib.loads((found / f"seed-{seed}" / "config.toml").read_text())
+        assert ran["team"][0]["params"]["n_epochs"] == 2
+        assert ran["experiment"]["seed"] == seed
+
+
+@pytest.mark.parametrize(
+    "parallel, sig",
+    [
+        ([], signal.SIGINT),
+        (["--parallel", "2"], signal.SIGINT),
+        (["--parallel", "2"], signal.SIGTERM),
+    ],
+    ids=["serial", "parallel", "parallel-sigterm"],
+)
+def test_ctrl_c_stops_the_sweep_cleanly(tmp_path: Path, parallel: list[str], sig: int) -> None:
+    """Ctrl-C, or SIGTERM as `timeout` and batch schedulers send it."""
     out = tmp_path / "runs"
     path = tiny(tmp_path, steps=10_000_000)  # runs until interrupted
     cmd = wheeler2_command("run", str(path), "--seeds", "0-2", "--out", str(out), *parallel)
@@ -207,7 +241,7 @@ def test_ctrl_c_stops_the_sweep_cleanly(tmp_path: Path, parallel: list[str]) -> 
             if len(logged) == running and all("eval" in p.read_text() for p in logged):
                 break
             time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)  # to the sweep alone: it stops its children itself
+        proc.send_signal(sig)  # to the sweep alone: it stops its children itself
         output = proc.communicate(timeout=120)[0].decode()
     finally:
         proc.kill()

@@ -11,11 +11,15 @@ was killed still says how far it got.
 Serially, the seeds run one after another in this process, with each run's own output on the
 terminal. With ``--parallel N`` each seed is a child process (``python -m wheeler2.sweep``,
 which runs the same :func:`run_seed`) whose output goes to ``seed-<k>/output.log``; at most N
-run at a time. The children are in sessions of their own, so a Ctrl-C reaches them once,
-forwarded by this process: each writes its last checkpoint and summary and exits 130; a second
-Ctrl-C kills them. When this process ends by any other means, SIGKILL included, each child
-stops as on Ctrl-C (killed outright a minute later: :func:`wheeler2.process.stop_with_parent`),
-so no seed runs on for hours with nobody left to record it.
+run at a time. A child runs the config this process resolved for its seed
+(``seed-<k>/sweep_seed.toml``), not the file read again: an edit to the file while the sweep
+runs reaches no seed, and ``sweep.json`` describes every one. The children are in sessions of
+their own, so a Ctrl-C reaches them once, forwarded by this process: each writes its last
+checkpoint and summary and exits 130; a second Ctrl-C kills them. SIGTERM (``timeout``, a
+batch scheduler) stops a sweep as Ctrl-C does. When this process ends by any other means,
+SIGKILL included, each child stops as on Ctrl-C (killed outright a minute later:
+:func:`wheeler2.process.stop_with_parent`), so no seed runs on for hours with nobody left to
+record it.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
 SWEEP_FILE = "sweep.json"
 ERROR_FILE = "error.txt"  # a failed seed's error line, a blank line, its traceback
 OUTPUT_FILE = "output.log"  # a child's stdout and stderr (--parallel)
+SEED_FILE = "sweep_seed.toml"  # the config a child runs (--parallel), resolved by the sweep
 # Keys that do not change what a run learns: runs that differ only in these share a config.
 NOT_CONFIG = ("seed", "out", "progress", "ray_address")
 POLL_S = 0.2
@@ -224,7 +229,7 @@ def run_sweep(
     ``load(file, overrides, seed=..., out=...)`` reads one seed's config (the CLI's loader,
     which prints renamed-key warnings once); every seed's config is read before the first
     starts, so an invalid one fails the sweep at once (``ConfigError``, exit 2)."""
-    from wheeler2.runtime.experiment import new_run_dir
+    from wheeler2.runtime.experiment import interrupt_on_sigterm, new_run_dir
 
     configs = {s: load(file, overrides, seed=s, out=out) for s in seeds}
     first = configs[seeds[0]]
@@ -250,10 +255,11 @@ def run_sweep(
     side_by_side = f", {n} at a time" if n > 1 else ", one after another"
     print(f"sweep: {len(seeds)} seeds of {exp.name}{side_by_side}: {sweep.dir}", flush=True)
     try:
-        if n == 1:
-            _run_here(sweep, configs)
-        else:
-            _run_children(sweep, file, overrides, out, n)
+        with interrupt_on_sigterm():
+            if n == 1:
+                _run_here(sweep, configs)
+            else:
+                _run_children(sweep, file, configs, n)
     except KeyboardInterrupt:  # between two seeds' runs: close() marks what it stopped
         pass
     return sweep.close()
@@ -305,28 +311,25 @@ def _error_line(run_dir: Path, returncode: int) -> str:
     return f"exit code {returncode}{last}"
 
 
-def _child_command(
-    file: Path, seed: int, run_dir: Path, overrides: Sequence[str], out: str | None
-) -> list[str]:
-    cmd = [sys.executable, "-m", "wheeler2.sweep", str(file), str(seed), str(run_dir)]
-    for item in overrides:
-        cmd += ["--set", item]
-    cmd += ["--parent", str(os.getpid())]
-    return cmd + (["--out", out] if out is not None else [])
+def _child_command(seed_file: Path, seed: int, run_dir: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "wheeler2.sweep", str(seed_file), str(seed), str(run_dir)]
+    return cmd + ["--parent", str(os.getpid())]
 
 
-def _run_children(
-    sweep: Sweep, file: Path, overrides: Sequence[str], out: str | None, n: int
-) -> None:
+def _run_children(sweep: Sweep, file: Path, configs: dict[int, Config], n: int) -> None:
     running: dict[int, subprocess.Popen[bytes]] = {}
     try:
         while sweep.pending() or running:
             for seed in sweep.pending()[: max(0, n - len(running))]:
                 run_dir = sweep.run_dir(seed)
                 run_dir.mkdir(parents=True, exist_ok=True)
+                seed_file = run_dir / SEED_FILE
+                seed_file.write_text(
+                    f"# {file} as the sweep resolved it for seed {seed}\n" + configs[seed].to_toml()
+                )
                 with open(run_dir / OUTPUT_FILE, "wb") as log:
                     running[seed] = subprocess.Popen(
-                        _child_command(file, seed, run_dir, overrides, out),
+                        _child_command(seed_file, seed, run_dir),
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
@@ -380,7 +383,8 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """One seed of a ``--parallel`` sweep, in its own process: ``FILE SEED RUN_DIR [--set ...]
-    [--out OUT] [--parent PID]``. Exit 0 finished, 1 failed (``error.txt`` says why), 130
+    [--out OUT] [--parent PID]``, FILE being the config the sweep resolved for the seed. Exit 0
+    finished, 1 failed (``error.txt`` says why), 130
     interrupted (Ctrl-C forwarded by the sweep, or the sweep, ``--parent``, gone)."""
     parser = argparse.ArgumentParser(prog="python -m wheeler2.sweep")
     parser.add_argument("file", type=Path)
@@ -407,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # The sweep printed these once, reading every seed's config before it began.
                 warnings.simplefilter("ignore", ConfigDeprecationWarning)
                 config = load(args.file, args.overrides, seed=args.seed, out=args.out)
-        except Exception as exc:  # noqa: BLE001 - the file changed since the sweep read it
+        except Exception as exc:  # noqa: BLE001 - a config the sweep wrote that will not load
             error: str | None = _failed(args.run_dir, str(exc), traceback.format_exc())
         else:
             error = run_seed(config, args.run_dir)
