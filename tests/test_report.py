@@ -244,3 +244,44 @@ def test_a_run_with_a_non_finite_eval_counts_as_failed(tmp_path: Path) -> None:
     assert only["solved"] == 1 and only["counted"] == 2
     (failed,) = [r for r in only["runs"] if r["status"] == "failed"]
     assert "not finite" in failed["error"]
+
+
+def test_a_seed_run_again_counts_once_the_run_that_ended_last(tmp_path: Path) -> None:
+    """The same sweep run twice: each seed counts once (pooling would count five seeds as ten
+    and narrow every interval), the later runs' figures, and the report says so."""
+    import os
+
+    first = write_sweep(tmp_path / "monday")
+    second = write_sweep(tmp_path / "tuesday")
+    for seed in SWEEP:  # the second sweep's seeds ended later, each 10 higher
+        path = second / f"seed-{seed}" / "summary.json"
+        data = json.loads(path.read_text())
+        data["eval"] = evals([r + 10.0 for r in SWEEP[seed]], 1.0 + seed)
+        path.write_text(json.dumps(data))
+        later = (first / f"seed-{seed}" / "summary.json").stat().st_mtime + 60
+        os.utime(path, (later, later))
+    made = report.write_report([tmp_path], output=tmp_path / "out", resamples=RESAMPLES)
+    (config,) = json.loads((tmp_path / "out" / "report.json").read_text())["configs"]
+    assert config["counted"] == 5 and config["seeds"] == {"finished": 4, "failed": 1}
+    assert config["final_return"]["median"]["point"] == 115.0  # (100 + 130) / 2
+    assert config["repeated"] == {str(s): 2 for s in range(5)}
+    assert "Seeds run more than once, the run that ended last counted: 0 (2 runs)" in made.markdown
+
+
+def test_a_sweep_seed_resumed_to_its_end_counts_as_finished(tmp_path: Path) -> None:
+    """sweep.json says seed 4 was interrupted; `wheeler2 resume` ran it to its end since, and
+    its summary says so: the report believes the summary."""
+    sweep = write_sweep(tmp_path)
+    meta = json.loads((sweep / "sweep.json").read_text())
+    meta["seeds"][4].update(status="interrupted", error=None)
+    (sweep / "sweep.json").write_text(json.dumps(meta))
+    resumed = {**summary("pend", [60.0, 140.0], 100.0), "stop": {"by": "total_steps"}}
+    (sweep / "seed-4" / "summary.json").write_text(json.dumps(resumed))
+    report.write_report([sweep], resamples=RESAMPLES)
+    (config,) = json.loads((sweep / "report.json").read_text())["configs"]
+    assert config["seeds"] == {"finished": 5} and config["solved"] == 4
+    still = {**resumed, "interrupted": True, "stop": {"by": "interrupt"}}
+    (sweep / "seed-4" / "summary.json").write_text(json.dumps(still))
+    report.write_report([sweep], resamples=RESAMPLES)
+    (config,) = json.loads((sweep / "report.json").read_text())["configs"]
+    assert config["seeds"] == {"finished": 4, "interrupted": 1}

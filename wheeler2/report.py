@@ -125,6 +125,8 @@ def _sweep_runs(sweep: Path) -> list[Run]:
             # pending: never began (the sweep was killed); running: killed with it
             status = "interrupted" if status == "running" else NOT_RUN
         summary = _summary(path)
+        if status in ("interrupted", "failed") and _completed(summary):
+            status = "finished"  # resumed (wheeler2 resume) to its end since the sweep stopped
         runs.append(
             _finite_evals(
                 Run(
@@ -157,6 +159,17 @@ def _finite_evals(run: Run) -> Run:
             run.error = f"eval return {value} at {e.get('env_steps')} env steps: not finite"
             break
     return run
+
+
+def _completed(summary: dict[str, Any]) -> bool:
+    """Whether a run's summary says it ran to its end: not interrupted, no member failed."""
+    members = (summary.get("members") or {}).values()
+    return (
+        bool(summary)
+        and not summary.get("interrupted")
+        and (summary.get("stop") or {}).get("by") in ("total_steps", "threshold", "callback")
+        and not any((m or {}).get("ended") == "failed" for m in members)
+    )
 
 
 def _summary(path: Path) -> dict[str, Any]:
@@ -220,6 +233,34 @@ def group_runs(runs: Sequence[Run], by: str = "config") -> dict[str, list[Run]]:
         label = name + _differences(group[0].settings, rivals)
         out[label if label not in out else f"{label} [{h[:6]}]"] = group
     return out
+
+
+def latest_per_seed(runs: Sequence[Run]) -> tuple[list[Run], dict[int, int]]:
+    """One run per seed, the one that ended last (a sweep run again, a seed run again by hand);
+    a seed never begun counts only where it has no other run. Returns the runs kept, in their
+    order, and ``{seed: runs found}`` for the seeds found more than once. Pooling the repeats
+    would count one seed as several independent ones."""
+    by_seed: dict[int, list[Run]] = {}
+    for run in runs:
+        if run.seed is not None:
+            by_seed.setdefault(run.seed, []).append(run)
+    chosen = {}
+    for seed, found in by_seed.items():
+        begun = [r for r in found if r.status != NOT_RUN] or found
+        chosen[seed] = max(begun, key=_ended_at)
+    kept = [r for r in runs if r.seed is None or chosen[r.seed] is r]
+    return kept, {seed: len(found) for seed, found in by_seed.items() if len(found) > 1}
+
+
+def _ended_at(run: Run) -> float:
+    if run.path is None:
+        return -math.inf
+    for name in ("summary.json", "config.toml"):
+        try:
+            return (run.path / name).stat().st_mtime
+        except OSError:
+            continue
+    return -math.inf
 
 
 def _differences(mine: dict[str, Any], rivals: list[dict[str, Any]], most: int = 3) -> str:
@@ -330,7 +371,11 @@ def write_report(
     if resamples < 1:
         raise UsageError(f"--resamples {resamples}: expected at least 1")
     groups = group_runs(find_runs(dirs), by)
-    figures = {label: summarize(runs, threshold, resamples) for label, runs in groups.items()}
+    figures = {}
+    for label, found in groups.items():
+        groups[label], repeated = latest_per_seed(found)
+        figures[label] = summarize(groups[label], threshold, resamples)
+        figures[label]["repeated"] = repeated
     out = Path(output if output is not None else dirs[0])
     out.mkdir(parents=True, exist_ok=True)
     md_path, json_path, png_path = (out / f for f in REPORT_FILES)
@@ -449,6 +494,9 @@ def render(groups: dict[str, list[Run]], figures: dict[str, dict[str, Any]], res
         hashes = {r.config for r in groups[label]}
         if hashes != {""}:
             lines += [f"config hash: {', '.join(sorted(hashes - {''}))}", ""]
+        if f.get("repeated"):
+            found = ", ".join(f"{seed} ({n} runs)" for seed, n in sorted(f["repeated"].items()))
+            lines += [f"Seeds run more than once, the run that ended last counted: {found}.", ""]
         seeds = []
         for r in f["runs"]:
             status = r["status"] + (f": {r['error']}" if r.get("error") else "")
