@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,10 @@ def test_the_dispatch_takes_the_first_stop_and_names_a_bad_answer() -> None:
     assert calls == ["first", "second"]
     assert callbacks.stop == {"by": "callback", "reason": "Second: enough"}
     assert callbacks.error is None
+
+    leaving = Callbacks([lambda e: sys.exit(3)])  # the run still ends with its summary
+    leaving.call("on_eval", ev(1, 0.0))
+    assert leaving.error is not None and "SystemExit" in str(leaving.error)
 
     odd = Callbacks([lambda e: 1])
     odd.call("on_eval", ev(1, 0.0))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -93,9 +94,16 @@ def test_seed_lists() -> None:
     assert sweep.parse_seeds("0-3") == [0, 1, 2, 3]
     assert sweep.parse_seeds("0,3,7") == [0, 3, 7]
     assert sweep.parse_seeds("5, 0-1") == [5, 0, 1]
-    for bad in ("a", "3-1", "1,1", "-2", "0-"):
-        with pytest.raises(UsageError, match=f"--seeds {bad}"):
+    for bad in ("a", "3-1", "1,1", "-2", "0-", "1_000", "+3", "\u0663", "0-3,2"):
+        with pytest.raises(UsageError, match=re.escape(f"--seeds {bad}")):
             sweep.parse_seeds(bad)
+    assert len(sweep.parse_seeds("0-99999")) == 100_000  # no quadratic duplicate check
+
+
+def test_a_killed_seed_names_its_signal(tmp_path: Path) -> None:
+    (tmp_path / sweep.OUTPUT_FILE).write_text("[00:03] steps 1/20,000 | ppo: 1\n")
+    line = sweep._error_line(tmp_path, -signal.SIGKILL)
+    assert line.startswith("killed by SIGKILL (out of memory?); last output: [00:03]"), line
 
 
 def test_config_hash_ignores_the_seed_and_where_results_go() -> None:

@@ -54,10 +54,12 @@ class CallbackError(RuntimeError):
     def __init__(self, callback: str, hook: str, exc: BaseException) -> None:
         self.callback = callback
         self.hook = hook
-        super().__init__(
-            f"callback {callback}.{hook} raised {type(exc).__name__}: {exc}; "
-            "the team was stopped and checkpointed"
+        after = (
+            "after the run had ended and written its summary"
+            if hook == "on_end"
+            else "the team was stopped and checkpointed"
         )
+        super().__init__(f"callback {callback}.{hook} raised {type(exc).__name__}: {exc}; {after}")
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,9 @@ class Callbacks:
             try:
                 answer = method(arg)
                 why = None if hook == "on_end" else _stop_reason(answer)
-            except Exception as exc:  # KeyboardInterrupt is the run's Ctrl-C, not a fault
+            # KeyboardInterrupt is the run's Ctrl-C, not a fault; sys.exit() in a callback is
+            # one, and the run must still end with its checkpoint and summary.
+            except (Exception, SystemExit) as exc:
                 if self.error is None:
                     self.error = CallbackError(name, hook, exc)
                     self.error.__cause__ = exc

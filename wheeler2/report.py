@@ -499,7 +499,8 @@ def render(groups: dict[str, list[Run]], figures: dict[str, dict[str, Any]], res
             lines += [f"Seeds run more than once, the run that ended last counted: {found}.", ""]
         seeds = []
         for r in f["runs"]:
-            status = r["status"] + (f": {r['error']}" if r.get("error") else "")
+            error = str(r.get("error") or "").replace("|", "\\|")  # a cell of the table
+            status = r["status"] + (f": {error}" if error else "")
             seeds.append(
                 [
                     stats.fmt(r["seed"]),

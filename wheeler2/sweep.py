@@ -60,20 +60,25 @@ Loader = Callable[..., "Config"]
 def parse_seeds(text: str) -> list[int]:
     """``"0-9"`` (inclusive), ``"0,3,7"`` or both (``"0-4,8"``) -> the seeds, in order."""
     seeds: list[int] = []
+    seen: set[int] = set()
     for part in (p.strip() for p in text.split(",")):
         first, dash, last = part.partition("-")
-        try:
-            lo, hi = int(first), int(last if dash else first)
-        except ValueError:
+        bounds = (first, last) if dash else (first,)
+        # Plain ASCII digits: int() would also take "1_000", "+3" and other scripts' digits.
+        if not all(b.isascii() and b.isdigit() for b in bounds):
+            if part.startswith("-") and part[1:].isascii() and part[1:].isdigit():
+                raise UsageError(f"--seeds {text}: {part!r} is not a seed >= 0")
             raise UsageError(
                 f"--seeds {text}: expected seeds and ranges like 0-9 or 0,3,7, got {part!r}"
-            ) from None
-        if lo < 0 or hi < lo:
+            )
+        lo, hi = int(bounds[0]), int(bounds[-1])
+        if hi < lo:
             raise UsageError(f"--seeds {text}: {part!r} is not a range of seeds >= 0 (low-high)")
-        seeds += range(lo, hi + 1)
-    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
-    if repeated:
-        raise UsageError(f"--seeds {text}: seed {repeated[0]} given twice")
+        for seed in range(lo, hi + 1):
+            if seed in seen:
+                raise UsageError(f"--seeds {text}: seed {seed} given twice")
+            seen.add(seed)
+            seeds.append(seed)
     return seeds
 
 
@@ -308,6 +313,13 @@ def _error_line(run_dir: Path, returncode: int) -> str:
     except OSError:
         lines = []
     last = f"; last output: {lines[-1].strip()}" if lines else ""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        hint = " (out of memory?)" if -returncode == signal.SIGKILL else ""
+        return f"killed by {name}{hint}{last}"
     return f"exit code {returncode}{last}"
 
 
