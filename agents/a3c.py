@@ -19,6 +19,11 @@ contended, and every gradient lands on the theta it is applied to. A worker whos
 running still acts with its theta', as the paper's threads do. One worker alone is A2C with
 one process, to the bit (its rollout and RMSprop are A2C's).
 
+What a worker evaluates and saves is theta, not its theta' (which lags the others' updates):
+an eval plays theta as it stood when the eval began (the paper's evaluation thread reads the
+shared model the same way), and a checkpoint holds theta, g and the update count read under
+the lock at one moment, so a resume rebuilds the block as it was.
+
 Serial and local place every worker on this machine; ray is refused (``check``): its members
 may sit on other nodes, where no memory is shared.
 """
@@ -29,11 +34,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from wheeler2.agents import a2c
 
-from wheeler2.agent import SpaceInfo
+from wheeler2.agent import ActOut, SpaceInfo
 
 _SPLIT = 2**20  # the shared update count's low slot wraps here (see shared_tensors)
 
@@ -63,6 +69,7 @@ class A3C(a2c.A2C):
         self.lock: Callable[[], AbstractContextManager[Any]] | None = None
         self.shared_updates: torch.Tensor | None = None  # updates by every worker, together
         self._restored_count: int | None = None  # that count, from a checkpoint
+        self._eval_theta: list[torch.Tensor] | None = None  # theta as the running eval plays it
 
     # -- what the engine shares --------------------------------------------------------------
 
@@ -114,6 +121,31 @@ class A3C(a2c.A2C):
         for mine, shared in zip(self.params_list, self.theta):
             mine.copy_(shared)
 
+    def _theta_now(self) -> list[torch.Tensor]:
+        """A copy of theta, read under the lock."""
+        assert self.theta is not None and self.lock is not None
+        with self.lock():
+            return [t.detach().clone() for t in self.theta]
+
+    # -- acting: training with theta', evaluating theta ----------------------------------------
+
+    def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
+        if explore or self.theta is None:
+            self._eval_theta = None  # the next eval reads theta afresh
+            return super().act(obs, explore, state)
+        if self._eval_theta is None:  # an eval begins: one theta for all its steps
+            self._eval_theta = self._theta_now()
+        with torch.no_grad():
+            mine = [p.detach().clone() for p in self.params_list]
+            for p, t in zip(self.params_list, self._eval_theta):
+                p.copy_(t)
+        try:
+            return super().act(obs, explore, state)
+        finally:
+            with torch.no_grad():
+                for p, t in zip(self.params_list, mine):
+                    p.copy_(t)
+
     # -- the step ------------------------------------------------------------------------------
 
     def worker_grads(
@@ -139,7 +171,7 @@ class A3C(a2c.A2C):
         grads = self.worker_grads(loss, list(params), max_grad_norm)
         with self.lock():
             for t, g in zip(self.theta, grads):
-                t.grad = g
+                t.grad = g.to(t.device)  # theta is in shared CPU memory, theta' on the device
             self.opt.step()  # the shared RMSprop: theta and g in the block
             for t in self.theta:
                 t.grad = None
@@ -148,14 +180,25 @@ class A3C(a2c.A2C):
             self._take_theta()
 
     def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        # The shared optimizer's statistics are views of the whole block: saved as copies of
-        # their own, not as the block's storage under every one of them.
-        for slot in state["opt"]["state"].values():
-            for key, value in slot.items():
-                if isinstance(value, torch.Tensor):
-                    slot[key] = value.clone()
-        return state | {"shared_updates": self._shared_count()}
+        if self.theta is None or self.lock is None:
+            return super().state_dict() | {"shared_updates": self._shared_count()}
+        # theta, g and the count at one moment of the block, under its lock: theta' lags the
+        # other workers' updates, and a resume rebuilds the block from what is saved here.
+        with self.lock():
+            state = super().state_dict()
+            theta = [t.detach().clone() for t in self.theta]
+            # The shared optimizer's statistics are views of the whole block: saved as copies
+            # of their own, not as the block's storage under every one of them.
+            for slot in state["opt"]["state"].values():
+                for key, value in slot.items():
+                    if isinstance(value, torch.Tensor):
+                        slot[key] = value.clone()
+            count = self._shared_count()
+        names = [("policy", n) for n, _ in self.policy.named_parameters()]
+        names += [("critic", n) for n, _ in self.critic.named_parameters()]
+        for (module, name), value in zip(names, theta, strict=True):
+            state[module][name] = value.to(state[module][name].device)
+        return state | {"shared_updates": count}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)

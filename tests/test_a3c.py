@@ -106,6 +106,46 @@ def test_two_workers_apply_their_gradients_to_the_shared_parameters_in_turn():
         block.close()
 
 
+def test_a_worker_evaluates_and_saves_theta_not_its_lagging_copy():
+    """a updates once, then b twice: a's theta' is one update old. Its eval plays theta as the
+    eval began (and leaves theta' as it was), and its state holds theta, g and the count of
+    one moment, so a learner resumed from it rebuilds the block as it stood."""
+    a, b = A3C(SPACE, PARAMS, seed=1), A3C(SPACE, PARAMS, seed=2)
+    block = SharedBlock.create(a.shared_tensors())
+    try:
+        share(a, block)
+        share(b, block)
+        _rollout(a, np.random.default_rng(0))
+        _rollout(b, np.random.default_rng(1), 8)
+        assert a.theta is not None
+        theta = [t.detach().clone() for t in a.theta]
+        lagging = [p.detach().clone() for p in a.params_list]
+        assert not all(torch.equal(x, y) for x, y in zip(theta, lagging))
+        plain = A2C(SPACE, PARAMS, seed=3)  # an unshared actor with theta's weights
+        with torch.no_grad():
+            for p, t in zip(plain.params_list, theta):
+                p.copy_(t)
+        obs = np.random.default_rng(2).normal(size=(5, 3)).astype(np.float32)
+        played, want = a.act(obs, explore=False), plain.act(obs, explore=False)
+        np.testing.assert_array_equal(played.action, want.action)
+        np.testing.assert_allclose(played.logp, want.logp, rtol=0, atol=1e-6)
+        for mine, own in zip(a.params_list, lagging):  # training goes on from theta'
+            assert torch.equal(mine.detach(), own)
+
+        state = a.state_dict()
+        assert state["shared_updates"] == 3
+        restored = A3C(SPACE, PARAMS, seed=4)
+        restored.load_state_dict(state)
+        rebuilt = restored.shared_tensors()
+        views = block.tensors()
+        for i in range(len(theta)):
+            assert torch.equal(rebuilt[f"theta/{i}"], views[f"theta/{i}"])
+            assert torch.equal(rebuilt[f"g/{i}"], views[f"g/{i}"])
+        assert rebuilt["updates"].tolist() == views["updates"].tolist()
+    finally:
+        block.close()
+
+
 TEAM = """
 [experiment]
 name = "a3c"
@@ -193,6 +233,12 @@ def test_what_cannot_share_is_one_error_naming_the_key(tmp_path):
     # Same shapes, another function: one theta cannot serve both.
     err = _refused(tmp_path, extra='activation = "relu"')
     assert (err.table, err.key) == ("[[team]] w", "params") and "activation" in err.message
+    # A sync would overwrite a worker's copy mid-rollout with the learner's lagging one.
+    path = _config(tmp_path)
+    path.write_text(path.read_text().replace("count = 2", "count = 2\nsync = { every = 10 }"))
+    with pytest.raises(ConfigError) as info:
+        prepare_team(load(path), {})
+    assert (info.value.table, info.value.key) == ("[[team]] w", "sync"), info.value
 
 
 def test_the_shared_update_count_stays_exact_past_float32s_integers():

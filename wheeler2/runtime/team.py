@@ -211,6 +211,16 @@ def _shares(
             f"activations), so the parameters they share would mean different functions: set "
             f"the same network options (activation, core, ...) in both members' [team.params]",
         )
+    if plan.spec.sync is not None:
+        # Every update already lands on the one theta it acts from; a sync would overwrite
+        # its copy mid-rollout with the learner's, which lags the others' updates.
+        raise _error(
+            config,
+            plan,
+            "sync",
+            f"its members share the learner's parameters ({plan.algo!r}): every update goes "
+            "to the one set they all act from, so there is nothing to sync: remove sync",
+        )
     return True
 
 
