@@ -4,6 +4,7 @@ for a transition that ended the episode (truncations included)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -187,6 +188,15 @@ def test_stack_refuses_observations_of_several_axes_that_are_not_images():
 
     with pytest.raises(FrameStackError, match=r"\(8, 8, 3\)"):
         FrameStack(Grid(), 2)
+
+
+def test_a_stack_of_stacks_is_refused():
+    """The image replay rebuilds stacks from single frames: a stack of stacks is no sliding
+    window of them, and would be rebuilt as another observation than the agent saw."""
+    inner = FrameStack(GymVecEnv("PendulumNoVel-v1", {}, 1, 0), 2)
+    inner.info = dataclasses.replace(inner.info, stack=2)  # as an image stack reports it
+    with pytest.raises(FrameStackError, match="stacked already"):
+        FrameStack(inner, 2)
 
 
 def test_stack_key_is_bounded(tmp_path: Path):

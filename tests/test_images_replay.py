@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wheeler2.buffer import Layout, Replay, ReplayConfig
+from wheeler2.buffer import Layout, Replay, ReplayConfig, ReplayError
 from wheeler2.buffer.frames import frame_capacity
 from wheeler2.buffer.storage import FRAMES, TOTAL, field_specs
 from wheeler2.needs import SequenceConfig
@@ -259,6 +259,9 @@ def test_replay_state_round_trips_frames():
         assert int(rb2.storage.hdr[FRAMES]) == frames and int(rb2.storage.hdr[TOTAL]) == total
         b = rb2.sample(32)
         check_stacks(b["obs"], b["next_obs"])
+    # Another frame_slack sizes another frame ring: named, not a numpy broadcast error.
+    with replay(frame_slack=0.5) as rb3, pytest.raises(ReplayError, match="frame_slack"):
+        rb3.load_state_dict(state)
 
 
 def _record_draws(rb: Replay) -> list[np.ndarray]:

@@ -246,6 +246,10 @@ class FrameStack:
                 "stacks single-agent gymnasium observations only; a multi-agent adapter's rows "
                 "can be inactive (stale observations), which a stack would mix in. Remove stack"
             )
+        if inner.stack > 1:
+            # A stack of stacks is no sliding window of frames: the image replay, which
+            # rebuilds stacks from single frames, would rebuild other ones.
+            raise FrameStackError(f"this env's observations are stacked already ({inner.stack})")
         space = getattr(env, "observation_space", None)
         shape = getattr(space, "shape", None)
         image = bool(inner.obs_shape)

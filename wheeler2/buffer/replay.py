@@ -210,7 +210,11 @@ class Replay:
                 # Overwritten since the draw (or half-written by a dead producer): redraw
                 # those rows against the ring as it is now, which cannot move while we hold it.
                 if redraws == _MAX_REDRAWS:
-                    raise ReplayError("could not draw valid transitions; is the buffer empty?")
+                    raise ReplayError(
+                        f"could not draw valid transitions in {_MAX_REDRAWS} redraws: the buffer "
+                        "is empty, or most of its slots lost frames to newer writes (a [buffer] "
+                        "capacity small against writers x env copies x chunk; raise it)"
+                    )
                 redraws += 1
                 bad = ~ok
                 sampler.sync(total)
@@ -510,6 +514,14 @@ class Replay:
         import torch
 
         st = self.storage
+        saved_frames = state["arrays"].get("frames")
+        if saved_frames is not None and "frames" in st.arrays:
+            if len(saved_frames) != len(st.arrays["frames"]):
+                raise ReplayError(
+                    f"replay checkpoint holds a frame ring of {len(saved_frames)} frames, this "
+                    f"buffer one of {len(st.arrays['frames'])}: resume with the [buffer] "
+                    "frame_slack the run was saved with"
+                )
         st.acquire()
         try:
             for name, value in state["arrays"].items():
