@@ -240,3 +240,30 @@ def test_the_dispatch_takes_the_first_stop_and_names_a_bad_answer() -> None:
     assert odd.stop is not None and odd.stop["by"] == "callback_error"
     with pytest.raises(TypeError, match="has none of on_start"), active([object()]):
         pass
+
+
+def test_a_best_eval_writes_best_pt_with_the_learners_own_steps_and_leaves_latest_alone(
+    tmp_path,
+):
+    """latest.pt is what a resume goes on from: every member's state with its own steps, from
+    one request. A best eval wrote it too, with the learner's state at the eval and the steps of
+    the last request (none before the first): a run killed then resumed went back in steps."""
+
+    class Look(wheeler2.Callback):
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, int, dict]] = []
+
+        def on_checkpoint(self, ck: wheeler2.Checkpoint) -> None:
+            saved = ckpt.load(ck.path)
+            self.seen.append((ck.path.name, saved["run"]["env_steps"], saved["member_steps"]))
+
+    raw = config(tmp_path, 1200)
+    raw["experiment"]["checkpoint_every"] = 100_000  # no scheduled save before the end
+    look = Look()
+    wheeler2.run(raw, callbacks=[look])
+    names = [name for name, _, _ in look.seen]
+    assert names[-1] == "latest.pt" and names.count("latest.pt") == 1, names
+    bests = [(steps, members) for name, steps, members in look.seen if name == "best.pt"]
+    assert bests, look.seen
+    for steps, members in bests:  # one learner of one env copy: its steps are the run's
+        assert members == {"target": steps}, (steps, members)

@@ -175,7 +175,8 @@ class Coordinator:
         elif isinstance(message, Evaluated):
             recorder = self.recorder
             recorder.state.env_steps = max(self.transport.env_steps(), message.env_steps)
-            self.states[name] = message.state
+            # Its state and its own steps together: a checkpoint pairs them for a resume.
+            self.states[name], self.steps[name] = message.state, message.own_steps
             if name in self.learners and name != self.lead:
                 # Another table's learner: its own curve, not the run's.
                 recorder.record_table_eval(
@@ -187,7 +188,7 @@ class Coordinator:
                 return
             if recorder.record_eval(message.env_steps, message.result, name):
                 # Before a stage change: best.pt's run state holds the stage this eval ran at.
-                recorder.save_checkpoint(self._payload(), best=True)
+                recorder.save_best(self._payload())
             if self.config.curriculum is not None:
                 self._curriculum(message)
         elif isinstance(message, StateReply):

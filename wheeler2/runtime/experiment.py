@@ -386,22 +386,27 @@ class Recorder:
         assert self.curriculum is not None
         return f"stage {self.state.stage}/{self.curriculum.stages - 1}"
 
-    def save_checkpoint(self, payload: dict[str, Any], best: bool = False) -> None:
+    def save_checkpoint(self, payload: dict[str, Any]) -> None:
+        """latest.pt: every member's state as it answered the request (or finished), the one a
+        resume goes on from; the next one falls due checkpoint_every env steps on."""
         while self.schedule.next_checkpoint <= self.state.env_steps:
             self.schedule.next_checkpoint += self.schedule.checkpoint_every
+        self._save(self.run_dir / "checkpoints" / "latest.pt", payload, best=False)
+
+    def save_best(self, payload: dict[str, Any]) -> None:
+        """best.pt, at an eval that improved on every earlier one: the evaluated learner's state
+        then, the other members' as last reported. latest.pt and its schedule are left alone:
+        a resume goes on from the members' states at one request, not from a mix."""
+        self._save(self.run_dir / "checkpoints" / "best.pt", payload, best=True)
+
+    def _save(self, path: Path, payload: dict[str, Any], best: bool) -> None:
         state = {
             "run": self.state.to_dict() | {"wall_s": self.wall_s},
             "rng": ckpt.rng_state(),
             **payload,
         }
-        paths = [self.run_dir / "checkpoints" / "latest.pt"]
-        if best:
-            paths.append(self.run_dir / "checkpoints" / "best.pt")
-        for path in paths:
-            ckpt.save(path, state)
-            self._call(
-                "on_checkpoint", Checkpoint(path, self.state.env_steps, path is not paths[0])
-            )
+        ckpt.save(path, state)
+        self._call("on_checkpoint", Checkpoint(path, self.state.env_steps, best))
 
     def report(self, member: str, env_steps: int, values: dict[str, float]) -> dict[str, float]:
         """A member's periodic figures: logged under their kind's names (RunLog.report), handed

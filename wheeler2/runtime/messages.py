@@ -53,6 +53,7 @@ class Evaluated:
     env_steps: int
     result: EvalResult
     state: dict[str, Any]  # the evaluated learner, for best.pt
+    own_steps: int  # the member's own env steps with that state (its member_steps entry)
 
 
 @dataclass(frozen=True)
