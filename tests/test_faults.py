@@ -361,10 +361,40 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path: Path, ray_tmp: str) -> Non
     output = run.finish(timeout=120)
     assert run.proc.returncode == 130, output
     assert "Traceback" not in output, output
+    # The run says how it ended, as at any other stop (no member had a state to checkpoint).
+    (summary,) = [json.loads(p.read_text()) for p in run.out.glob("*/summary.json")]
+    assert summary["interrupted"] and summary["stop"]["by"] == "interrupt"
     if run.run_dir is None:
         found = list(run.out.glob("*/members.json"))
         run.members = json.loads(found[0].read_text()) if found else {}
     run.assert_clean()
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt(), RuntimeError("no env here")])
+def test_a_run_stopped_while_its_members_start_says_so_in_its_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raised: BaseException
+) -> None:
+    """Ctrl-C (or a failure) before any member ran: summary.json says how the run ended and
+    its log is closed, as at any other stop; there is no state to checkpoint."""
+    import wheeler2
+    from wheeler2.runtime.serial import SerialTransport
+
+    def start(self, run_dir: Path, next_eval: int) -> None:  # noqa: ANN001
+        raise raised
+
+    monkeypatch.setattr(SerialTransport, "start", start)
+    cfg = write_team(tmp_path, "serial", total=1_000)
+    with pytest.raises(type(raised)):
+        wheeler2.run(cfg, out=str(tmp_path / "runs"))
+    (summary,) = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*/summary.json")]
+    assert summary["interrupted"] and summary["env_steps"] == 0
+    if isinstance(raised, KeyboardInterrupt):
+        assert summary["stop"]["by"] == "interrupt"
+    else:
+        assert summary["stop"] == {
+            "by": "failure",
+            "reason": "start-up failed: RuntimeError: no env here",
+        }
 
 
 def test_members_leave_quietly_when_the_main_process_is_killed(

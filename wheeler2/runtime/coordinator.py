@@ -389,6 +389,18 @@ def refill_lines(config: Config, payload: dict[str, Any], setup: TeamSetup) -> l
     return lines
 
 
+def _stopped_in_start_up(recorder: Recorder, exc: BaseException) -> None:
+    """A run stopped (Ctrl-C, SIGTERM) or failed while its members were starting: its summary
+    says so and its log and trackers close, as at any other stop. There is no new checkpoint:
+    no member has a state yet (a resumed run keeps the one it came from)."""
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    failure = None if interrupted else f"start-up failed: {type(exc).__name__}: {exc}"
+    try:
+        recorder.finish({}, interrupted=interrupted, failure=failure)
+    except Exception as late:  # noqa: BLE001 - the start-up error is the one to raise
+        print(f"warning: could not write the summary: {late}", flush=True)
+
+
 def run_team(
     config: Config,
     run_dir: Path,
@@ -405,7 +417,11 @@ def run_team(
             recorder = Recorder(heads_config, run_dir, state, current_callbacks())
             # Said before anything long happens, so a user who stops the run knows where it is.
             print(f"run directory: {run_dir}", flush=True)
-            transport.start(run_dir, first_eval(config, state.env_steps))
+            try:
+                transport.start(run_dir, first_eval(config, state.env_steps))
+            except BaseException as exc:
+                _stopped_in_start_up(recorder, exc)
+                raise
             names = [p.name for p in setup.plans]
             learners = {t.lead.name: t.name for t in setup.tables}
             coordinator = Coordinator(config, recorder, transport, names, learners, payload)
