@@ -78,6 +78,27 @@ def test_an_offline_wandb_run_holds_the_evals_figures_and_config(tmp_path, monke
     final = {key(i): i.value_json for s in records.get("summary", []) for i in s.update}
     assert json.loads(final["best_eval_return"]) == pytest.approx(summary["best_eval_return"])
     assert json.loads(final["stop"])["by"] == "total_steps"
+    assert [e.exit_code for e in records["exit"]] == [0]
+
+
+def test_a_wandb_run_that_did_not_finish_is_marked_failed(tmp_path, monkeypatch):
+    """A run a callback's error stopped (interrupted, as Ctrl-C and a failed member are): W&B
+    gets exit code 1, not a finished run."""
+    pytest.importorskip("wandb")
+    import wheeler2
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_DIR", raising=False)  # the W&B files go into the run directory
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+    def boom(ev: Any) -> None:
+        raise ValueError("boom")
+
+    path = write(tmp_path, tracker="wandb")
+    with pytest.raises(wheeler2.CallbackError):
+        wheeler2.run(path, callbacks=[boom], out=str(tmp_path / "runs"))
+    [run_dir] = (tmp_path / "runs").iterdir()
+    assert [e.exit_code for e in wandb_records(run_dir)["exit"]] == [1]
 
 
 def test_tensorboard_is_the_default_and_an_empty_list_keeps_metrics_csv_alone(tmp_path):

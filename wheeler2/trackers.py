@@ -150,6 +150,7 @@ class WandbTracker:
             ) from None
         self.run.define_metric("env_steps")
         self.run.define_metric("*", step_metric="env_steps")
+        self.exit_code = 0  # W&B marks a run that finishes with 1 as failed
 
     def scalars(self, member: str, env_steps: int, values: dict[str, float]) -> None:
         row = {f"{member}/{key}": value for key, value in values.items()}
@@ -158,12 +159,14 @@ class WandbTracker:
 
     def summary(self, figures: dict[str, Any]) -> None:
         self.run.summary.update(figures)
+        # Interrupted, failed or stopped by a callback's error: not a finished run in W&B.
+        self.exit_code = 1 if figures.get("interrupted") else 0
 
     def flush(self) -> None:
         pass  # W&B's own service process writes and uploads as it goes
 
     def close(self) -> None:
-        self.run.finish()
+        self.run.finish(exit_code=self.exit_code)
 
 
 def make_trackers(
