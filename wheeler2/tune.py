@@ -82,6 +82,7 @@ class _Plan:
         spec = self.spec
         with warnings.catch_warnings():  # heartbeats and constant_liar are "experimental"
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler: optuna.samplers.BaseSampler
             if spec.sampler == "random":
                 sampler = optuna.samplers.RandomSampler()
             else:  # the liar keeps side-by-side workers from sampling the same point
