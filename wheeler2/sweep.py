@@ -394,16 +394,14 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """One seed of a ``--parallel`` sweep, in its own process: ``FILE SEED RUN_DIR [--set ...]
-    [--out OUT] [--parent PID]``, FILE being the config the sweep resolved for the seed. Exit 0
-    finished, 1 failed (``error.txt`` says why), 130
-    interrupted (Ctrl-C forwarded by the sweep, or the sweep, ``--parent``, gone)."""
+    """One seed of a ``--parallel`` sweep, in its own process: ``FILE SEED RUN_DIR [--parent
+    PID]``, FILE being the config the sweep resolved for the seed (overrides and output folder
+    already in it). Exit 0 finished, 1 failed (``error.txt`` says why), 130 interrupted (Ctrl-C
+    forwarded by the sweep, or the sweep, ``--parent``, gone)."""
     parser = argparse.ArgumentParser(prog="python -m wheeler2.sweep")
     parser.add_argument("file", type=Path)
     parser.add_argument("seed", type=int)
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--set", dest="overrides", action="append", default=[])
-    parser.add_argument("--out")
     parser.add_argument("--parent", type=int, help="the sweep's pid: stop when it is gone")
     args = parser.parse_args(argv)
     if args.parent is not None:
@@ -413,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from wheeler2.preload import start_early
 
-        start_early("run", args.file, args.overrides)
+        start_early("run", args.file, ())
         import warnings
 
         from wheeler2.config import ConfigDeprecationWarning, load
@@ -422,7 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with warnings.catch_warnings():
                 # The sweep printed these once, reading every seed's config before it began.
                 warnings.simplefilter("ignore", ConfigDeprecationWarning)
-                config = load(args.file, args.overrides, seed=args.seed, out=args.out)
+                config = load(args.file, (), seed=args.seed)
         except Exception as exc:  # noqa: BLE001 - a config the sweep wrote that will not load
             error: str | None = _failed(args.run_dir, str(exc), traceback.format_exc())
         else:

@@ -160,7 +160,7 @@ def tune(
                 f'space."{dim.key}"',
                 "is also given by --set; a key is either searched or set: drop one",
             )
-        _check_key(config_path, overrides, dim)
+        _check_key(config_path, fixed, dim)
     where = study_dir(config_path, out)
     where.mkdir(parents=True, exist_ok=True)
     plan = _Plan(
@@ -185,13 +185,13 @@ def tune(
     return where
 
 
-def _check_key(config_path: Path, overrides: Sequence[str], dim: Dimension) -> None:
+def _check_key(config_path: Path, fixed: dict[str, Any], dim: Dimension) -> None:
     """The file must take the key at every choice, or at both ends of its range."""
     from wheeler2.api import _config
 
     for value in dim.choices if dim.choices is not None else (dim.low, dim.high):
         try:
-            _config(config_path, {**_as_dict(overrides), dim.key: value})
+            _config(config_path, {**fixed, dim.key: value})
         except ConfigError as exc:
             raise ConfigError(
                 str(config_path), "[tune]", f'space."{dim.key}"', f"at {value!r}: {exc.message}"
