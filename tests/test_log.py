@@ -77,6 +77,29 @@ def test_eta_from_session_rate(tmp_path):
         assert log.eta_s(100) == pytest.approx(90.0, rel=0.01)  # 100 steps in 10 s, 900 to go
 
 
+def test_eta_follows_the_recent_rate_not_a_fast_warm_up(tmp_path, monkeypatch):
+    # 10,000 random warm-up steps in 10 s, then learning at 50 steps/s for 5 minutes: the time
+    # left is read at 50/s. The session's average (about 80/s here) would put it at 60% of that.
+    clock = [0.0]
+    monkeypatch.setattr(runlog.time, "perf_counter", lambda: clock[0])
+    with runlog.RunLog(tmp_path, total_steps=100_000, progress=False, tensorboard=False) as log:
+        monkeypatch.setattr(log, "_plain_line", lambda *a: "")
+        steps = 0
+        log.progress(steps, {})
+        for _ in range(10):
+            clock[0] += 1.0
+            steps += 1_000
+            log.progress(steps, {})
+        assert log.eta_s(steps) == pytest.approx(90_000 / 1_000)  # the warm-up's own rate
+        for _ in range(300):
+            clock[0] += 1.0
+            steps += 50
+            log.progress(steps, {})
+        assert log.eta_s(steps) == pytest.approx((100_000 - steps) / 50, rel=0.01)
+        average = steps / clock[0]
+        assert (100_000 - steps) / average < 0.7 * log.eta_s(steps)
+
+
 def test_write_summary_is_strict_json_and_leaves_no_temp(tmp_path):
     summary = {"env_steps": np.int64(5), "best": float("nan"), "arr": np.arange(2), "ok": True}
     path = runlog.write_summary(tmp_path, summary)

@@ -21,6 +21,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,11 @@ CSV_FIELDS = ("wall_s", "env_steps", "member", "key", "value")
 _FLUSH_EVERY_S = 5.0
 _PLAIN_EVERY_S = 10.0
 _LIVE_EVERY_S = 0.25
+# The time left is read off the rate over this trailing window, not the session's average: an
+# off-policy run's random warm-up steps go ten times faster than its learning ones, and an average
+# over both put "left" at a third of the truth for the first hour of a long run.
+_ETA_WINDOW_S = 120.0
+_ETA_MIN_SPAN_S = 20.0
 
 
 class RunLog:
@@ -60,6 +66,8 @@ class RunLog:
         self._t0 = time.perf_counter() - wall_offset_s
         self._session_t0 = time.perf_counter()
         self._session_start_steps: int | None = None
+        # (time, total env steps) about once a second, back to _ETA_WINDOW_S ago
+        self._recent: deque[tuple[float, int]] = deque()
 
         path = self.run_dir / METRICS_FILE
         new_file = not path.exists() or path.stat().st_size == 0
@@ -198,6 +206,7 @@ class RunLog:
         now = time.perf_counter()
         if self._session_start_steps is None:
             self._session_start_steps = int(env_steps_total)
+        self._note_total(now, int(env_steps_total))
         for name, figures in members.items():
             self._update_rate(name, now, int(figures.get("env_steps", 0)))
         if last_eval is None and self.evals:
@@ -235,15 +244,29 @@ class RunLog:
         """A member's env steps per second, or None before two of its reports moved."""
         return self._rates.get(name, (0.0, 0, None))[2]
 
+    def _note_total(self, now: float, total: int) -> None:
+        if self._recent and now - self._recent[-1][0] < 1.0:
+            return
+        self._recent.append((now, total))
+        # Keep one sample at least a window old, so the rate spans the whole window.
+        while len(self._recent) > 2 and now - self._recent[1][0] >= _ETA_WINDOW_S:
+            self._recent.popleft()
+
     def eta_s(self, env_steps_total: int) -> float | None:
-        """Seconds left at this session's average rate, or None before there is a rate."""
+        """Seconds left at the rate of the last two minutes (this session's average rate until
+        they span 20 s), or None before there is a rate."""
         if self.total_steps is None or self._session_start_steps is None:
             return None
+        left = max(self.total_steps - env_steps_total, 0)
+        if len(self._recent) >= 2:
+            (t0, s0), (t1, s1) = self._recent[0], self._recent[-1]
+            if t1 - t0 >= _ETA_MIN_SPAN_S and s1 > s0:
+                return left / ((s1 - s0) / (t1 - t0))
         done = env_steps_total - self._session_start_steps
         elapsed = time.perf_counter() - self._session_t0
         if done <= 0 or elapsed <= 0:
             return None
-        return max(self.total_steps - env_steps_total, 0) / (done / elapsed)
+        return left / (done / elapsed)
 
     def _plain_line(self, total: int, members: dict[str, dict], last: float | None) -> str:
         parts = [f"[{_clock(self.wall_s)}] steps {total:,}" + self._of_total()]
