@@ -87,10 +87,18 @@ class A3C(a2c.A2C):
         out["updates"] = torch.tensor([float(count // _SPLIT), float(count % _SPLIT)])
         return out
 
-    def shared_signature(self) -> str:
-        """The networks' layers and activations: workers whose shapes match but whose
-        functions differ must not share theta."""
-        return repr(self.policy) + repr(self.critic)
+    def shared_signature(self) -> dict[str, object]:
+        """What must match in every worker beyond the shapes: the networks' layers and
+        activations (one theta, one function), the shared RMSProp's step size and eps (one
+        optimizer over one g), and the return the one critic learns (gamma, td_lambda)."""
+        p = self.params
+        return {
+            "networks": repr(self.policy) + repr(self.critic),
+            "lr": p.lr,
+            "rms_prop_eps": p.rms_prop_eps,
+            "gamma": p.gamma,
+            "td_lambda": p.td_lambda,
+        }
 
     def _shared_count(self) -> int:
         if self.shared_updates is not None:

@@ -233,6 +233,10 @@ def test_what_cannot_share_is_one_error_naming_the_key(tmp_path):
     # Same shapes, another function: one theta cannot serve both.
     err = _refused(tmp_path, extra='activation = "relu"')
     assert (err.table, err.key) == ("[[team]] w", "params") and "activation" in err.message
+    # One shared RMSProp and one critic: a worker's own step size or return has no meaning.
+    err = _refused(tmp_path, extra="lr = 0.01\ngamma = 0.9")
+    assert (err.table, err.key) == ("[[team]] w", "params"), err
+    assert "gamma, lr differ" in err.message and "lr = 0.01 here, 0.0007 there" in err.message
     # A sync would overwrite a worker's copy mid-rollout with the learner's lagging one.
     path = _config(tmp_path)
     path.write_text(path.read_text().replace("count = 2", "count = 2\nsync = { every = 10 }"))

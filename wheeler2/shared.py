@@ -57,12 +57,12 @@ def shared_tensors(agent: Any) -> dict[str, torch.Tensor] | None:
     return dict(offer()) if callable(offer) else None
 
 
-def shared_signature(agent: Any) -> str | None:
-    """What must match, beyond the tensors' shapes, for two members to share them (the
-    agent's optional ``shared_signature()``: e.g. its networks' layers and activations); None
-    where it declares nothing."""
+def shared_signature(agent: Any) -> dict[str, str]:
+    """What must match, beyond the tensors' shapes, for two members to share them, by name
+    (the agent's optional ``shared_signature()``: e.g. ``{"networks": its layers and
+    activations, "lr": its step size}``); empty where it declares nothing."""
     offer = getattr(agent, "shared_signature", None)
-    return str(offer()) if callable(offer) else None
+    return {k: str(v) for k, v in offer().items()} if callable(offer) else {}
 
 
 class SharedBlock:

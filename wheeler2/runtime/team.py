@@ -201,7 +201,8 @@ def _shares(
             f"its shared parameters differ in shape from those of the learner {lead.team!r}: "
             f"set the same network options (hidden, core, ...) in both members' [team.params]",
         )
-    if shared_signature(explorer) != shared_signature(learner):
+    mine_sig, theirs_sig = shared_signature(explorer), shared_signature(learner)
+    if mine_sig.get("networks") != theirs_sig.get("networks"):
         # Same shapes, other functions (an activation, a core): one theta would serve both.
         raise _error(
             config,
@@ -210,6 +211,25 @@ def _shares(
             f"its networks differ from those of the learner {lead.team!r} (layers or "
             f"activations), so the parameters they share would mean different functions: set "
             f"the same network options (activation, core, ...) in both members' [team.params]",
+        )
+    differ = [
+        k
+        for k in sorted(mine_sig.keys() | theirs_sig.keys())
+        if k != "networks" and mine_sig.get(k) != theirs_sig.get(k)
+    ]
+    if differ:
+        # One optimizer steps the one set all of them act from: settings of that step (or of
+        # the return its critic learns) that differ per member would have no single meaning.
+        pairs = ", ".join(
+            f"{k} = {mine_sig.get(k)} here, {theirs_sig.get(k)} there" for k in differ
+        )
+        raise _error(
+            config,
+            plan,
+            "params",
+            f"its {', '.join(differ)} differ from the learner {lead.team!r}'s ({pairs}): "
+            f"members that share one set of parameters share its optimizer and its critic's "
+            f"return, so set the same values in both members' [team.params]",
         )
     if plan.spec.sync is not None:
         # Every update already lands on the one theta it acts from; a sync would overwrite
