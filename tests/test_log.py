@@ -122,3 +122,35 @@ def test_a_json_file_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
         runlog.write_json_atomic(path, {"target": 2})
     assert json.loads(path.read_text()) == {"target": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["members.json"]
+
+
+def test_files_written_whole_get_a_plain_files_mode(tmp_path):
+    """mkstemp makes 0600 files: a summary or checkpoint must read like the run's other files."""
+    from wheeler2 import checkpoint
+
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    summary = runlog.write_summary(tmp_path, {"env_steps": 1})
+    checkpoint.save(tmp_path / "latest.pt", {"x": 1})
+    want = plain.stat().st_mode & 0o777
+    assert summary.stat().st_mode & 0o777 == want
+    assert (tmp_path / "latest.pt").stat().st_mode & 0o777 == want
+
+
+def test_a_resume_cuts_the_row_a_killed_session_left_half_written(tmp_path):
+    path = tmp_path / runlog.METRICS_FILE
+    path.write_text("wall_s,env_steps,member,key,value\n1.0,10,target,loss,0.5\n2.0,20,tar")
+    with runlog.RunLog(tmp_path, progress=False, tensorboard=False) as log:
+        log.scalars("target", 30, {"loss": 0.25})
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == list(runlog.CSV_FIELDS)
+    assert [r[1:] for r in rows[1:]] == [
+        ["10", "target", "loss", "0.5"],
+        ["30", "target", "loss", "0.25"],
+    ]
+    # A file that is one torn header starts again with a header.
+    path.write_text("wall_s,env_st")
+    with runlog.RunLog(tmp_path, progress=False, tensorboard=False) as log:
+        log.scalars("target", 40, {"loss": 1.0})
+    assert path.read_text().splitlines()[0] == ",".join(runlog.CSV_FIELDS)

@@ -23,7 +23,6 @@ import pickle
 import random
 import re
 import signal
-import tempfile
 import threading
 import warnings
 import zipfile
@@ -33,6 +32,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from wheeler2.log import temp_file_beside
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest.pt"
@@ -102,7 +103,7 @@ def save(path: str | Path, state: dict[str, Any]) -> None:
     check_plain(state)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _interrupts_held():
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp_name = temp_file_beside(path)
         try:
             with os.fdopen(fd, "wb") as f:
                 torch.save(state, f)

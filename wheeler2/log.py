@@ -70,6 +70,7 @@ class RunLog:
         self._recent: deque[tuple[float, int]] = deque()
 
         path = self.run_dir / METRICS_FILE
+        _drop_torn_row(path)
         new_file = not path.exists() or path.stat().st_size == 0
         self._csv_file = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115
         self._csv = csv.writer(self._csv_file)
@@ -516,10 +517,49 @@ def write_json_atomic(path: Path, obj: Any, indent: int = 1) -> Path:
     return write_text_atomic(path, json.dumps(obj, indent=indent, allow_nan=False) + "\n")
 
 
+def _drop_torn_row(path: Path) -> None:
+    """Cut a last row a killed session left half-written, so the rows a resume appends start a
+    line of their own (else the first of them is glued to the torn one and both are lost)."""
+    if not path.exists():
+        return
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        # Rows are short: the last newline is in the last few KiB, or the file is one torn row.
+        start = max(0, size - 65536)
+        f.seek(start)
+        tail = f.read()
+        cut = tail.rfind(b"\n")
+        f.truncate(start + cut + 1 if cut >= 0 else 0)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# Read once, at import: os.umask can only be read by setting it, which races other threads.
+_FILE_MODE = 0o666 & ~_umask()
+
+
+def temp_file_beside(path: Path) -> tuple[int, str]:
+    """An open temp file in ``path``'s folder, to be renamed over ``path`` once whole, with
+    the mode a plain ``open`` would give (mkstemp's 0600 would make a summary or checkpoint
+    unreadable to the group a shared machine's runs are read by)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, _FILE_MODE)
+    return fd, tmp
+
+
 def write_text_atomic(path: Path, text: str) -> Path:
     """``path`` holds the whole of ``text`` or its previous content, never half a file (a
     Ctrl-C or a kill in the middle of the write leaves the old one)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+    fd, tmp = temp_file_beside(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
