@@ -11,8 +11,9 @@ Or, on a machine that rounds otherwise: MKL and ATen choose their kernels by ins
 so an AVX-512 Xeon does not round as the AMD EPYC (AVX2) that made the recording did, and 200
 Adam steps amplify a last-bit difference (the cases' docstring: rounding first shows at update
 110 or later, every mutation tried by update 11). There the traced metrics must still agree at
-float32 rounding through update ``STRICT_THROUGH`` (the math), and the final values lie within
-``LOOSE_RTOL`` / ``LOOSE_ATOL`` (amplified rounding, measured at most 0.005 on a Xeon).
+float32 rounding through update ``STRICT_THROUGH`` (the math), and the final parameters, targets
+and TD errors lie within ``LOOSE_RTOL`` / ``LOOSE_ATOL`` (amplified rounding, measured at most
+0.005 on a Xeon).
 
 A failure names the case and every tensor that moved. If the change is *meant* to move the
 numbers, re-record from a clean checkout of the new code and say why in the commit:
@@ -124,13 +125,13 @@ def test_the_agent_ends_where_it_was_recorded(case: cases.Case, recording: dict)
         agent.load_state_dict(data["initial"])
         out = cases.run(agent, case, data["inputs"])
 
-    def moved(rtol: float, atol: float) -> list[str]:
+    def moved(rtol: float, atol: float, last_metrics: bool = True) -> list[str]:
         bad = _differences(data["final"], cases.final_values(agent), rtol, atol)
         if data["td_error"] is not None:
             assert out.td_error is not None, "learn() no longer reports td_error"
             now = {"td_error": torch.as_tensor(out.td_error)}
             bad += _differences({"td_error": data["td_error"]}, now, rtol, atol)
-        for name, want in rec["metrics"].items():
+        for name, want in rec["metrics"].items() if last_metrics else ():
             got = out.metrics.get(name)
             if got is None:
                 bad.append(f"metric {name}: missing")
@@ -143,7 +144,10 @@ def test_the_agent_ends_where_it_was_recorded(case: cases.Case, recording: dict)
         return
     agreed, where = _first_departure(data["trace"], out.trace)
     if agreed >= STRICT_THROUGH:  # rounding of another machine, amplified late
-        bad = moved(LOOSE_RTOL, LOOSE_ATOL)
+        # The last update's metrics are left out here: a policy loss is a mean of terms of both
+        # signs, so the amplified rounding that moves the parameters by 0.005 moved a2c_gru's
+        # last policy loss from -0.071 to -0.018 on an AMD EPYC Milan (AVX2, as the recorder's).
+        bad = moved(LOOSE_RTOL, LOOSE_ATOL, last_metrics=False)
         if not bad:
             return
     pytest.fail(f"{case.id} moved from the recording ({where}):\n  " + "\n  ".join(bad))
