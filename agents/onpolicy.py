@@ -429,7 +429,9 @@ class OnPolicy:
         r.t = 0
         metrics = self.update()
         self.updates += 1
-        return metrics
+        # The live table's upd/s: one policy update per rollout (PPO's epochs of minibatches
+        # inside it), as an off-policy learner's is one per learn call.
+        return metrics | {"updates": float(self.updates)}
 
     def _store_recurrent(self, step: Transitions, r: Rollout, t: int) -> None:
         """The recurrent columns of step t: the rollout's initial state, the episode starts, the

@@ -193,7 +193,13 @@ def test_act_and_learn_shapes(discrete):
     before = [p.detach().clone() for p in agent.actor.parameters()]
     metrics = random_steps(agent, 4, 12, seed=1)
     assert [i for i, m in enumerate(metrics) if m is not None] == [4, 9]
-    assert set(metrics[4]) == {"policy_loss", "value_loss", "entropy", "explained_variance"}
+    assert set(metrics[4]) == {
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "explained_variance",
+        "updates",
+    }
     assert all(math.isfinite(v) for v in metrics[9].values())
     assert agent.updates == 2 and agent.env_steps == 48 and agent.rollout.t == 2
     assert any(not torch.equal(b, a) for b, a in zip(before, agent.actor.parameters()))

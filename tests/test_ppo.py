@@ -593,3 +593,18 @@ def test_for_run_fills_the_schedule_length_unless_the_file_names_one() -> None:
     assert PPO.for_run(Params(total_steps=10), 5_000).total_steps == 10
     ddpg = DDPG.Params()
     assert DDPG.for_run(ddpg, 5_000) is ddpg
+
+
+def test_each_update_reports_the_count_the_live_tables_upd_s_reads():
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=False)
+    agent = PPO(space, Params(n_steps=4, batch_size=16, n_epochs=1, hidden=[8]))
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(4, 3)).astype(np.float32)
+    seen = []
+    for _ in range(8):
+        step = _step(agent, obs, rng, 4)
+        metrics = agent.observe(step)
+        obs = step.reset_obs
+        if metrics is not None:
+            seen.append(metrics["updates"])
+    assert seen == [1.0, 2.0]  # one per rollout of 4 vector steps
