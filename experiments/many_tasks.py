@@ -23,8 +23,8 @@ Arms:
   wheeler2's defaults (what a user's first file gets), serial; its figure is its eval.
 
 A run's final return is its figure's last eval (at the budget). An arm *solves* a task when
-its median final over seeds is at or above the threshold; the seeds whose final is there are
-counted beside it. Targets (issue 37): the team solves every task; no single learner at
+its median final over seeds is above the threshold (``>``, as a run's own ``eval_threshold`` and
+``wheeler2 report`` judge); the seeds whose final is there are counted beside it. Targets (issue 37): the team solves every task; no single learner at
 defaults solves every task.
 
 Runs go ``--jobs`` at a time, seed by seed, the arms' order rotating, each in a
@@ -199,8 +199,8 @@ def chosen(
 
 
 def verdict(finals: list[float], threshold: float) -> tuple[bool, int]:
-    """(solved: the median final at or above the threshold, seeds whose final is there)."""
-    return stats.median(finals) >= threshold, sum(f >= threshold for f in finals)
+    """(solved: the median final above the threshold, seeds whose final is there)."""
+    return stats.median(finals) > threshold, sum(f > threshold for f in finals)
 
 
 def _wall(seconds: float) -> str:
@@ -217,7 +217,7 @@ def render(
     date: str,
     cores: int,
 ) -> str:
-    head = ("arm", *(f"{t} (>= {TASKS[t][1]:g})" for t in tasks), "tasks solved")
+    head = ("arm", *(f"{t} (> {TASKS[t][1]:g})" for t in tasks), "tasks solved")
     rows, per_seed = [], []
     # arm -> (tasks solved, tasks whose every seed has run): a task counts once all its seeds
     # are in, so a verdict never rests on the seeds that happened to finish first.
@@ -264,8 +264,8 @@ steps per run, all members together; 10 deterministic eval episodes every 10k st
 return is the last eval. The team is `cfg/{TEAM_FILE}` with only `env.id` and the threshold
 changed, its figure the population's champion (the learner's own final in the per-seed table);
 each solo is that algorithm alone at wheeler2's defaults. A cell: whether the arm solves the
-task (its median final at or above the threshold), the median final with rliable's 95%
-bootstrap interval over seeds, and the seeds whose final is at or above the threshold; "so
+task (its median final above the threshold), the median final with rliable's 95%
+bootstrap interval over seeds, and the seeds whose final is above the threshold; "so
 far" while some of the task's seeds have not run, and such a task counts toward no target.
 
 {chr(10).join(report.table(head, rows))}

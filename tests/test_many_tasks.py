@@ -59,7 +59,9 @@ def test_a_solo_arm_is_its_algorithm_at_its_defaults_on_the_same_protocol(
 def test_solved_is_the_median_final_at_or_above_the_threshold() -> None:
     assert mt.verdict([95.0, 91.0, 10.0], 90.0) == (True, 2)
     assert mt.verdict([95.0, 80.0, 10.0], 90.0) == (False, 1)
-    assert mt.verdict([-150.0, -200.0, -900.0], -200.0) == (True, 2)
+    assert mt.verdict([-150.0, -199.0, -900.0], -200.0) == (True, 2)
+    # Above, as the run's own eval_threshold and `wheeler2 report` judge: at it is not solved.
+    assert mt.verdict([-150.0, -200.0, -900.0], -200.0) == (False, 1)
     # The targets: the team must solve all four, and every solo must fall short somewhere.
     lines = mt._targets({"team": (4, 4), "td3": (3, 4), "sac": (2, 4)}, 4)
     assert "(**met**)" in lines[0] and "(**met**)" in lines[1]
