@@ -80,6 +80,11 @@ class Params:
     eval_actor: str = choice("mean", ("mean", "champion"))
 
 
+def stepped_count(p: Params) -> int:
+    """How many actors of each generation climb the critic (CEM-RL)."""
+    return int(round(p.grad_share * p.pop_size))
+
+
 class CEM(Agent):
     Params = Params
     uses_replay = False  # it learns in observe, from its own episodes; its steps feed the replay
@@ -152,6 +157,13 @@ class CEM(Agent):
         p = params
         if p.elites > p.pop_size:
             return "elites", f"elites = {p.elites} must not exceed pop_size = {p.pop_size}"
+        if p.grad_share > 0 and not stepped_count(p):
+            least = 0.5 / p.pop_size
+            return "grad_share", (
+                f"grad_share = {p.grad_share} of pop_size = {p.pop_size} rounds to no actor: "
+                f"nothing would climb the critic; set grad_share above {least:g} (CEM-RL's 0.5) "
+                f"or 0"
+            )
         takes = [k for k, on in (("inject", p.inject), ("grad_share", p.grad_share > 0)) if on]
         if takes and role == "learner":
             return takes[0], (
@@ -162,6 +174,14 @@ class CEM(Agent):
             return "sync", (
                 f"{takes[0]} needs the learner's weights: set sync = {{ every = ... }} (its own "
                 f"env steps between pulls)"
+            )
+        if syncs and not takes:
+            # The sync target is then `actor`, the distribution's mean itself: every pull would
+            # put the learner's actor where evaluation and the filler episodes play the mean.
+            return "sync", (
+                "a cem member takes nothing from the learner without inject (ERL) or "
+                "grad_share (CEM-RL), and a sync would write the learner's actor over the "
+                "population's mean: remove sync, or set inject = true or grad_share > 0"
             )
         return None
 
@@ -276,7 +296,7 @@ class CEM(Agent):
             set_flat(self.pop[-1], pulled)
             self.injected, self.injected_at = pulled, p.pop_size - 1
         # CEM-RL: which actors climb the critic before they play (see _assign).
-        stepped = int(round(p.grad_share * p.pop_size))
+        stepped = stepped_count(p)
         self.gains = []
         self.climb = []
         if stepped and self.env_steps >= p.grad_starts and self.size >= p.grad_batch:

@@ -345,6 +345,35 @@ def test_what_the_member_cannot_do_is_one_error_naming_the_key(tmp_path):
     assert (err.table, err.key) == ("[[team]] pop", "sync") and "critic" in err.message
 
 
+def test_a_sync_that_takes_nothing_is_refused_before_it_overwrites_the_mean(tmp_path):
+    """Without inject or grad_share the sync target is the distribution's mean itself: each
+    pull would put the learner's actor where evaluation and filler episodes play the mean."""
+    learner, agent = _td3(), _cem(sigma_init=0.5)
+    pub = WeightPublisher.create(publish_view(learner, ()))
+    try:
+        pub.publish(publish_view(learner, ()))
+        with WeightClient.attach(pub.handle(), sync_target(agent), [], 1.0, "pop") as client:
+            client.pull()
+    finally:
+        pub.close()
+    assert torch.equal(flat(agent.mean_net), flat(learner.actor_net))  # what it would do
+    err = _refused(tmp_path, extra="pop_size = 2\nelites = 1")
+    assert (err.table, err.key) == ("[[team]] pop", "sync")
+    assert "inject" in err.message and "grad_share" in err.message
+    # Without sync the same member is a plain population beside the learner.
+    prepare_team(load(_config(tmp_path, sync="", extra="pop_size = 2\nelites = 1")), {})
+
+
+def test_a_grad_share_that_steps_no_actor_is_refused(tmp_path):
+    """round(0.2 * 2) = 0: CEM-RL asked for, plain CEM run, the critic pulled for nothing."""
+    agent = _cem(pop_size=2, elites=1, grad_share=0.2, grad_starts=0, grad_batch=1)
+    agent.act(np.zeros((1, 3), np.float32), explore=True)
+    _play(agent, [1.0, 2.0])
+    assert agent.climb == []  # what it would do
+    err = _refused(tmp_path, extra="pop_size = 2\nelites = 1\ngrad_share = 0.2")
+    assert (err.table, err.key) == ("[[team]] pop", "grad_share") and "0.5" in err.message
+
+
 def test_a_normalizing_learner_is_refused_with_a_fix_the_population_can_take(tmp_path):
     """cem has no normalize_obs key, so the refusal must name the learner's as a way out."""
     path = _config(tmp_path)
