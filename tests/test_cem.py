@@ -374,6 +374,21 @@ def test_a_grad_share_that_steps_no_actor_is_refused(tmp_path):
     assert (err.table, err.key) == ("[[team]] pop", "grad_share") and "0.5" in err.message
 
 
+@pytest.mark.parametrize(
+    "sync, what",
+    [
+        ("sync = { every = 200, alpha = 0.5 }", "alpha = 0.5"),
+        ('sync = { every = 200, keep = ["actor/head"] }', "keep"),
+    ],
+)
+def test_a_blend_or_a_kept_layer_of_modules_taken_whole_is_refused(tmp_path, sync, what):
+    """alpha 0.5 would make the pulled critic half the member's untrained copy, and the
+    injected actor half its own random one; keep would leave its random head on both."""
+    err = _refused(tmp_path, sync=sync)
+    assert (err.table, err.key) == ("[[team]] pop", "sync"), err
+    assert what in err.message and "critic, actor whole" in err.message
+
+
 def test_a_normalizing_learner_is_refused_with_a_fix_the_population_can_take(tmp_path):
     """cem has no normalize_obs key, so the refusal must name the learner's as a way out."""
     path = _config(tmp_path)

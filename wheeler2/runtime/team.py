@@ -157,6 +157,20 @@ def _prepare_table(
             except SyncError as exc:  # its text names the member already: said once here
                 text = str(exc).removeprefix(f"[[team]] {p.team}: ")
                 raise _error(config, p, "sync", text) from None
+            sync = p.spec.sync
+            if pulled and (sync.alpha < 1 or sync.keep):
+                # A module taken by name is the learner's, whole: a blend or a kept layer would
+                # mix it with the member's own untrained copy (a critic read half from random
+                # weights, an injected actor that is not the learner's).
+                what = f"alpha = {sync.alpha:g}" if sync.alpha < 1 else f"keep = {sync.keep}"
+                raise _error(
+                    config,
+                    p,
+                    "sync",
+                    f"it takes the learner's {', '.join(pulled)} whole, by name, and {what} "
+                    f"would mix them with its own untrained copies: remove alpha and keep "
+                    f"from its sync",
+                )
             pulls += [m for m in pulled if m not in pulls]
     if shared is not None and config.experiment.backend == "ray":
         raise _error(
