@@ -24,8 +24,8 @@ Arms:
 
 A run's final return is its figure's last eval (at the budget). An arm *solves* a task when
 its median final over seeds is above the threshold (``>``, as a run's own ``eval_threshold`` and
-``wheeler2 report`` judge); the seeds whose final is there are counted beside it. Targets (issue 37): the team solves every task; no single learner at
-defaults solves every task.
+``wheeler2 report`` judge); the seeds whose final is there are counted beside it. Targets
+(issue 37): the team solves every task; no single learner at defaults solves every task.
 
 Runs go ``--jobs`` at a time, seed by seed, the arms' order rotating, each in a
 process of its own (the team on the local backend, a process per member). Each record is
