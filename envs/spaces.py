@@ -50,8 +50,8 @@ def image_shape(space: spaces.Space) -> tuple[int, ...]:
 
     An image is a Box of dtype uint8 (camera pixels, Atari frames) or bool (MinAtar's channels)
     with 2 axes (``(H, W)``, one channel) or 3. Three axes are read as channels-last
-    ``(H, W, C)`` when the last is the shortest and at most 16 long (gymnasium's and MinAtar's
-    habit), else as channels-first already."""
+    ``(H, W, C)`` when the last is at most 16 long and no longer than the others (gymnasium's
+    and MinAtar's habit), else as channels-first already."""
     if not isinstance(space, spaces.Box) or space.dtype not in (np.uint8, np.bool_):
         return ()
     shape = tuple(int(d) for d in space.shape)
@@ -59,9 +59,15 @@ def image_shape(space: spaces.Space) -> tuple[int, ...]:
         return (1, *shape)
     if len(shape) != 3:
         return ()
-    if shape[2] <= 16 and shape[2] < min(shape[0], shape[1]):
+    if channels_last(shape):
         return (shape[2], shape[0], shape[1])
     return shape
+
+
+def channels_last(shape: tuple[int, ...]) -> bool:
+    """Whether a 3-axis image ``shape`` is read as ``(H, W, C)`` (:func:`image_shape`)."""
+    # A tie goes to channels-last, gymnasium's convention: MinAtar's Seaquest is (10, 10, 10).
+    return len(shape) == 3 and shape[2] <= 16 and shape[2] <= min(shape[0], shape[1])
 
 
 class ObsFlattener:
@@ -74,8 +80,9 @@ class ObsFlattener:
         self.dim = flat_dim(space)
         self.image_shape = image_shape(space)
         raw = tuple(getattr(space, "shape", ()) or ())
-        # Channels-last input is transposed to channels-first once per observation.
-        self._hwc = len(raw) == 3 and raw != self.image_shape
+        # Channels-last input is transposed to channels-first once per observation. Decided by
+        # the rule itself: a square (10, 10, 10) image reads the same either way round.
+        self._hwc = bool(self.image_shape) and channels_last(raw)
         self._bool = getattr(space, "dtype", None) == np.bool_
         self.dtype = np.uint8 if self.image_shape else np.float32
 

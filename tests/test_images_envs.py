@@ -279,3 +279,91 @@ def test_eval_video_plays_inside_the_runs_wrappers(tmp_path, capsys):
     out = tmp_path / "clip.gif"
     assert cli.main(["eval", str(run), "--episodes", "1", "--video", str(out)]) == 0
     assert "wrote" in capsys.readouterr().out and (tmp_path / "clip_ep0.gif").exists()
+
+
+def test_a_square_channels_last_image_is_transposed():
+    # MinAtar's Seaquest observes (10, 10, 10): as many channels as rows and columns. gymnasium
+    # images are channels-last, so a tie must be read as (H, W, C), not left as it is.
+    from gymnasium import spaces as gs
+    from wheeler2.envs.spaces import ObsFlattener, image_shape
+
+    space = gs.Box(0, 1, (3, 3, 3), dtype=bool)
+    assert image_shape(space) == (3, 3, 3)
+    raw = np.zeros((3, 3, 3), bool)
+    raw[0, 1, 2] = True  # row 0, column 1, channel 2
+    flat = ObsFlattener(space)
+    out = np.empty(27, np.uint8)
+    flat(raw, out)
+    img = out.reshape(3, 3, 3)
+    assert img[2, 0, 1] == 255 and img.sum() == 255
+    # A channels-first image with fewer channels than rows stays as it is.
+    assert image_shape(gs.Box(0, 255, (2, 8, 8), dtype=np.uint8)) == (2, 8, 8)
+    assert image_shape(gs.Box(0, 255, (8, 8, 2), dtype=np.uint8)) == (2, 8, 8)
+
+
+def test_minatar_seaquest_channels_become_channels_first_bytes():
+    pytest.importorskip("minatar")
+    env = GymVecEnv("MinAtar/Seaquest-v1", {}, 1, seed=0)
+    raw, _ = env.envs[0].reset(seed=0)
+    assert raw.shape == (10, 10, 10)
+    obs = env.reset(seed=0).obs[0].reshape(10, 10, 10)
+    np.testing.assert_array_equal(obs, np.moveaxis(raw, 2, 0).astype(np.uint8) * 255)
+    env.close()
+
+
+class _FakePool:
+    """envpool's pool as the adapter uses it, for an Atari-like id: (2, 5, 5) uint8 frames
+    stacked channels-first (envpool's Atari layout), one pixel counting the steps."""
+
+    def __init__(self, num_envs: int, **_: object) -> None:
+        from types import SimpleNamespace
+
+        from gymnasium import spaces as gs
+
+        self.n = num_envs
+        self.t = np.zeros(num_envs, np.int64)
+        self.observation_space = gs.Box(0, 255, (2, 5, 5), np.uint8)
+        self.action_space = gs.Discrete(3)
+        self.spec = SimpleNamespace(config=SimpleNamespace(max_episode_steps=10))
+
+    def _obs(self, rows: np.ndarray) -> np.ndarray:
+        obs = np.zeros((len(rows), 2, 5, 5), np.uint8)
+        obs[:, 1, 0, 0] = 200 + self.t[rows]
+        return obs
+
+    def reset(self, env_id: np.ndarray | None = None):
+        rows = np.arange(self.n) if env_id is None else np.asarray(env_id)
+        self.t[rows] = 0
+        return self._obs(rows), {"env_id": rows}
+
+    def step(self, action: np.ndarray):
+        self.t += 1
+        rows = np.arange(self.n)
+        done = self.t >= 3
+        return self._obs(rows), np.ones(self.n), done, np.zeros(self.n, bool), {"env_id": rows}
+
+
+def test_envpool_image_observations_stay_channels_first_bytes(monkeypatch):
+    # envpool's Atari ids give uint8 frames: they must reach the encoders as image rows (bytes,
+    # obs_shape set), not as float32 columns of an MLP that nothing scales.
+    import sys
+    from types import SimpleNamespace
+
+    fake = SimpleNamespace(
+        list_all_envs=lambda: ["Fake-v5"],
+        make_gymnasium=lambda env_id, num_envs, batch_size, seed, **kw: _FakePool(num_envs),
+    )
+    monkeypatch.setitem(sys.modules, "envpool", fake)
+    from wheeler2.envs.envpool_vec import EnvpoolVecEnv
+
+    env = EnvpoolVecEnv("Fake-v5", {}, 2, 0)
+    assert env.info.obs_shape == (2, 5, 5) and env.info.obs_dim == 50
+    obs = env.reset().obs
+    assert obs.dtype == np.uint8 and obs.shape == (2, 50)
+    assert (obs.reshape(2, 2, 5, 5)[:, 1, 0, 0] == 200).all()
+    env.step(np.zeros(2, np.int64))
+    st = env.step(np.zeros(2, np.int64))
+    st = env.step(np.zeros(2, np.int64))  # the third step ends both episodes
+    assert st.obs.dtype == np.uint8 and st.final_obs.dtype == np.uint8
+    assert (st.final_obs.reshape(2, 2, 5, 5)[:, 1, 0, 0] == 203).all()
+    assert (st.obs.reshape(2, 2, 5, 5)[:, 1, 0, 0] == 200).all()  # the next episode's first
