@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from wheeler2.envs.spaces import box_bounds, scale_box_action
+from wheeler2.envs.spaces import box_bounds, channels_last, image_shape, scale_box_action
 
 from wheeler2.env import EnvInfo, EnvReset, EnvStep
 
@@ -65,11 +65,17 @@ class EnvpoolVecEnv:
                 f"{env_id}: unsupported action space {act_space!r}: expected Box or Discrete"
             )
         config = getattr(self._pool.spec, "config", None)
+        # Atari ids give uint8 frames: image rows as every adapter gives them (envs/spaces.py),
+        # so that the encoders read and scale them, not an MLP on float32 0..255 columns.
+        self._image = image_shape(obs_space)
+        self._hwc = bool(self._image) and channels_last(tuple(obs_space.shape))
+        self._bool = obs_space.dtype == np.bool_
         self.info = EnvInfo(
             obs_dim=int(np.prod(obs_space.shape)),
             act_dim=act_dim,
             discrete=self.discrete,
             max_episode_steps=getattr(config, "max_episode_steps", None),
+            obs_shape=self._image,
         )
         self.observation_space = obs_space
         self.action_space = act_space
@@ -86,9 +92,15 @@ class EnvpoolVecEnv:
         except (TypeError, ValueError, RuntimeError) as exc:
             raise ValueError(f"{self.env_id}: envpool could not build it: {exc}") from exc
 
-    @staticmethod
-    def _flat(obs: np.ndarray) -> np.ndarray:
-        return np.asarray(obs, dtype=np.float32).reshape(obs.shape[0], -1)
+    def _flat(self, obs: np.ndarray) -> np.ndarray:
+        if not self._image:
+            return np.asarray(obs, dtype=np.float32).reshape(obs.shape[0], -1)
+        img = np.asarray(obs)
+        if self._hwc:
+            img = img.transpose(0, 3, 1, 2)
+        if self._bool:
+            img = img.astype(np.uint8) * np.uint8(255)
+        return np.ascontiguousarray(img, dtype=np.uint8).reshape(len(img), -1)
 
     def reset(self, seed: int | None = None) -> EnvReset:
         if not self._fresh or (seed is not None and seed != self._seed):

@@ -100,6 +100,8 @@ def test_config_takes_only_the_ids_envpool_builds() -> None:
     text = str(err.value)
     assert "pendulum_ddpg.toml" in text and "[env]" in text and "vector" in text, text
     assert "'CartPoleNoVel-v1' is not one of them" in text and "CartPole-v1" in text, text
+    # envpool's own ids, which gymnasium's registry lacks (Atari's "Pong-v5"), are taken.
+    assert load(base, overrides=['env.vector="envpool"', 'env.id="Pong-v5"']).env.id == "Pong-v5"
     with pytest.raises(ConfigError, match="steps its copies itself"):
         load(ROOT / "cfg" / "unity_mock_team.toml", overrides=['env.vector="envpool"'])
 

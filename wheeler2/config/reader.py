@@ -465,13 +465,6 @@ def _env(reader: Reader, data: Any) -> EnvConfig:
     # "./myenv.py:MyEnv-v0" and "./p.py:fn" in kwargs (other_policy) are files next to this one.
     values["id"] = _absolute(values["id"], reader.file)
     values["kwargs"] = {k: _absolute_value(v, reader.file) for k, v in values["kwargs"].items()}
-    try:
-        registry.check_env_id(values["id"])
-    except registry.RegistryError as exc:
-        raise reader.error("[env]", "id", _registry_text(reader, exc)) from None
-    for key, value in values["kwargs"].items():
-        if isinstance(value, str) and (key in CODE_KWARGS or _is_path_spec(value)):
-            _check_code_kwarg(reader, key, value)
     if values["vector"] != "sync" and ":" in values["id"]:
         prefix = values["id"].partition(":")[0]
         if prefix in registry.ENV_ADAPTERS:
@@ -482,7 +475,16 @@ def _env(reader: Reader, data: Any) -> EnvConfig:
                 f'copies itself (leave vector = "sync")',
             )
     if values["vector"] == "envpool":
+        # envpool builds its own ids (Atari's "Pong-v5"), which gymnasium's registry lacks.
         _check_envpool_id(reader, values["id"])
+    else:
+        try:
+            registry.check_env_id(values["id"])
+        except registry.RegistryError as exc:
+            raise reader.error("[env]", "id", _registry_text(reader, exc)) from None
+    for key, value in values["kwargs"].items():
+        if isinstance(value, str) and (key in CODE_KWARGS or _is_path_spec(value)):
+            _check_code_kwarg(reader, key, value)
     values["wrappers"] = _wrappers(
         reader, values.get("wrappers", []), values["id"], values["vector"]
     )
