@@ -53,7 +53,7 @@ from wheeler2.agents.parts.numpy_forward import NumpyForward
 from wheeler2.agents.parts.targets import frozen_copy, polyak_
 from wheeler2.agents.recurrent import RecurrentNet, core_problem, state_rows
 
-from wheeler2.agent import ActOut, Batch, LearnOut, SpaceInfo, Transitions
+from wheeler2.agent import ActOut, Batch, LearnOut, ParamError, SpaceInfo, Transitions
 from wheeler2.checkpoint import generator_state, set_generator_state
 from wheeler2.needs import AgentNeeds
 
@@ -133,7 +133,7 @@ class OffPolicy:
             raise ValueError(f"{name} needs {kind} action space")
         problem = core_problem(params) or image_problem(params, space)
         if problem is not None:
-            raise ValueError(f"{problem[0]}: {problem[1]}")
+            raise ParamError(problem[0], f"{problem[0]}: {problem[1]}")
         p = params
         self.recurrent = getattr(p, "core", "none") != "none"
         self.head_names = space.heads

@@ -51,7 +51,7 @@ from wheeler2.agents.parts.heads import VCritic, build_actor
 from wheeler2.agents.parts.masks import legal_actions
 from wheeler2.agents.parts.memory import RecurrentMemory
 
-from wheeler2.agent import ActOut, SpaceInfo, Transitions
+from wheeler2.agent import ActOut, ParamError, SpaceInfo, Transitions
 from wheeler2.needs import AgentNeeds
 
 # -- networks: a stochastic policy and V, feedforward (agents/parts/heads.py) or with memory --
@@ -159,9 +159,11 @@ def actor_critic(space: SpaceInfo, p: Any) -> tuple[nn.Module, nn.Module]:
     obs_dim, hidden, act, ortho = space.obs_dim, p.hidden, p.activation, p.ortho_init
     shape, kind = space.obs_shape, getattr(p, "encoder", "auto")
     if shape and getattr(p, "normalize_obs", False):
-        raise ValueError("normalize_obs: image observations are scaled inside the encoder")
+        raise ParamError(
+            "normalize_obs", "normalize_obs: image observations are scaled inside the encoder"
+        )
     if not shape and kind != "auto":
-        raise ValueError(f"encoder: encoder = {kind!r} needs image observations")
+        raise ParamError("encoder", f"encoder: encoder = {kind!r} needs image observations")
     if core == "none":
         # Images: each network's MLP reads the features of an image encoder of its own.
         width = image_feature_dim(kind, shape) if shape else obs_dim

@@ -294,3 +294,23 @@ def test_a_recurrent_learner_shifts_each_sequence_as_one(algo):
     step = make(algo, space_of(algo), augment="shift", seed=0)
     rows = step.shifted(batch(step.space, 16))
     assert rows.obs.shape == (16, DIM)
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ('team.dqn.params.encoder="nature_cnn"', "params.encoder"),  # 8x8 images
+        ("team.dqn.params.normalize_obs=true", "params.normalize_obs"),
+    ],
+)
+def test_check_names_the_params_key_an_image_member_cannot_take(override, key):
+    from pathlib import Path
+
+    from wheeler2.config import ConfigError, load
+    from wheeler2.runtime.team import prepare_team
+
+    path = Path(__file__).resolve().parents[1] / "cfg" / "catch_pixels.toml"
+    with pytest.raises(ConfigError) as info:
+        prepare_team(load(path, overrides=[override]), {})
+    assert (info.value.table, info.value.key) == ("[[team]] dqn", key), info.value
+    assert not info.value.message.startswith(key.removeprefix("params.") + ":")  # said once

@@ -31,6 +31,15 @@ from torch import nn
 from wheeler2.needs import AgentNeeds
 
 
+class ParamError(ValueError):
+    """Params that cannot build this agent, with the ``[team.params]`` key at fault, so the
+    config check names ``params.<key>`` and not the member's ``algo``."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 @dataclass(frozen=True)
 class SpaceInfo:
     """What an agent needs to know about the problem to build its networks."""

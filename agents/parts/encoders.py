@@ -19,6 +19,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from wheeler2.agent import ParamError
 from wheeler2.schema import bounded, choice
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU}
@@ -203,9 +204,10 @@ def nature_cnn(shape: Sequence[int]) -> tuple[nn.Module, int]:
     after each, flattened; (body, width). ``hidden = [512]`` after it is the paper's network."""
     c, h, w = shape
     if min(h, w) < NATURE_MIN_SIDE:
-        raise ValueError(
+        raise ParamError(
+            "encoder",
             f'encoder = "nature_cnn" needs images of at least {NATURE_MIN_SIDE}x'
-            f'{NATURE_MIN_SIDE}, this env\'s are {h}x{w}: use encoder = "impala"'
+            f'{NATURE_MIN_SIDE}, this env\'s are {h}x{w}: use encoder = "impala"',
         )
     convs = nn.Sequential(
         nn.Conv2d(c, 32, 8, stride=4),
@@ -264,7 +266,9 @@ def small_cnn(shape: Sequence[int], channels: int = 16) -> tuple[nn.Module, int]
     paper's DQN network. Cheap enough for 10x10 images on a CPU."""
     c, h, w = shape
     if min(h, w) < 3:
-        raise ValueError(f'encoder = "small_cnn" needs images of at least 3x3, got {h}x{w}')
+        raise ParamError(
+            "encoder", f'encoder = "small_cnn" needs images of at least 3x3, got {h}x{w}'
+        )
     body = nn.Sequential(nn.Conv2d(c, channels, 3, stride=1), nn.ReLU(), nn.Flatten())
     return body, _width(body, shape)
 
@@ -273,7 +277,9 @@ def image_encoder(kind: str, shape: Sequence[int], passthrough: int = 0) -> Imag
     """An :class:`ImageEncoder` of ``kind`` (:data:`IMAGE_ENCODERS`; ``"auto"``: the Nature
     CNN where the image is large enough for it, else the IMPALA ResNet)."""
     if kind not in IMAGE_ENCODERS:
-        raise ValueError(f"unknown image encoder {kind!r}, expected one of {list(IMAGE_ENCODERS)}")
+        raise ParamError(
+            "encoder", f"unknown image encoder {kind!r}, expected one of {list(IMAGE_ENCODERS)}"
+        )
     if kind == "auto":
         kind = "nature_cnn" if min(shape[1:]) >= NATURE_MIN_SIDE else "impala"
     build = {"nature_cnn": nature_cnn, "impala": impala_cnn, "small_cnn": small_cnn}[kind]

@@ -11,7 +11,7 @@ from typing import Any
 from torch import nn
 
 from wheeler2 import registry
-from wheeler2.agent import Agent, SpaceInfo
+from wheeler2.agent import Agent, ParamError, SpaceInfo
 from wheeler2.buffer import Layout
 from wheeler2.config import Config, ConfigError
 from wheeler2.config.model import params_of
@@ -347,6 +347,11 @@ def _code_text(config: Config, exc: BaseException) -> str:
 def _agent(config: Config, plan: MemberPlan, space: SpaceInfo, seed: int) -> Agent:
     try:
         return make_agent(config, plan, space, seed)
+    except ParamError as exc:
+        # The location names the key: its "key: " prefix (for one who builds the agent by hand)
+        # would say it twice.
+        text = str(exc).removeprefix(f"{exc.key}: ")
+        raise _error(config, plan, f"params.{exc.key}", text) from None
     except (ValueError, TypeError) as exc:
         kind = "discrete" if space.discrete else "continuous"
         raise _error(
