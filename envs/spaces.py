@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,29 @@ def channels_last(shape: tuple[int, ...]) -> bool:
     return len(shape) == 3 and shape[2] <= 16 and shape[2] <= min(shape[0], shape[1])
 
 
+def not_an_image_note(space: spaces.Space) -> str | None:
+    """Why a Box of 3 or more axes that :func:`image_shape` does not take as an image will be
+    read as flat float columns, or None: such an observation silently reaching an MLP (a stack
+    of RGB frames, frames scaled to floats) trains slowly or not at all."""
+    if not isinstance(space, spaces.Box) or len(space.shape) < 3 or image_shape(space):
+        return None
+    shape = tuple(int(d) for d in space.shape)
+    if space.dtype in (np.uint8, np.bool_):
+        fix = (
+            "images are (H, W), (H, W, C) or (C, H, W): give single frames and stack them with "
+            "[env] stack (not gymnasium's FrameStackObservation)"
+        )
+    else:
+        fix = (
+            "images are read as images only as uint8 (or bool): give unscaled frames (e.g. "
+            "AtariPreprocessing(scale_obs=False)); the encoders scale them"
+        )
+    return (
+        f"an observation of shape {shape} and dtype {space.dtype} is not read as an image and "
+        f"becomes {int(np.prod(shape)):,} flat float inputs to an MLP; {fix}"
+    )
+
+
 class ObsFlattener:
     """Turns one copy's raw observation into a flat float32 row (one-hot for Discrete), or an
     image into a flat channels-first uint8 row (bool channels as 0 / 255, so that every image
@@ -85,6 +109,9 @@ class ObsFlattener:
         self._hwc = bool(self.image_shape) and channels_last(raw)
         self._bool = getattr(space, "dtype", None) == np.bool_
         self.dtype = np.uint8 if self.image_shape else np.float32
+        looks = not_an_image_note(space)
+        if looks is not None:
+            warnings.warn(looks, stacklevel=2)
 
     def __call__(self, raw: Any, out: np.ndarray) -> None:
         if self.image_shape:

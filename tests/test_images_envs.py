@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import wheeler2.envs.pixels  # noqa: F401 - registers wheeler2/Catch-v0 and the MinAtar ids
+from gymnasium import spaces
 from wheeler2.envs.gym import GymVecEnv
 
 import wheeler2
@@ -367,3 +368,30 @@ def test_envpool_image_observations_stay_channels_first_bytes(monkeypatch):
     assert st.obs.dtype == np.uint8 and st.final_obs.dtype == np.uint8
     assert (st.final_obs.reshape(2, 2, 5, 5)[:, 1, 0, 0] == 203).all()
     assert (st.obs.reshape(2, 2, 5, 5)[:, 1, 0, 0] == 200).all()  # the next episode's first
+
+
+@pytest.mark.parametrize(
+    "space, says",
+    [
+        (spaces.Box(0, 255, (4, 12, 12, 3), np.uint8), "[env] stack"),  # stacked RGB
+        (spaces.Box(0.0, 1.0, (12, 12, 3), np.float32), "scale_obs=False"),  # scaled frames
+    ],
+)
+def test_an_image_that_will_be_read_as_flat_floats_is_warned_of(space, says):
+    from wheeler2.envs.spaces import ObsFlattener
+
+    with pytest.warns(UserWarning, match="not read as an image") as record:
+        flat = ObsFlattener(space)
+    assert flat.image_shape == () and says in str(record[0].message)
+
+
+def test_images_and_flat_vectors_pass_without_a_warning():
+    import warnings
+
+    from wheeler2.envs.spaces import ObsFlattener
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ObsFlattener(spaces.Box(0, 255, (12, 12, 3), np.uint8))
+        ObsFlattener(spaces.Box(-1.0, 1.0, (5,), np.float32))
+        ObsFlattener(spaces.Box(-1.0, 1.0, (2, 3), np.float32))
