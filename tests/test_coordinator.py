@@ -256,3 +256,15 @@ def test_a_member_reports_each_stage_of_its_build_before_it_starts(tmp_path: Pat
         "target": [*built, "building its eval envs", "Started"],
         "explorer": [*built, "taking the learner's weights", "Started"],
     }
+
+
+def test_a_report_without_losses_keeps_the_last_ones_in_the_table_and_summary(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """A learner's report carries the mean losses of the updates since its last one: none came
+    between two reports on a loaded machine, so the second has no losses. The live table and
+    the summary read the coordinator's figures, which must keep the last ones."""
+    c, transport = coordinator(tmp_path, clock)
+    look(c, transport, Figures("target", {"updates": 10.0, "critic_loss": 0.5}))
+    look(c, transport, Figures("target", {"updates": 10.0, "env_steps": 99.0}))
+    assert c.figures["target"] == {"updates": 10.0, "critic_loss": 0.5, "env_steps": 99.0}

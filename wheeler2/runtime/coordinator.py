@@ -169,9 +169,11 @@ class Coordinator:
         name = message.member
         self.last_seen[name] = time.monotonic()
         if isinstance(message, Figures):
-            self.figures[name] = self.recorder.report(
-                name, self.transport.env_steps(), message.values
-            )
+            named = self.recorder.report(name, self.transport.env_steps(), message.values)
+            # Merged, not replaced: a report between which no update came carries no losses
+            # (the trainer's means are of the updates since its last report), and the table
+            # and the summary keep the last ones rather than going blank.
+            self.figures[name] = {**self.figures.get(name, {}), **named}
         elif isinstance(message, Evaluated):
             recorder = self.recorder
             recorder.state.env_steps = max(self.transport.env_steps(), message.env_steps)
