@@ -260,14 +260,20 @@ class LocalTransport:
             proc = self.ctx.Process(
                 target=member_main, args=(args,), name=f"wheeler2-{p.name}", daemon=True
             )
-            # Started with Ctrl-C ignored (a disposition the child inherits): a Ctrl-C at the
-            # terminal reaches the whole group, and a member still importing torch would
-            # otherwise die with a traceback; the coordinator alone stops the team.
-            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-            try:
+            # Started with Ctrl-C ignored: a Ctrl-C at the terminal reaches the whole group,
+            # and a member still importing torch would otherwise die with a traceback; the
+            # coordinator alone stops the team. A fork server's children inherit its own
+            # SIG_IGN (wheeler2/preload.py); only a spawned or forked child takes this
+            # process's, for which it is set around the start. Not for the fork server: a
+            # Ctrl-C during the start (seconds on a loaded machine) would be lost.
+            if self.ctx.get_start_method() == "forkserver":
                 proc.start()
-            finally:
-                signal.signal(signal.SIGINT, previous)
+            else:
+                previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+                try:
+                    proc.start()
+                finally:
+                    signal.signal(signal.SIGINT, previous)
             writer_end.close()
             self.procs[p.name] = proc
             self.conns[reader] = p.name
