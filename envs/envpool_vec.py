@@ -17,7 +17,13 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from wheeler2.envs.spaces import box_bounds, channels_last, image_shape, scale_box_action
+from wheeler2.envs.spaces import (
+    box_bounds,
+    channels_last,
+    image_bytes,
+    image_shape,
+    scale_box_action,
+)
 
 from wheeler2.env import EnvInfo, EnvReset, EnvStep
 
@@ -95,11 +101,7 @@ class EnvpoolVecEnv:
     def _flat(self, obs: np.ndarray) -> np.ndarray:
         if not self._image:
             return np.asarray(obs, dtype=np.float32).reshape(obs.shape[0], -1)
-        img = np.asarray(obs)
-        if self._hwc:
-            img = img.transpose(0, 3, 1, 2)
-        if self._bool:
-            img = img.astype(np.uint8) * np.uint8(255)
+        img = image_bytes(np.asarray(obs), self._hwc, self._bool)
         return np.ascontiguousarray(img, dtype=np.uint8).reshape(len(img), -1)
 
     def reset(self, seed: int | None = None) -> EnvReset:

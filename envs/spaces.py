@@ -71,6 +71,16 @@ def channels_last(shape: tuple[int, ...]) -> bool:
     return len(shape) == 3 and shape[2] <= 16 and shape[2] <= min(shape[0], shape[1])
 
 
+def image_bytes(img: np.ndarray, hwc: bool, is_bool: bool) -> np.ndarray:
+    """Images (one, or a batch along leading axes) as channels-first uint8, bool channels as
+    0 / 255: what every adapter hands the engine."""
+    if hwc:
+        img = np.moveaxis(img, -1, -3)
+    if is_bool:
+        img = img.astype(np.uint8) * np.uint8(255)
+    return img
+
+
 def not_an_image_note(space: spaces.Space) -> str | None:
     """Why a Box of 3 or more axes that :func:`image_shape` does not take as an image will be
     read as flat float columns, or None: such an observation silently reaching an MLP (a stack
@@ -115,12 +125,7 @@ class ObsFlattener:
 
     def __call__(self, raw: Any, out: np.ndarray) -> None:
         if self.image_shape:
-            img = np.asarray(raw)
-            if self._hwc:
-                img = img.transpose(2, 0, 1)
-            if self._bool:
-                img = img.astype(np.uint8) * np.uint8(255)
-            out[:] = img.reshape(-1)
+            out[:] = image_bytes(np.asarray(raw), self._hwc, self._bool).reshape(-1)
         elif self.discrete:
             out[:] = 0.0
             out[int(raw)] = 1.0
