@@ -144,8 +144,15 @@ def test_a_team_on_pixels_runs_and_its_policy_loads_exports_and_films(tmp_path, 
     action = policy(frame)
     assert isinstance(action, int)
     assert policy.frames is not None and policy.frames.shape == (1, 2, 36)
-    # Or a whole stack, shaped as gymnasium's FrameStackObservation gives it.
-    assert isinstance(policy(np.zeros((2, 6, 6), np.uint8)), int)
+    # Or a whole stack, shaped as gymnasium's FrameStackObservation gives it. That shape is
+    # also two envs' frames: the caller says which, and each reading gives its own answer.
+    two = np.zeros((2, 6, 6), np.uint8)
+    with pytest.raises(ValueError, match="stacked=True"):
+        policy(two)
+    assert isinstance(policy(two, stacked=True), int)
+    policy.reset()
+    assert policy(two, stacked=False).shape == (2,)
+    assert policy.frames.shape == (2, 2, 36)
     batch = np.zeros((5, 2, 6, 6), np.uint8)
     assert policy(batch).shape == (5,)
     for fmt in ("torchscript", "onnx"):

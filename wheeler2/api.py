@@ -273,14 +273,16 @@ class Policy:
         ag = f", achieved_goal[{g}]" if self.achieved_goal_in_obs else ""
         return f"observation[{self.observation_dim}]{ag}, desired_goal[{g}]"
 
-    def flat_input(self, obs: Any) -> tuple[np.ndarray, bool]:
+    def flat_input(self, obs: Any, stacked: bool | None = None) -> tuple[np.ndarray, bool]:
         """Raw observation(s) -> the engine's flat float32 policy input ``[N, input_dim]``, and
-        whether ``obs`` was a single observation."""
+        whether ``obs`` was a single observation. ``stacked`` says how an image policy with
+        ``stack = k`` reads an array shaped ``(k, *frame)``: one whole stack (True) or a batch
+        of ``k`` frames (False); that shape is refused without it."""
         from wheeler2.env import policy_obs
 
         space = self.observation_space
         if self._frame is not None:
-            return self._image_input(obs, *self._frame)
+            return self._image_input(obs, *self._frame, stacked=stacked)
         if not self.goal:
             return _rows(obs, space, self.observation_dim, "observation")
         if not isinstance(obs, dict) or any(k not in obs for k in GOAL_KEYS):
@@ -304,11 +306,23 @@ class Policy:
         frame_shape: tuple[int, ...],
         stacked_shape: tuple[int, ...],
         flatten: Callable[[np.ndarray], np.ndarray],
+        stacked: bool | None = None,
     ) -> tuple[np.ndarray, bool]:
         """Raw image observation(s) -> uint8 rows ``[N, input_dim]``: one frame per row (kept
         in the policy's own stack when ``stack > 1``; :meth:`reset` at episode starts), or
         whole stacks ``[N, stack, *frame]``."""
         arr = np.asarray(obs)
+        if self.stack > 1 and arr.shape == stacked_shape:
+            # (k, *frame) is both one stack and k envs' frames: a 4-env loop with stack 4
+            # would otherwise get one action for its four observations.
+            if stacked is None:
+                raise ValueError(
+                    f"observation: shape {arr.shape} is one stack of {self.stack} frames or a "
+                    f"batch of {self.stack} frames {frame_shape}; say which: "
+                    "policy(obs, stacked=True) or policy(obs, stacked=False)"
+                )
+            if not stacked:
+                return self._kept_stack(flatten(arr)), False
         if arr.shape in (frame_shape, stacked_shape):
             arr, single = arr[None], True
         elif arr.shape[1:] in (frame_shape, stacked_shape):
@@ -325,6 +339,11 @@ class Policy:
         rows = flatten(arr)
         if self.stack == 1:
             return rows, single
+        return self._kept_stack(rows), single
+
+    def _kept_stack(self, rows: np.ndarray) -> np.ndarray:
+        """One new frame per row pushed onto the policy's own stacks -> the stacked rows."""
+        n = len(rows)
         if self.frames is None or len(self.frames) != n:
             # Episodes' first frames, repeated to fill the stack (FrameStack's padding).
             self.frames = np.repeat(rows[:, None], self.stack, axis=1)
@@ -334,7 +353,7 @@ class Policy:
             if fresh is not None and fresh.any():
                 self.frames[fresh] = rows[fresh][:, None]
         self._fresh = None
-        return self.frames.reshape(n, -1).copy(), single
+        return self.frames.reshape(n, -1).copy()
 
     def engine_action(self, flat: np.ndarray) -> np.ndarray:
         """The agent's deterministic action for a flat input batch: ``[-1, 1]`` or int64. A
@@ -370,8 +389,8 @@ class Policy:
             return np.asarray(action, np.int64).reshape(n) + int(space.start)
         return np.asarray(action)
 
-    def __call__(self, obs: Any) -> Any:
-        flat, single = self.flat_input(obs)
+    def __call__(self, obs: Any, stacked: bool | None = None) -> Any:
+        flat, single = self.flat_input(obs, stacked)
         action = self.env_action(self.engine_action(flat))
         if not single:
             return action
