@@ -68,7 +68,7 @@ def file_hash(path: Path) -> str:
     """:func:`wheeler2.sweep.config_hash` of the file's data with its bases merged
     (``extends``), defaults not filled in: it changes when the file (or a base) asks for
     something else."""
-    from wheeler2.config.reader import parse_toml
+    from wheeler2.config.files import parse_toml
     from wheeler2.sweep import config_hash
 
     return config_hash(parse_toml(path))

@@ -40,7 +40,7 @@ def _config(config_or_path: Any, overrides: dict[str, Any]) -> Config:
     stands for ``buffer.n_step``, since a keyword cannot hold a dot), as ``--set`` takes them.
     """
     from wheeler2.config import Config, apply_override, validate
-    from wheeler2.config.reader import parse_toml
+    from wheeler2.config.files import parse_toml
     from wheeler2.config.toml_out import _toml_value
 
     if isinstance(config_or_path, Config):

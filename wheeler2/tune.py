@@ -146,7 +146,7 @@ def tune(
     import optuna
 
     from wheeler2.config import load
-    from wheeler2.config.reader import parse_toml
+    from wheeler2.config.files import parse_toml
 
     config_path = Path(config_path)
     config = load(config_path, overrides)  # the file must run as it is

@@ -5,9 +5,10 @@ the key and what was expected, before any process starts or any network is built
 is the contract of ``../shared/DESIGN.md`` section 3; ``docs/config.md`` lists every key.
 
 Modules: ``model`` (the dataclasses, which are also the schema: each default written once, bounds
-in field metadata, see ``wheeler2.schema``), ``reader`` (the generic table reader plus the rules a
-field cannot state), ``overrides`` (``--set``), ``toml_out`` (a TOML writer), ``errors``. This
-package only parses: the checks that need the env built (``wheeler2 check``) are
+in field metadata, see ``wheeler2.schema``), ``files`` (TOML parsed, ``extends`` merged, code
+paths made absolute), ``reader`` (the generic table reader plus the rules a field cannot
+state), ``overrides`` (``--set``), ``toml_out`` (a TOML writer), ``errors``. This package only
+parses: the checks that need the env built (``wheeler2 check``) are
 ``wheeler2.runtime.probe``'s.
 """
 

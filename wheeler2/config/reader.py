@@ -11,13 +11,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
-import os
-import re
-import tomllib
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 from wheeler2 import registry
 from wheeler2.schema import (
@@ -31,6 +28,14 @@ from wheeler2.schema import (
 )
 
 from .errors import ConfigDeprecationWarning, ConfigError
+from .files import (
+    EXTENDS,
+    absolute_spec,
+    absolute_value,
+    is_code_spec,
+    parse_toml,
+    with_bases,
+)
 from .model import (
     DEFAULT_TABLE,
     WRAPPERS_EXPECTED,
@@ -48,7 +53,6 @@ from .model import (
 )
 from .overrides import apply_override
 from .relations import check_relations
-from .toml_out import _is_table_array
 from .tune import read_tune
 
 if TYPE_CHECKING:
@@ -62,8 +66,6 @@ RENAMED: dict[str, dict[str, str]] = {
 
 # [tune] is what `wheeler2 tune` searches (config/tune.py): a run ignores it, `check` checks it.
 TOP_LEVEL = ("experiment", "env", "task", "buffer", "team", "play", "curriculum", "tune")
-# The top-level key naming the file this one extends (see parse_toml).
-EXTENDS = "extends"
 
 
 class Reader:
@@ -191,187 +193,6 @@ def _sub_table(table: str, key: str) -> str:
     return f"{table}.{key}"
 
 
-# ---------------------------------------------------------------------------------------------
-# The file
-
-
-def parse_toml(path: Path) -> dict[str, Any]:
-    """An experiment file's data; with ``extends = "base.toml"`` at its top, the base's data
-    (read the same way, so chains work) with this file's merged over it (:func:`with_bases`)."""
-    return with_bases(_parse_one(path), path)
-
-
-def _parse_one(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(path, None, None, "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(path, None, None, f"cannot read: {exc}") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        lines = text.splitlines()
-        found = re.search(r"\(at line (\d+), column (\d+)\)", message)
-        if found is not None:
-            line, column = int(found.group(1)), int(found.group(2))
-            reason = message[: found.start()].strip()
-        else:
-            # "(at end of document)": point just past the last line, where the input ran out.
-            line = max(len(lines), 1)
-            column = len(lines[-1]) + 1 if lines else 1
-            reason = re.sub(r"\s*\(at end of document\)", "", message)
-        shown = lines[line - 1] if 0 < line <= len(lines) else ""
-        caret = " " * (column - 1) + "^"
-        raise ConfigError(
-            path,
-            None,
-            None,
-            f"TOML syntax error: {reason}\n    {shown}\n    {caret}",
-            line=line,
-            column=column,
-        ) from None
-
-
-# ---------------------------------------------------------------------------------------------
-# Files that extend others
-
-
-class SourcedTable(dict[str, Any]):
-    """A table merged from several files by ``extends``; ``sources`` maps each key to the file
-    that wrote it, so an unknown key is reported in its own file, not the one that was run."""
-
-    sources: dict[str, str]
-
-
-def with_bases(
-    raw: dict[str, Any], path: str | Path, chain: tuple[Path, ...] = ()
-) -> dict[str, Any]:
-    """``raw``, the data of file ``path``, with its ``extends`` resolved: the base file (a path
-    relative to ``path``'s folder) read with its own bases, and ``raw`` merged over it.
-
-    Tables merge key by key, at every depth. Any other value replaces the base's, arrays of
-    tables included: a file's ``[[team]]`` entries are the whole team, since merging list items
-    by position would pair members by accident. A table written where the base has an array of
-    tables changes the entries it names, as ``--set`` addresses them (``[team.explorer]
-    count = 4`` over the base's member named "explorer"). ``chain``: the files that led here.
-    """
-    path = Path(path)
-    if EXTENDS not in raw:
-        return _sourced(raw, str(path)) if chain else raw
-    raw = dict(raw)
-    name = raw.pop(EXTENDS)
-    file = str(path)
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(
-            file,
-            None,
-            EXTENDS,
-            f"expected the base file's path (relative to this file), got {show(name)}",
-        )
-    # normpath: the chain reads "cfg/base.toml", not "cfg/sub/../base.toml".
-    base = Path(os.path.normpath(path.parent / name))
-    here = (*chain, path)
-    seen = [p.resolve() for p in here]
-    if base.resolve() in seen:
-        start = seen.index(base.resolve())
-        loop = " -> ".join(str(p) for p in (*here[start:], here[start]))
-        raise ConfigError(here[start], None, EXTENDS, f"cycle {loop}")
-    if not base.exists():
-        looked = "" if str(base) == name else f" (looked for {base})"
-        raise ConfigError(file, None, EXTENDS, f"no such file {show(name)}{looked}")
-    merged = with_bases(_code_paths_absolute(_parse_one(base), base), base, here)
-    return _merge(_sourced(merged, str(base)), raw, file)
-
-
-def _sourced(value: Any, file: str) -> Any:
-    """``value`` with each table a :class:`SourcedTable` whose keys come from ``file`` (tables
-    already merged keep their sources)."""
-    if isinstance(value, SourcedTable):
-        return value
-    if isinstance(value, dict):
-        table = SourcedTable((k, _sourced(v, file)) for k, v in value.items())
-        table.sources = dict.fromkeys(table, file)
-        return table
-    if isinstance(value, list):
-        return [_sourced(v, file) for v in value]
-    return value
-
-
-def _merge(base: SourcedTable, over: dict[str, Any], file: str, where: str = "") -> SourcedTable:
-    out = SourcedTable(base)
-    out.sources = dict(base.sources)
-    for key, value in over.items():
-        old = out.get(key)
-        name = f"{where}.{key}" if where else key
-        if isinstance(old, SourcedTable) and isinstance(value, dict):
-            out[key] = _merge(old, value, file, name)
-        elif isinstance(value, dict) and _is_table_array(old):
-            out[key] = _merge_entries(out[key], value, file, name)
-        else:
-            out[key] = _sourced(value, file)
-            out.sources[key] = file
-    return out
-
-
-def _merge_entries(
-    entries: list[SourcedTable], changes: dict[str, Any], file: str, where: str
-) -> list[SourcedTable]:
-    """A table over an array of tables: each key names an entry (by ``name``, else ``algo``,
-    or by index, as ``--set`` does) and its table merges over that entry."""
-    entries = list(entries)
-    names = [str(e.get("name", e.get("algo"))) for e in entries]
-    for part, change in changes.items():
-        at = int(part) if part.isdigit() else names.index(part) if part in names else None
-        if at is None or at >= len(entries):
-            raise ConfigError(
-                file,
-                None,
-                f"{where}.{part}",
-                f"the base file has no [[{where}]] entry '{part}' (its entries: "
-                f"{', '.join(names)}); write [[{where}]] entries to replace them all",
-            )
-        if not isinstance(change, dict):
-            raise ConfigError(
-                file,
-                None,
-                f"{where}.{part}",
-                f"expected a table of keys to change in the base's entry, got {show(change)}",
-            )
-        entries[at] = _merge(entries[at], change, file, f"{where}.{part}")
-    return entries
-
-
-def _code_paths_absolute(raw: dict[str, Any], path: Path) -> dict[str, Any]:
-    """A base file's code specs (``"./x.py:Name"``) made absolute against its own folder, so
-    that merged into a file elsewhere they still name the files beside the base. The keys are
-    those the table readers below pass through :func:`_absolute`."""
-    file = str(path)
-
-    def fix(table: Any, key: str) -> None:
-        if isinstance(table, dict) and isinstance(table.get(key), str):
-            table[key] = _absolute(table[key], file)
-
-    env, task, team = raw.get("env"), raw.get("task"), raw.get("team")
-    fix(env, "id")
-    if isinstance(env, dict) and isinstance(env.get("kwargs"), dict):
-        env["kwargs"] = {k: _absolute_value(v, file) for k, v in env["kwargs"].items()}
-    if isinstance(env, dict) and isinstance(env.get("wrappers"), list):
-        env["wrappers"] = [_absolute_value(w, file) for w in env["wrappers"]]
-        for entry in env["wrappers"]:
-            fix(entry, "wrapper")
-    fix(task, "spec")
-    heads = task.get("heads") if isinstance(task, dict) else None
-    for entry in [
-        *(heads if isinstance(heads, list) else []),
-        *(team if isinstance(team, list) else []),
-    ]:
-        fix(entry, "reward")
-        fix(entry, "algo")
-    return raw
-
-
 def load(
     path: str | Path,
     overrides: Iterable[str] = (),
@@ -463,8 +284,8 @@ def _curriculum(reader: Reader, data: Any) -> CurriculumConfig | None:
 def _env(reader: Reader, data: Any) -> EnvConfig:
     values = reader.read(EnvConfig, "[env]", data, "env", raw=("wrappers",))
     # "./myenv.py:MyEnv-v0" and "./p.py:fn" in kwargs (other_policy) are files next to this one.
-    values["id"] = _absolute(values["id"], reader.file)
-    values["kwargs"] = {k: _absolute_value(v, reader.file) for k, v in values["kwargs"].items()}
+    values["id"] = absolute_spec(values["id"], reader.file)
+    values["kwargs"] = {k: absolute_value(v, reader.file) for k, v in values["kwargs"].items()}
     if values["vector"] != "sync" and ":" in values["id"]:
         prefix = values["id"].partition(":")[0]
         if prefix in registry.ENV_ADAPTERS:
@@ -483,7 +304,7 @@ def _env(reader: Reader, data: Any) -> EnvConfig:
         except registry.RegistryError as exc:
             raise reader.error("[env]", "id", _registry_text(reader, exc)) from None
     for key, value in values["kwargs"].items():
-        if isinstance(value, str) and (key in CODE_KWARGS or _is_path_spec(value)):
+        if isinstance(value, str) and (key in CODE_KWARGS or is_code_spec(value)):
             _check_code_kwarg(reader, key, value)
     values["wrappers"] = _wrappers(
         reader, values.get("wrappers", []), values["id"], values["vector"]
@@ -519,7 +340,7 @@ def _wrappers(reader: Reader, entries: Any, env_id: str, vector: str) -> tuple[W
             )
         values = reader.read(WrapperConfig, f"[env] {key}", entry)
         written = values["wrapper"]
-        spec = _absolute(written, reader.file)
+        spec = absolute_spec(written, reader.file)
         if ":" not in written:
             raise reader.error("[env]", key, f"expected {WRAPPER_FORM}, got {show(written)}")
         found = _resolve_spec(reader, "[env]", key, spec, f"a wrapper is {WRAPPER_FORM}")
@@ -599,17 +420,6 @@ def _registry_text(reader: Reader, exc: registry.RegistryError) -> str:
     return str(exc)
 
 
-def _is_path_spec(value: str) -> bool:
-    module, sep, attr = value.partition(":")
-    return bool(sep and attr) and registry.is_path_spec(module)
-
-
-def _absolute_value(value: Any, config_path: str) -> Any:
-    return (
-        _absolute(value, config_path) if isinstance(value, str) and _is_path_spec(value) else value
-    )
-
-
 def _check_code_kwarg(reader: Reader, key: str, spec: str) -> None:
     if ":" not in spec:
         raise reader.error(
@@ -631,22 +441,6 @@ def _list_of_tables(v: Any) -> list[Any]:
     if not isinstance(v, list):
         raise Mismatch("an array of tables")
     return v
-
-
-@overload
-def _absolute(spec: str, config_path: str) -> str: ...
-@overload
-def _absolute(spec: None, config_path: str) -> None: ...
-def _absolute(spec: str | None, config_path: str) -> str | None:
-    """A spec whose module part is a ``.py`` path, made absolute against the config file's
-    folder, so the run directory's config.toml works from anywhere (eval, resume)."""
-    if spec is None:
-        return None
-    module, sep, attr = spec.partition(":")
-    if not sep or not registry.is_path_spec(module) or Path(module).is_absolute():
-        return spec
-    base = Path(config_path).parent if config_path != "<config>" else Path.cwd()
-    return f"{(base / module).resolve()}:{attr}"
 
 
 def _declared_heads_changed(
@@ -693,7 +487,7 @@ def _declared_heads_changed(
 
 def _task(reader: Reader, data: Any) -> TaskConfig:
     values = reader.read(TaskConfig, "[task]", data, "task", raw=("heads",))
-    values["spec"] = _absolute(values["spec"], reader.file)
+    values["spec"] = absolute_spec(values["spec"], reader.file)
     task_class: Any = None
     if values["spec"] is not None:
         try:
@@ -720,7 +514,7 @@ def _task(reader: Reader, data: Any) -> TaskConfig:
     for i, head in enumerate(entries, start=1):
         label = f"[[task.heads]] #{i}"
         h = reader.read(HeadConfig, label, head, "task.heads")
-        h["reward"] = _absolute(h["reward"], reader.file)
+        h["reward"] = absolute_spec(h["reward"], reader.file)
         if h["reward"] != "env":
             if ":" not in h["reward"]:
                 got = show(h["reward"])
@@ -840,7 +634,7 @@ def _member(reader: Reader, label: str, entry: Any) -> MemberConfig:
         fallback={"name": lambda v: v["algo"]},
     )
     params = reader.value(label, "params", values.get("params", {}), _table)
-    values["algo"] = _absolute(values["algo"], reader.file)
+    values["algo"] = absolute_spec(values["algo"], reader.file)
     try:
         agent_class = registry.resolve_algo(values["algo"])
     except registry.RegistryError as exc:
@@ -999,14 +793,10 @@ def read_params(reader: Reader, table: str, algo: str, params_cls: type, data: A
 
 
 __all__ = [
-    "EXTENDS",
     "RENAMED",
     "TOP_LEVEL",
     "Reader",
-    "SourcedTable",
     "load",
-    "parse_toml",
     "read_params",
     "validate",
-    "with_bases",
 ]
