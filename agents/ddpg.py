@@ -193,7 +193,7 @@ class DDPG(OffPolicy, Agent):
         if self.head_trainer is not None and "head_trainer" in streams:
             self.head_trainer.load_state_dict(streams["head_trainer"])
 
-    # Weight sync by name (wheeler2/sync.py): a learner offers its critic; a detached explorer
+    # Weight sync by name (wheeler2/sync/): a learner offers its critic; a detached explorer
     # takes it (every head's nets: it reads head h's) instead of the learner's actor; an
     # evolutionary member (agents/cem.py, CEM-RL) takes the critic and the actor by name.
     def published_modules(self) -> dict[str, nn.Module]:

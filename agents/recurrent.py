@@ -13,7 +13,7 @@ loss reads them along a replayed sequence, burn-in included, is ``agents/parts/b
 
 Weight sync: the actors declare the roles ``core``, ``trunk`` and ``head`` (the MLP's layers),
 and ``trunk_reads`` says what their trunk reads (``"core+obs"`` by default, or ``"core"``).
-wheeler2/sync.py refuses to copy a trunk into one that reads something else (a feedforward
+wheeler2/sync/ refuses to copy a trunk into one that reads something else (a feedforward
 explorer's trunk reads the observation) unless the member keeps it; with ``trunk_reads =
 "core"`` the layout is that of PPO's / A2C's with the same key, whose core and trunk then sync
 from the learner's.

@@ -119,7 +119,7 @@ class TD3(OffPolicy, Agent):
     def decide(self, z: torch.Tensor, sample: bool) -> torch.Tensor:
         return self.mu(z)
 
-    # Weight sync by name (wheeler2/sync.py): an evolutionary member (agents/cem.py, CEM-RL)
+    # Weight sync by name (wheeler2/sync/): an evolutionary member (agents/cem.py, CEM-RL)
     # pulls the critic, and the actor beside it, through the same block as the actor.
     def published_modules(self) -> dict[str, nn.Module]:
         return {"critic": self.critic, "actor": self.actor_net}

@@ -232,7 +232,7 @@ class Agent:
         matched, kept (``sync.keep``) and reported by role name (``trunk.0.weight``), and copied
         where shapes and layer kinds (activations included) agree; a module without
         ``sync_roles`` is matched by its own parameter paths.
-        The actors in ``agents/parts/heads.py`` declare both (see ``wheeler2/sync.py``).
+        The actors in ``agents/parts/heads.py`` declare both (see ``wheeler2/sync/``).
         """
         raise NotImplementedError
 

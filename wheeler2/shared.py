@@ -1,7 +1,7 @@
 """Parameters that several members read and update in place: one shared-memory block per table
 whose members share them (A3C's workers, ``agents/a3c.py``; issue 37).
 
-Weight sync (``wheeler2/sync.py``) has one writer, the learner, and readers that copy; here
+Weight sync (``wheeler2/sync/``) has one writer, the learner, and readers that copy; here
 every member writes. An agent offers what it shares through the optional method
 ``shared_tensors() -> {name: tensor}`` (its parameters and its optimizer's statistics, say);
 the backend's owner process creates the block from the table learner's tensors (so a resumed

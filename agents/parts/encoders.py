@@ -5,7 +5,7 @@ Every policy is an :class:`MLP` with two sub-modules, ``trunk`` (the hidden laye
 -> sub-module path) and its action space (``sync_actions``), so an explorer can take a learner's
 trunk and keep its own head (``keep = ["head"]``) across algorithm families. A role is copied
 only into a role built from the same layer kinds, activations included (set ``activation``
-alike on both members; ``wheeler2/sync.py``). RBF features (:class:`RBFEncoder`) go first in a
+alike on both members; ``wheeler2/sync/``). RBF features (:class:`RBFEncoder`) go first in a
 trunk (``trunk.0``), so they travel with the trunk role.
 """
 
@@ -44,7 +44,7 @@ def ortho_init_(module: nn.Module, gain: float) -> None:
 class MLP(nn.Module):
     """``head(trunk(x))`` with ``trunk`` = [Linear, act] * len(hidden) and ``head`` = Linear."""
 
-    # Weight sync (wheeler2/sync.py): role -> sub-module path, and the action space the output is
+    # Weight sync (wheeler2/sync/): role -> sub-module path, and the action space the output is
     # for (None: not a policy by itself, e.g. a critic's net).
     sync_roles: ClassVar[dict[str, str]] = {"trunk": "trunk", "head": "head"}
     sync_actions: ClassVar[str | None] = None

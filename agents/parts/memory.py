@@ -20,7 +20,7 @@ of three layouts, named by what the trunk reads (``trunk_reads``, the one key of
 * ``"core+obs"``: ``features = trunk([core(x), x])``, the input beside the core's output (with no
   trunk, ``[core(x), x]`` is the features: the off-policy learners' layout).
 
-Weight sync (wheeler2/sync.py) copies a trunk only into a trunk that reads the same thing: the
+Weight sync (wheeler2/sync/) copies a trunk only into a trunk that reads the same thing: the
 module's ``trunk_reads`` (``"obs"`` for a network without memory) is that rule's one input.
 
 Its sub-modules are ``trunk`` and ``core`` under those names, so a network that *is* a
