@@ -137,6 +137,14 @@ class A3C(a2c.A2C):
 
     # -- acting: training with theta', evaluating theta ----------------------------------------
 
+    def begin_eval(self) -> None:
+        """An eval begins (the engine's optional hook): it plays theta as it is now for all its
+        steps, though other workers go on updating theta meanwhile. Taken here, not at the first
+        deterministic act, since two evals may come with no training step between them (the
+        closing eval right after the last in-run one) and the second must not replay the
+        first's theta."""
+        self._eval_theta = None if self.theta is None else self._theta_now()
+
     def act(self, obs: np.ndarray, explore: bool, state: np.ndarray | None = None) -> ActOut:
         if explore or self.theta is None:
             self._eval_theta = None  # the next eval reads theta afresh

@@ -206,6 +206,35 @@ def test_a_team_applies_every_workers_updates_to_the_shared_parameters(tmp_path,
     assert int(members["w0"]["updates"]) < own
 
 
+def test_every_eval_plays_theta_as_it_begins_even_with_no_training_step_between(
+    tmp_path, monkeypatch
+):
+    """Serial, 3 workers of 1 copy, eval_every 598: the learner evaluates at its last training
+    step (598 steps in all); the explorers' steps 599 and 600 then update theta, and the
+    learner's closing eval follows with no training step between the two evals. Serial steps
+    no worker during an eval, so each eval must play theta as it stands at the eval's end (the
+    closing one used to replay the 598 snapshot)."""
+    import wheeler2.runtime.member as member
+
+    played: list[tuple[int, bool]] = []
+    plain = member.evaluate
+
+    def spy(agent, env, seed, heads=None):
+        result = plain(agent, env, seed, heads)
+        if isinstance(agent, A3C) and agent.theta is not None:
+            assert agent._eval_theta is not None
+            same = all(torch.equal(x, y) for x, y in zip(agent._eval_theta, agent.theta))
+            played.append((agent._shared_count(), same))
+        return result
+
+    monkeypatch.setattr(member, "evaluate", spy)
+    path = _config(tmp_path)
+    path.write_text(path.read_text().replace("eval_every = 600", "eval_every = 598"))
+    run_experiment(load(path))
+    assert [count for count, _ in played] == [118, 120]  # the closing eval after 2 updates
+    assert all(same for _, same in played), played
+
+
 def test_the_shared_count_and_parameters_go_on_after_a_resume(tmp_path):
     run = run_experiment(load(_config(tmp_path)))
     saved = checkpoint.load(run / "checkpoints" / "latest.pt")["members"]["w0"]

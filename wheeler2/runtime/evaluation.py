@@ -92,11 +92,15 @@ def evaluate(agent: Agent, env: VecEnv, seed: int, heads: RewardHeads | None = N
     (Q_h(s, pi(s)) per head; DDPG and TD3 have it), each head's value at the first state is
     also held against that head's discounted return over the episode (``EvalResult.heads``).
 
-    Copies run side by side so the actor sees one batch per step; a copy that finished keeps
-    being stepped (autoreset) but its later episodes are ignored, which keeps the batch shape
-    fixed and the result independent of episode lengths.
+    An agent with the optional ``begin_eval()`` method is told first (A3C takes the shared
+    parameters it will play). Copies run side by side so the actor sees one batch per step; a
+    copy that finished keeps being stepped (autoreset) but its later episodes are ignored,
+    which keeps the batch shape fixed and the result independent of episode lengths.
     """
     n = env.num_envs
+    begin = getattr(agent, "begin_eval", None)
+    if callable(begin):  # an agent that plays a snapshot (A3C's shared theta) takes it now
+        begin()
     first = env.reset(seed=seed)
     obs, dg = first.obs, first.desired_goal
     returns = np.zeros(n, np.float64)
