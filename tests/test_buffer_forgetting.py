@@ -111,7 +111,7 @@ def test_carried_her_episodes_stay_whole_runs() -> None:
     """Every stored row's HER episode [j - step, ep_end] is one episode with steps 0, 1, ...
     at consecutive numbers, its end stored and terminal: what HER's goal choice relies on."""
 
-    def relabel(obs, action, next_obs, achieved_goal, desired_goal):  # noqa: ANN001, ANN202
+    def relabel(obs, action, next_obs, achieved_goal, desired_goal):
         return -np.linalg.norm(achieved_goal - desired_goal, axis=-1, keepdims=True)
 
     rng = np.random.default_rng(0)
@@ -344,7 +344,7 @@ def test_her_episodes_longer_than_one_inserts_allowance_are_carried(keep: float)
     (per-insert budgets carried only short tails: 0% of the rows at 0.1, 4.5% at 0.3).
     Over 20 seeds the share was 0.79-1.0 x keep."""
 
-    def relabel(obs, action, next_obs, achieved_goal, desired_goal):  # noqa: ANN001, ANN202
+    def relabel(obs, action, next_obs, achieved_goal, desired_goal):
         return -np.linalg.norm(achieved_goal - desired_goal, axis=-1, keepdims=True)
 
     whole: set[int] = set()
@@ -409,3 +409,37 @@ def test_the_owner_forgets_reproducibly_from_its_seed_in_any_process() -> None:
         there = pool.apply(_reservoir_rows, (4,))
     assert _reservoir_rows(4) == there
     assert _reservoir_rows(5) != there
+
+
+@pytest.mark.parametrize("unit", ["rows", "her", "sequences"])
+def test_the_first_wrap_never_carries_a_slot_that_was_never_written(unit: str) -> None:
+    """The insert that first wraps the ring starts while ``total < capacity``: the rows it
+    looks at begin below 0, and number -1 maps to the last slot, still unwritten, whose
+    ``abs`` is the -1 of an empty slot. Carrying it put a row of zeros (episode id 0, which no
+    writer hands out) into the ring as a valid transition. Each unit here has such a first
+    wrap (6-row inserts from 60 rows, 5-step episodes from 60), at forget_keep = 0.9."""
+
+    def relabel(obs, action, next_obs, achieved_goal, desired_goal):
+        return -np.linalg.norm(achieved_goal - desired_goal, axis=-1, keepdims=True)
+
+    def look(replay: Replay) -> None:
+        assert (_stored(replay)["episode"] != 0).all(), "a never-written slot was carried"
+
+    for seed in range(10):
+        if unit == "rows":
+            cfg = _cfg(forget="reservoir", forget_keep=0.9, chunk=3)
+            with Replay.create(Layout(obs_dim=2, act_dim=1), cfg, GAMMA, seed=seed) as replay:
+                _episodes(replay, [40, 40], between=look)
+                assert replay.stats()["carried"] > 0
+        elif unit == "her":
+            cfg = _cfg(forget="reservoir", forget_keep=0.9, her=HerConfig("episode", k=4))
+            layout = Layout(obs_dim=2, act_dim=1, goal_dim=2)
+            with Replay.create(layout, cfg, GAMMA, relabel=relabel, seed=seed) as replay:
+                _episodes(replay, [5] * 16, copies=1, chunk_goal=True, between=look)
+                assert replay.stats()["carried"] > 0
+        else:
+            cfg = _seq_cfg(forget="reservoir", forget_keep=0.9, stride=1)
+            layout = Layout(obs_dim=1, act_dim=1, state_dim=2)
+            with Replay.create(layout, cfg, GAMMA, seed=seed) as replay:
+                _sequence_episodes(replay, [40, 40], between=look)
+                assert replay.stats()["carried"] > 0

@@ -23,8 +23,10 @@ absolute number mod capacity), so everything that relies on it holds unchanged f
 producer in shared memory: validity by absolute number, the sampler's mapping of slots to
 numbers and its sync (a carried row enters the sum tree as a new one, at the max priority:
 the learner looks at it again soon and writes its priority back), n-step links (a carried row
-keeps its episode, step and link to its still-stored successor; consecutive carried rows link
-to each other's copies), and HER's episodes: a carried episode remainder is a contiguous run
+keeps its episode, step and link to its still-stored successor; consecutive rows carried by
+the same insert link to each other's copies, but a successor carried by a later insert is a
+copy the link does not reach, so an n-step window stops there: a shorter target, still a
+correct one), and HER's episodes: a carried episode remainder is a contiguous run
 again, its ``ep_end`` the copy's last row and its steps renumbered from 0, so ``[j - step,
 ep_end]`` is exactly the copy. Carried rows are counted apart (``CARRIED``): they are not
 inserts for the ratio gate.
@@ -86,7 +88,9 @@ class Forgetting:
         budget = min(int(credit + 1e-9), c - n - 1)
         if budget <= 0:
             return 0
-        lo = total - c  # the oldest stored row
+        # The oldest stored row; below 0 on the ring's first wrap, where numbers < 0 name
+        # slots never written (their abs is -1, which number -1 would match: never kept).
+        lo = total - c
         moved = None
         if self.her:
             units = self._her_units(st, lo, total, n, budget)
@@ -126,7 +130,7 @@ class Forgetting:
         at most ``budget`` of them are kept."""
         j = np.arange(lo, min(total, lo + n + budget), dtype=np.int64)
         slots = j % self.capacity
-        ok = st.arrays["abs"][slots] == j
+        ok = (j >= 0) & (st.arrays["abs"][slots] == j)
         if self.rule == "priority":
             keep = ok & (st.arrays["priority"][slots] >= self._mean_leaf(st))
         else:
@@ -159,7 +163,7 @@ class Forgetting:
         while p < len(kept) + n and lo + p < total:
             r, p = lo + p, p + 1
             slot = r % c
-            if r in kept or a["abs"][slot] != r or a["step"][slot] % self.every:
+            if r in kept or r < 0 or a["abs"][slot] != r or a["step"][slot] % self.every:
                 continue
             if self.rule == "reservoir":
                 chosen = self.rng.random() < self.keep
@@ -200,7 +204,7 @@ class Forgetting:
         j, evicted, kept = lo, 0, 0
         while evicted < n and j < total:
             slot = j % c
-            stored = a["abs"][slot] == j
+            stored = j >= 0 and a["abs"][slot] == j
             end = min(int(a["ep_end"][slot]), total - 1) if stored else j
             end = max(end, j)
             length = end - j + 1

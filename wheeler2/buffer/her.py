@@ -1,9 +1,10 @@
 """Hindsight experience replay at sample time.
 
-A fraction k / (k + 1) of the batch gets a new desired goal: the goal achieved after a later
-step of the same episode (future), its last step (final), any of its steps (episode) or any
-stored step (random). Producers insert whole episodes, each as part of one block under one
-lock hold, so an episode is a contiguous run of absolute numbers ``[j - step, ep_end]`` that
+A fraction k / (k + 1) of the batch gets a new desired goal: the goal achieved after the
+step itself or a later step of the same episode, uniformly (future: the achieved goals of
+states t + 1 .. T, as in the paper and SB3), its last step (final), any of its steps (episode)
+or any stored step (random). Producers insert whole episodes, each as part of one block under
+one lock hold, so an episode is a contiguous run of absolute numbers ``[j - step, ep_end]`` that
 becomes visible all at once: goals are found by offset, and an offset inside
 ``[max(j - step, oldest stored), ep_end]`` is stored and of the same episode whenever ``j`` is,
 with no further lookup (that saves three random gathers per batch, a third of HER's cost).
