@@ -285,3 +285,25 @@ def test_a_sweep_seed_resumed_to_its_end_counts_as_finished(tmp_path: Path) -> N
     report.write_report([sweep], resamples=RESAMPLES)
     (config,) = json.loads((sweep / "report.json").read_text())["configs"]
     assert config["seeds"] == {"finished": 4, "interrupted": 1}
+
+
+def test_a_run_that_failed_in_start_up_or_a_callback_counts_as_failed(tmp_path: Path) -> None:
+    """Such a run's summary names no failed member (start-up: none had started) and says
+    interrupted; its stop says it failed, and so does the report, not "interrupted"."""
+    reasons = {
+        "failure": "start-up failed: RuntimeError: no such env",
+        "callback_error": "ValueError: a callback raised",
+    }
+    for by, reason in reasons.items():
+        run_dir = _plain_run_dir(tmp_path, "cp", [150.0], 100.0)
+        data = json.loads((run_dir / "summary.json").read_text())
+        data.update(interrupted=True, stop={"by": by, "reason": reason}, members={})
+        (run_dir / "summary.json").write_text(json.dumps(data))
+    _plain_run_dir(tmp_path, "cp", [150.0], 100.0)
+    report.write_report([tmp_path], resamples=200)
+    (only,) = json.loads((tmp_path / "report.json").read_text())["configs"]
+    assert only["seeds"] == {"finished": 1, "failed": 2}
+    assert sorted(r["error"] for r in only["runs"] if r["status"] == "failed") == sorted(
+        reasons.values()
+    )
+    assert only["solved"] == 1 and only["counted"] == 3

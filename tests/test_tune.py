@@ -274,6 +274,29 @@ def test_a_trial_left_running_by_a_killed_process_is_closed_and_run_again(
     assert states == ["fail", "complete"]
 
 
+def test_a_study_of_another_search_in_the_same_directory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The study directory is named after the experiment alone: another metric, space or --set
+    under that name would find the first study's trials done and write its best as its own."""
+    import wheeler2.api
+    from wheeler2.errors import UsageError
+
+    monkeypatch.setattr(wheeler2.api, "run", _fake_run([1.0, 1.0]))
+    out = tmp_path / "runs"
+    study = tune(_file(tmp_path), trials=1, out=out)
+    tune(_file(tmp_path), trials=1, out=out)  # the same search: goes on (nothing left to run)
+    wider = SPACE.format(extra="").replace("1e-2", "1e-1")
+    for made, overrides, what in [
+        ({"extra": 'metric = "best"'}, [], "metric"),
+        ({"space": wider}, [], "space"),
+        ({}, ["experiment.total_steps=600"], "config hash"),
+    ]:
+        with pytest.raises(UsageError, match=f"another {what} "):
+            tune(_file(tmp_path, **made), trials=2, out=out, overrides=overrides)
+    assert len(_rows(study)) == 1
+
+
 def test_a_space_key_also_given_by_set_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         tune(_file(tmp_path), out=tmp_path / "runs", overrides=["team.pg.params.gamma=0.9"])

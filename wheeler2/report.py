@@ -188,12 +188,16 @@ def _plain_run(path: Path) -> Run:
     failed = sorted(
         n for n, m in (summary.get("members") or {}).items() if (m or {}).get("ended") == "failed"
     )
+    stop = summary.get("stop") or {}
     status, error = "finished", None
     if not summary:
         status = "failed"
         error = "no summary.json: it failed before writing one, was killed, or still runs"
     elif failed:
         status, error = "failed", f"member {failed[0]!r} failed"
+    elif stop.get("by") in ("failure", "callback_error"):
+        # failed in start-up (no member yet to say so) or in a callback: failed, not stopped
+        status, error = "failed", str(stop.get("reason") or stop["by"])
     elif summary.get("interrupted"):
         status = "interrupted"
     threshold = summary.get("eval_threshold", exp.get("eval_threshold"))

@@ -45,7 +45,7 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +174,9 @@ def tune(
         max(1, parallel),
     )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    done = _done(plan.study())
+    study = plan.study()
+    _same_search(study, _search(config_path, fixed, spec), where)
+    done = _done(study)
     if plan.total > done:
         print(f"study {where}: {done} trials done, {plan.total - done} to run", flush=True)
         if parallel <= 1:
@@ -183,6 +185,48 @@ def tune(
             _in_processes(plan, parallel)
     _write_results(plan, plan.study())
     return where
+
+
+SEARCH = "search"  # the study's user attribute: what its trials searched (_search)
+
+
+def _search(config_path: Path, fixed: dict[str, Any], spec: TuneSpec) -> dict[str, Any]:
+    """What makes two trials' values comparable: the file's config (its searched keys at one
+    value each, so their defaults in the file do not matter), the space, the seeds, the metric."""
+    import json
+    import tomllib
+
+    from wheeler2.api import _config
+    from wheeler2.sweep import config_hash
+
+    at = {d.key: d.choices[0] if d.choices is not None else d.low for d in spec.space}
+    config = _config(config_path, {**fixed, **at})
+    search = {
+        "config_hash": config_hash(tomllib.loads(config.to_toml())),
+        "space": [asdict(d) for d in spec.space],
+        "seeds": list(spec.seeds),
+        "metric": spec.metric,
+    }
+    return json.loads(json.dumps(search, default=str))  # as the study stores it
+
+
+def _same_search(study: Any, search: dict[str, Any], where: Path) -> None:
+    """The study directory is named after the experiment alone: a study of another space,
+    seeds, metric or config (another file of that name, other --set values) is refused, not
+    continued, or its trials would count as done and its best trial be written as this one's."""
+    from wheeler2.errors import UsageError
+
+    stored = study.user_attrs.get(SEARCH)
+    if stored is None:  # a new study (or one from before this record)
+        study.set_user_attr(SEARCH, search)
+        return
+    differ = sorted(k for k in search if stored.get(k) != search[k])
+    if differ:
+        raise UsageError(
+            f"{where}: its study searched with another {', '.join(differ).replace('_', ' ')} "
+            "than this file and --set give; its trials are not comparable with these: "
+            "--out elsewhere, or remove that directory"
+        )
 
 
 def _check_key(config_path: Path, fixed: dict[str, Any], dim: Dimension) -> None:
