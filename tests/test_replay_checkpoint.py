@@ -127,3 +127,35 @@ def test_serial_resume_starts_from_the_checkpoint_weights(tmp_path: Path, starts
     (start,) = starts
     _assert_same(start["agent"], saved_agent)
     assert start["replay_stats"]["inserts"] == 0
+
+
+def test_a_member_flushes_its_staged_rows_before_it_reports_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a member's Finished the coordinator may take the final checkpoint's replay at once
+    (local and ray, where the member's close runs in its own process): by then every row the
+    member staged must be in the table, not only those of its full chunks."""
+    from wheeler2.runtime import serial
+    from wheeler2.runtime.messages import Finished
+
+    replays = []
+    make = serial.make_replay
+
+    def staging(config, table, chunk=None):
+        replays.append(make(config, table))  # chunks of 64 rows, as local stages them
+        return replays[-1]
+
+    at_finish: list[int] = []
+    send = serial._ListLink.send
+
+    def spy(self, message) -> None:
+        if isinstance(message, Finished):
+            at_finish.append(replays[0].stats()["inserts"])
+        send(self, message)
+
+    monkeypatch.setattr(serial, "make_replay", staging)
+    monkeypatch.setattr(serial._ListLink, "send", spy)
+    run_dir = _run(tmp_path, checkpoint=True)
+    # 300 steps: an episode of 200, a chunk of 64, and 36 rows staged at the end.
+    assert at_finish == [300]
+    assert ckpt.load(run_dir / "checkpoints" / "latest.pt")["replay"]["total"] == 300

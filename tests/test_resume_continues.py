@@ -200,6 +200,56 @@ def test_resume_without_the_replay_refills_and_says_so(
     assert before < after <= before + 51, (before, after)
 
 
+def test_per_beta_goes_on_from_the_resumed_learners_updates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the replay in the checkpoint the table's own update count restarts at 0; PER's
+    beta schedule goes on from the learner's updates instead of annealing again from its
+    start value."""
+    from wheeler2.buffer.sampler import PrioritizedSampler
+
+    cfg = tmp_path / "per.toml"
+    text = RUN.format(total=200, checkpoint="false")
+    cfg.write_text(text.replace("checkpoint = false", "checkpoint = false\nprioritized = true"))
+    out = tmp_path / "per"
+    assert cli.main(["run", str(cfg), "--out", str(out)]) == 0
+    part = next(out.glob("cont-*"))
+    before = _updates(part)
+    assert before > 0
+    seen: list[int] = []
+    beta = PrioritizedSampler.beta
+
+    def spy(self: PrioritizedSampler, updates: int) -> float:
+        seen.append(updates)
+        return beta(self, updates)
+
+    monkeypatch.setattr(PrioritizedSampler, "beta", spy)
+    assert cli.main(["resume", str(part), "--set", "experiment.total_steps=300"]) == 0
+    assert seen and seen[0] == before + 1, (before, seen[:3])
+    assert seen[-1] == _updates(part)
+
+
+def test_a_resumed_member_starts_new_episodes_not_the_first_sessions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The env copies restart at a resume; seeded with the member's seed alone they replayed
+    the first session's initial states, episode for episode."""
+    from wheeler2.runtime import member as member_mod
+
+    first_obs: list[np.ndarray] = []
+    plain = member_mod.Member.__init__
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> None:
+        plain(self, *args, **kwargs)
+        first_obs.append(np.array(self._obs, copy=True))
+
+    monkeypatch.setattr(member_mod.Member, "__init__", spy)
+    part = _run(tmp_path, "part", 200, checkpoint=False)
+    assert cli.main(["resume", str(part), "--set", "experiment.total_steps=300"]) == 0
+    assert len(first_obs) == 2
+    assert not np.allclose(first_obs[0], first_obs[1]), first_obs
+
+
 @pytest.mark.parametrize(
     "key",
     ["team.target.params.lr_actor=0.1", "experiment.seed=3", "buffer.capacity=10"],

@@ -82,6 +82,9 @@ class Replay:
         self._her_extra = ("obs", "action", "next_obs", "next_achieved_goal")
         # Any process that inserts applies the rule under the insert's lock (forgetting.py).
         self._forget = Forgetting(self.cfg, seed) if self.cfg.forget != "oldest" else None
+        # A resumed learner's updates that this table's own count lacks (its checkpoint held no
+        # replay): PER's beta schedule counts them too (:meth:`continue_updates`).
+        self._updates_before = 0
         self._terms: PriorityTerms | None = None
         if self.cfg.priority_novelty > 0.0 or self.cfg.priority_td != 1.0:
             self._terms = PriorityTerms(
@@ -246,7 +249,14 @@ class Replay:
             sampler.sync(int(hdr[TOTAL]))
         finally:
             st.release()
-        return updates
+        return updates + self._updates_before
+
+    def continue_updates(self, updates: int) -> None:
+        """The sampling learner has taken ``updates`` updates already (a resumed agent's count):
+        beta's schedule goes on from there, not from this table's own count, which a resume
+        without the replay in its checkpoint starts at 0 (the ratio gate keeps counting from
+        this table's own). Call in the process that samples."""
+        self._updates_before = max(0, int(updates) - int(self.storage.hdr[UPDATES]))
 
     def sample_sequences(
         self, batch_size: int | None = None, timeout: float | None = None

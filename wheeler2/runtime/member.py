@@ -425,7 +425,12 @@ class MemberLoop:
         # share of the cores each member took (experiments/team_vs_solo.py).
         alone = wiring.own_process or wiring.sole
         self.cpu_from = time.process_time() if alone else None
-        self.member = Member(plan.name, plan.role, agent, env, heads, writer, seed)
+        # A resumed member's env copies start from a seed of their own: the member's seed again
+        # would replay the first session's episodes (the same initial states) from the start.
+        env_seed = seed
+        if wiring.env_steps > 0:
+            env_seed = int(np.random.SeedSequence([seed, wiring.env_steps]).generate_state(1)[0])
+        self.member = Member(plan.name, plan.role, agent, env, heads, writer, env_seed)
         self.member.stats.resume_from(wiring.env_steps)
         self.trainer = None
         if self.learner and replay is not None:
@@ -435,6 +440,10 @@ class MemberLoop:
             self._closing.append(self.trainer)
             if isinstance(replay, Replay):  # on Ray the shard samples, and keeps this itself
                 replay.load_priority_state(terms_state)
+                # PER's beta goes on from the resumed learner's updates, replay saved or not.
+                for table in (replay, own):
+                    if table is not None:
+                        table.continue_updates(self.trainer.updates)
         self.sink = wiring.sink if self.learner else None
         # The actor, or with it the modules the table's explorers pull by name (sync.ModuleSet).
         self.published = None if self.sink is None else publish_view(agent, sink_pulls(self.sink))
@@ -579,6 +588,9 @@ class MemberLoop:
             if updates or total != self.last_eval:
                 self._evaluate(total)
         self.link.send(Figures(self.plan.name, self.figures()))
+        # Its staged rows into the replay first: on Finished the coordinator may snapshot the
+        # replay for the final checkpoint at once (buffer.checkpoint), before close() runs.
+        self._flush()
         self.link.send(Finished(self.plan.name, self.state_dict(), self.member.stats.env_steps))
 
     def state_dict(self) -> dict[str, Any]:
@@ -618,14 +630,18 @@ class MemberLoop:
         """Flush the writer and close the envs and the weight source; the replay and the sink
         belong to the backend."""
         try:
-            member: Member | None = getattr(self, "member", None)  # None: the build failed
-            if member is not None and member.writer is not None:
-                member.writer.flush()
-            drivers = getattr(self, "drivers", None)
-            if drivers is not None:
-                drivers.flush()
+            self._flush()
         finally:
             self._close_resources()
+
+    def _flush(self) -> None:
+        """Insert what the member's writers have staged."""
+        member: Member | None = getattr(self, "member", None)  # None: the build failed
+        if member is not None and member.writer is not None:
+            member.writer.flush()
+        drivers = getattr(self, "drivers", None)
+        if drivers is not None:
+            drivers.flush()
 
     def _close_resources(self) -> None:
         for res in reversed(self._closing):
