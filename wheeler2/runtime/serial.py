@@ -145,7 +145,9 @@ class SerialTransport:
         # alone can take longer than heartbeat_s.
         import torch._dynamo  # noqa: F401
 
-        if self.rng is not None:  # one process: the whole run's RNG streams continue
+        # One process: its global RNG streams (random, numpy, torch) continue; the replay's own
+        # sampling generator restarts from the seed, as on every backend.
+        if self.rng is not None:
             ckpt.set_rng_state(self.rng)
 
     # -- Transport --
