@@ -18,8 +18,9 @@ pi produced), the behaviour log-probs, the head-weighted reward, the episode end
 Recurrent policies (``core = "gru" | "lstm"``): the agent's policy state is the actor core's
 state, then the critic core's (if the critic has one). The rollout also keeps each copy's state
 at its first step (``state0``) and the episode starts (``starts``), so the update replays each
-copy's whole sequence through the cores from there, resetting where an episode began: the first
-epoch's log-probs are the behaviour ones. V of each step and of the bootstrap observations are
+copy's whole sequence through the cores from there, resetting where an episode began (and after
+an absent multi-agent step, whose state the engine holds at the initial one): the first epoch's
+log-probs are the behaviour ones. V of each step and of the bootstrap observations are
 the values computed while acting (the critic does not change during a rollout), which is what a
 replay from the stored states gives.
 
@@ -463,9 +464,15 @@ class OnPolicy:
                 r.next_value[t] = self._value_step(r.next_obs[t], after_c)[0]
         if t == 0:
             r.state0.copy_(torch.as_tensor(step.state, device=dev))
-        # An episode starts at t where the previous step (of this rollout or the last) ended one.
+        # An episode starts at t where the previous step (of this rollout or the last) ended one,
+        # or where the row was absent: the engine holds an absent row's state where its episode
+        # ended, at the initial one (docs/envs.md, "Active mask"), which a replay through the
+        # absent steps would move.
         r.starts[t] = self._prev_done
-        self._prev_done = torch.as_tensor(step.terminated | step.truncated, device=dev)
+        ended = step.terminated | step.truncated
+        if step.active is not None:
+            ended = ended | ~np.asarray(step.active, bool)
+        self._prev_done = torch.as_tensor(ended, device=dev)
 
     # -- what an update reads -------------------------------------------------------------------
 

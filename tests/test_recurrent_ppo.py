@@ -174,6 +174,57 @@ def test_a_truncated_step_bootstraps_from_the_state_after_it() -> None:
     torch.testing.assert_close(next_values[:t], buf.value[1 : t + 1])
 
 
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_a_row_back_from_absence_replays_from_the_state_the_engine_held(algo: str) -> None:
+    # Multi-agent rows (docs/envs.md, "Active mask"): copy 1's agent leaves (terminated) at
+    # step 2, is absent at steps 3 and 4 (the first rollout's last step and the second's first)
+    # and is back at step 5. The engine holds an absent row's state (Member._next_state): the
+    # initial one, where its episode ended. The replay must not move it through the absent
+    # steps, or the log-probs and values of the steps after the return are not the behaviour
+    # ones.
+    from types import SimpleNamespace
+
+    from wheeler2.agents.a2c import A2C
+    from wheeler2.agents.a2c import Params as A2CParams
+
+    T, N = 4, 2
+    space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
+    net = dict(core="gru", core_size=8, hidden=[8], n_steps=T, ortho_init=False)
+    if algo == "ppo":
+        agent: Any = PPO(space, Params(n_epochs=1, batch_size=T * N, **net), seed=2)
+    else:
+        agent = A2C(space, A2CParams(**net), seed=2)
+    seen = spy_on_update(agent)
+    engine = SimpleNamespace(_initial=agent.initial_state(N), agent=agent)
+    rng = np.random.default_rng(1)
+    obs = rng.normal(size=(N, 3)).astype(np.float32) * 3
+    state = agent.initial_state(N)
+    for step in range(2 * T):
+        out = agent.act(obs, explore=True, state=state)
+        active = np.array([True, step not in (3, 4)])
+        term = np.array([False, step == 2])
+        trunc = np.zeros(N, bool)
+        nxt = rng.normal(size=(N, 3)).astype(np.float32) * 3
+        reward = rng.normal(size=(N, 1)).astype(np.float32) * active[:, None]
+        valid = None if active.all() else active
+        agent.observe(
+            Transitions(obs, out.action, reward, nxt, term, trunc, nxt, out, valid, state)
+        )
+        st = SimpleNamespace(terminated=term, truncated=trunc)
+        state = Member._next_state(engine, out.state, st, valid, state)  # type: ignore[arg-type]
+        obs = nxt
+    assert len(seen) == 2
+    for s in seen:
+        buf = s["rollout"]
+        real = buf.valid.bool()
+        torch.testing.assert_close(
+            s["replay_logp"].view(T, N)[real], buf.logp[real], atol=1e-6, rtol=0
+        )
+        torch.testing.assert_close(
+            s["replay_v"].view(T, N)[real], buf.value[real], atol=1e-6, rtol=0
+        )
+
+
 def test_minibatches_are_whole_env_copy_sequences() -> None:
     agent = PPO(SpaceInfo(3, 2, True), Params(core="gru", n_steps=32, batch_size=64))
     agent.rollout = Rollout.empty(32, 8, agent.space, agent.state_dim, agent.device)
