@@ -23,10 +23,16 @@ Rewards (``reward_mode``):
 * ``"row"`` (default): each row gets its own agent's reward.
 * ``"sum"``: each row gets the sum of the rewards of all matched agents of its copy at that step
   (a team reward for cooperative tasks; agents driven by ``other_policy`` are not part of it).
+  Another table's agents driven here (joint play) get the sum over that table's agents, as
+  they would in that table's own copies.
 * ``"heads"``: ``reward`` is still per row, and ``infos[i]["head_rewards"]`` (float32
   ``[len(agent_names)]``, also ``adapter.head_rewards`` ``[N, M]``) holds the rewards of every
   matched agent of the row's copy, in ``agent_names`` order (0 for agents already gone), so a
   task can expose one reward head per agent (``adapter.head_names``).
+
+Time limit: a copy that ends at the env's ``max_cycles`` is cut off, not over, so its rows end
+truncated (they bootstrap) whatever flag the env gives them: ``sisl.multiwalker_v9`` flags its
+time limit as a termination. An agent that really ends on that very step is truncated too.
 """
 
 from __future__ import annotations
@@ -225,6 +231,7 @@ class PettingZooVecEnv:
             obs_shape=self._flat.image_shape,
         )
         self.active = np.zeros(self.num_envs, bool)
+        self._cycles = np.zeros(num_envs, np.int64)  # each copy's steps in its episode
         self.head_rewards = np.zeros((self.num_envs, m), np.float32)
         self._obs = np.zeros((self.num_envs, self.info.obs_dim), self._flat.dtype)
         # The raw observations of every live agent, other agents included (other_policy needs them).
@@ -267,6 +274,7 @@ class PettingZooVecEnv:
     def _reset_copy(self, c: int, seed: int | None) -> None:
         env = self.copies[c]
         raw_obs, _ = env.reset(seed=seed)
+        self._cycles[c] = 0
         if seed is not None:
             for name in env.possible_agents:
                 env.action_space(name).seed(seed + 7919 * (1 + env.possible_agents.index(name)))
@@ -321,6 +329,7 @@ class PettingZooVecEnv:
                 else:
                     actions[name] = self._other_action(env, name, self._raw_obs[c].get(name))
             raw_obs, rew, term, trunc, info = env.step(actions)
+            self._cycles[c] += 1
 
             team = np.float32(sum(float(rew.get(a, 0.0)) for a in self.agent_names))
             heads = np.array([rew.get(a, 0.0) for a in self.agent_names], np.float32)
@@ -344,7 +353,9 @@ class PettingZooVecEnv:
                     self.head_rewards[i] = heads
 
             for gname, gstep in steps.items():
-                _fill_group(self.groups[gname], gstep, c, rew, term, trunc, raw_obs)
+                _fill_group(
+                    self.groups[gname], gstep, c, rew, term, trunc, raw_obs, self.reward_mode
+                )
 
             still_live = {a for a in env.agents if not (term.get(a, False) or trunc.get(a, False))}
             if still_live:
@@ -353,12 +364,15 @@ class PettingZooVecEnv:
             # The whole copy is over: rows still active end with the env's own flags; rows
             # active before but without a flag of their own (an env that ended the episode
             # without telling every agent) are truncated, so no transition bootstraps across.
+            # At the env's time limit every row that ends is truncated (the module docstring).
+            horizon = self.info.max_episode_steps
+            cut = horizon is not None and self._cycles[c] >= horizon
             for k in range(m):
                 i = self._row(c, k)
-                if was_active[i] and not (terminated[i] or truncated[i]):
-                    truncated[i] = True
+                if was_active[i] and (cut or not (terminated[i] or truncated[i])):
+                    terminated[i], truncated[i] = False, True
             for gname, gstep in steps.items():
-                _end_group(self.groups[gname], gstep, c)
+                _end_group(self.groups[gname], gstep, c, cut)
             self._reset_copy(c, None)
 
         if others is not None:
@@ -392,24 +406,27 @@ def _fill_group(
     term: dict[str, Any],
     trunc: dict[str, Any],
     raw_obs: dict[str, Any],
+    reward_mode: str,
 ) -> None:
+    team = float(sum(float(rew.get(a, 0.0)) for a in group.names))
     for k, name in enumerate(group.names):
         i = group.row(c, k)
         if not gstep.valid[i]:
             continue
-        gstep.reward[i] = float(rew.get(name, 0.0))
+        gstep.reward[i] = team if reward_mode == "sum" else float(rew.get(name, 0.0))
         gstep.terminated[i] = bool(term.get(name, False))
         gstep.truncated[i] = bool(trunc.get(name, False)) and not gstep.terminated[i]
         if name in raw_obs:
             group.flat(raw_obs[name], gstep.final_obs[i])
 
 
-def _end_group(group: AgentGroup, gstep: GroupStep, c: int) -> None:
-    # As for the member's own rows: a copy that ended without a flag for a row truncates it.
+def _end_group(group: AgentGroup, gstep: GroupStep, c: int, cut: bool) -> None:
+    # As for the member's own rows: a copy that ended without a flag for a row, or at the
+    # env's time limit (``cut``), truncates it.
     for k in range(len(group.names)):
         i = group.row(c, k)
-        if gstep.valid[i] and not (gstep.terminated[i] or gstep.truncated[i]):
-            gstep.truncated[i] = True
+        if gstep.valid[i] and (cut or not (gstep.terminated[i] or gstep.truncated[i])):
+            gstep.terminated[i], gstep.truncated[i] = False, True
 
 
 def head_reward(k: int) -> Callable[..., np.ndarray]:

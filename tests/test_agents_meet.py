@@ -96,6 +96,23 @@ def test_claimed_agents_act_by_their_tables_policy_and_their_steps_are_recorded(
     assert len(ends) == 1 and ends[0].truncated.all() and not ends[0].terminated.any()
 
 
+def test_driven_agents_get_their_tables_team_reward_under_reward_mode_sum(relay):
+    # The walkers' own copies give each walker the walkers' sum; driven in the coach's copies,
+    # their recorded steps must carry the same reward.
+    own = make(relay, {"agents": ["w*"], "reward_mode": "sum"}, 1, 0)
+    own.reset(seed=0)
+    team = own.step(np.zeros((3, 1), np.float32)).reward
+    env = PettingZooVecEnv(
+        relay, {}, 1, 0, agents=["coach"], reward_mode="sum", groups={"walkers": ["w*"]}
+    )
+    driver = Recorder({"walkers": lambda obs: np.zeros((len(obs), 1), np.float32)})
+    env.attach_others(driver)
+    env.reset(seed=0)
+    env.step(np.zeros(1, np.int64))
+    np.testing.assert_allclose(driver.steps[0][1].reward, team)
+    assert team.tolist() == [6.0, 6.0, 6.0]
+
+
 def test_without_a_driver_the_claimed_agents_act_at_random(relay):
     env = PettingZooVecEnv(relay, {}, 1, 0, agents=["w*"], groups={"coaches": ["coach"]})
     env.reset(seed=0)

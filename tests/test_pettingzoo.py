@@ -153,6 +153,38 @@ def test_reward_modes_sum_and_heads(relay_module):
     np.testing.assert_allclose(head_2(None, None, None, None, None, step.infos), [own[2]] * 3)
 
 
+class TimeUp(Relay):
+    """Relay whose time limit is ``max_cycles`` and flagged as a termination, as
+    ``sisl.multiwalker_v9`` flags its own."""
+
+    def __init__(self, horizon: int = 5, leave_at: int = 99):
+        super().__init__(horizon, leave_at)
+        self.max_cycles = horizon
+
+    def step(self, actions):
+        obs, rew, term, trunc, infos = super().step(actions)
+        ended = {a: term[a] or trunc[a] for a in term}
+        return obs, rew, ended, dict.fromkeys(term, False), infos
+
+
+def test_a_time_limit_flagged_as_termination_is_a_truncation(monkeypatch):
+    module = types.ModuleType("timeup_v0")
+    module.parallel_env = lambda **kw: TimeUp(**kw)
+    monkeypatch.setitem(sys.modules, "timeup_v0", module)
+    env = PettingZooVecEnv("timeup_v0", {}, 1, 0, agents=["w*"])
+    assert env.info.max_episode_steps == 5
+    env.reset()
+    for t in range(1, 6):
+        step = env.step(np.zeros((3, 1), np.float32))
+        assert not step.terminated.any()  # the time limit bootstraps
+        assert step.truncated.all() == (t == 5) and step.truncated.any() == (t == 5)
+    # A real termination before the time limit stays one.
+    early = PettingZooVecEnv("timeup_v0", {"horizon": 5, "leave_at": 2}, 1, 0, agents=["w*"])
+    early.reset()
+    early.step(np.zeros((3, 1), np.float32))
+    assert early.step(np.zeros((3, 1), np.float32)).terminated.tolist() == [False, True, False]
+
+
 def test_mismatched_spaces_are_named(relay_module):
     with pytest.raises(ValueError, match="coach"):
         PettingZooVecEnv(relay_module, {}, 1, 0)
@@ -283,3 +315,14 @@ def test_multiwalker_walkers_fall_and_leave():
             ends += 1
             assert env.active.all()  # the copy reset
     assert ends >= 2 and saw_masked > 0
+
+
+@needs_sisl
+def test_multiwalker_time_limit_is_a_truncation():
+    # multiwalker_v9 flags max_cycles as a termination; the adapter reports a truncation.
+    kwargs = {"terminate_on_fall": False, "max_cycles": 4}
+    env = make("pettingzoo:sisl.multiwalker_v9", kwargs, num_envs=1, seed=0)
+    env.reset()
+    for t in range(1, 5):
+        step = env.step(np.zeros((3, 4), np.float32))
+        assert not step.terminated.any() and step.truncated.all() == (t == 4)
