@@ -174,6 +174,26 @@ def test_sequences_stop_at_episode_ends_and_at_the_write_head() -> None:
         np.testing.assert_array_equal(rows[302]["mask"], [F, F, T_, T_, T_, T_])
 
 
+def test_every_step_is_trained_when_burn_in_and_stride_exceed_the_length() -> None:
+    """burn_in 4 + stride 2 > length 4: the episode's first sequence trains on up to where the
+    next start's trained steps begin (position 6), else steps 4 and 5 would never be trained."""
+    with _seq_replay(length=4, burn_in=4, stride=2) as replay:
+        w = replay.writer(num_envs=1)
+        _add(w, 1, range(12), "term")
+        rows = _by_start(replay)
+        F, T_ = False, True
+        np.testing.assert_array_equal(rows[100]["mask"], [T_] * 6 + [F] * 2)
+        np.testing.assert_array_equal(rows[102]["mask"], [F] * 4 + [T_] * 4)  # steps 6..9
+        trained = set()
+        for r in rows.values():
+            trained |= set(r["obs"][r["mask"], 0].astype(int).tolist())
+        assert trained == set(range(100, 112))
+    with _seq_replay(length=4, burn_in=2, stride=2) as replay:  # 2 + 2 <= 4: length positions
+        w = replay.writer(num_envs=1)
+        _add(w, 1, range(12), "term")
+        np.testing.assert_array_equal(_by_start(replay)[100]["mask"], [T_] * 4 + [F] * 2)
+
+
 def test_sequences_across_the_ring_end_and_over_overwritten_starts() -> None:
     with _seq_replay(capacity=8) as replay:
         w = replay.writer(num_envs=1)

@@ -11,9 +11,12 @@ state stored with ``w`` is handed back with it.
 Burn-in. The stored state was made by the network that acted, older than the learner's: the
 first ``burn_in`` positions only rebuild the state (``mask`` False there, no loss, and the
 learner lets no gradient through them). A start at step 0 of its episode is the exception:
-its stored state is the initial one, exact for any network, so all its positions are trained.
+its stored state is the initial one, exact for any network, so it trains from its first
+position, on ``length`` positions or up to the next start's first trained step (``stride +
+burn_in``, within the span) if that is further, so that every step is trained somewhere.
 A start whose episode ends inside its burn-in has nothing to train: its priority is zeroed and
-it is drawn again (the previous start's sequence already covers those steps).
+it is drawn again (the previous start's sequence already covers those steps, given stride <=
+length).
 
 Priorities. The tree holds one leaf per slot, non-zero only at sequence starts; new starts get
 the running max priority. The learner reports one priority per sequence,
@@ -165,9 +168,16 @@ def cut_off(storage: Storage, slots: np.ndarray, total: int) -> np.ndarray:
 
 
 def trained(alive: np.ndarray, burn: np.ndarray, seq: SequenceConfig) -> np.ndarray:
-    """mask [B, T]: alive positions past each row's burn-in (and within ``length`` of it)."""
+    """mask [B, T]: alive positions past each row's burn-in (and within ``length`` of it).
+
+    A row that starts its episode (burn 0) trains on up to where the next start's trained
+    steps begin (``stride + burn_in``, at most the span) when that is further than ``length``:
+    otherwise, with ``burn_in + stride > length``, steps ``length ..`` of every episode would
+    be in no sequence's loss."""
     t = np.arange(seq.span)[None, :]
-    return alive[:, : seq.span] & (t >= burn[:, None]) & (t < burn[:, None] + seq.length)
+    first = min(max(seq.length, seq.every + seq.burn_in), seq.span)
+    end = np.where(burn == 0, first, burn + seq.length)
+    return alive[:, : seq.span] & (t >= burn[:, None]) & (t < end[:, None])
 
 
 def gather(
