@@ -166,8 +166,8 @@ class CrossQ(OffPolicy, Agent):
                 alpha_loss.backward()
                 self.alpha_opt.step()
 
-        # One priority per sample: |TD| of the pair averaged, the heads' with the head weights.
-        abs_td = (td.detach().abs().mean(0) * self.head_w).sum(-1) / self.head_w.sum()
+        # One priority per sample: |TD| of the pair averaged, the heads' with the weights' sizes.
+        abs_td = self.head_priority(td.detach().abs().mean(0))
         metrics = self.report(
             head_losses,
             critic_loss=critic_loss.detach(),

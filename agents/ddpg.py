@@ -246,8 +246,8 @@ class DDPG(OffPolicy, Agent):
                 self.head_q_mean.copy_(head_stats[0])
                 self.head_q_sq.copy_(head_stats[1])
 
-        # One priority per sample: the heads' |TD| averaged with the task's head weights.
-        abs_td = (td.detach().abs() * self.head_w).sum(-1) / self.head_w.sum()
+        # One priority per sample: the heads' |TD| averaged with the head weights' sizes.
+        abs_td = self.head_priority(td.detach().abs())
         metrics = self.report(
             head_losses,
             critic_loss=critic_loss.detach(),

@@ -138,6 +138,11 @@ class OffPolicy:
         self.recurrent = getattr(p, "core", "none") != "none"
         self.head_names = space.heads
         self.head_w = torch.tensor(space.head_weights, dtype=torch.float32, device=self.device)
+        # Each head's share of a sample's priority (head_priority): |c_h| / sum |c_h|, so that a
+        # head of negative weight (a cost) counts by its size; a plain mean if every c_h is 0.
+        size = self.head_w.abs()
+        total = float(size.sum())
+        self.priority_w = size / total if total > 0 else torch.full_like(size, 1 / len(size))
         self.masked = space.action_mask
         # The mask columns stay 0 / 1 in every normalized row a loss reads them from.
         mask_cols = space.act_dim if self.masked else 0
@@ -383,6 +388,11 @@ class OffPolicy:
     def update_targets(self, tau: float | None = None) -> None:
         """theta' <- tau theta + (1 - tau) theta' for every target network."""
         polyak_(self.target_params, self.online_params, self.params.tau if tau is None else tau)
+
+    def head_priority(self, abs_td: torch.Tensor) -> torch.Tensor:
+        """Each sample's priority from its heads' ``abs_td [..., H]``: their mean weighted by
+        the heads' absolute weights (``priority_w``)."""
+        return (abs_td * self.priority_w).sum(-1)
 
     def report(self, head_losses: torch.Tensor | None, **values: Any) -> dict[str, float]:
         """Metrics from scalar tensors (one device sync), and each head's critic loss."""

@@ -16,7 +16,7 @@ Q_h in the actor loss is Q1_h, as in the paper (``actor_q = "q1"``), or min(Q1_h
 (``actor_q = "min"``). ``discount`` is the buffer's n-step multiplier (gamma^k, 0 after a
 terminal state) and ``r_h`` its n-step return, so n-step and HER (goal-concatenated
 observations, relabelled rewards) need nothing here. New priorities are each sample's |TD| of
-both critics, averaged over the pair and over the heads with the head weights.
+both critics, averaged over the pair and over the heads with the head weights' sizes |c_h|.
 
 In a team, explorers sync from :attr:`TD3.actor`, a :class:`DeterministicActor` like DDPG's; as
 an Ape-X actor (``role = "actor"``) TD3 acts with the synced actor plus its exploration noise.
@@ -165,8 +165,8 @@ class TD3(OffPolicy, Agent):
             self.actor_step(-v.mean((q_pi * self.head_w).sum(-1)))
             self.update_targets()
 
-        # One priority per sample: |TD| of the pair averaged, the heads' with the head weights.
-        abs_td = (td.detach().abs().mean(0) * self.head_w).sum(-1) / self.head_w.sum()
+        # One priority per sample: |TD| of the pair averaged, the heads' with the weights' sizes.
+        abs_td = self.head_priority(td.detach().abs().mean(0))
         metrics = self.report(
             head_losses,
             critic_loss=critic_loss.detach(),

@@ -31,10 +31,10 @@ def _set(linear: torch.nn.Linear, weight: list[float], bias: float) -> None:
         linear.bias.fill_(bias)
 
 
-def _linear_agent(**overrides) -> DDPG:
+def _linear_agent(space: SpaceInfo = TWO_HEADS, **overrides) -> DDPG:
     """Two heads, no hidden layers: mu(s) = tanh(W s + b), Q_h(s, a) = w_h . [s, a] + b_h."""
     params = Params(hidden=[], learning_starts=0, **overrides)
-    agent = DDPG(TWO_HEADS, params)
+    agent = DDPG(space, params)
     _set(agent.actor_net.head, *ACTOR)
     _set(agent.actor_target.head, *ACTOR_T)
     for h in (0, 1):
@@ -69,6 +69,23 @@ def test_two_head_critic_targets_and_loss_by_hand():
     # priorities: head-weighted mean of |td|: [(1.24 + .5 * .3) / 1.5, (.25 + .5 * 2.8) / 1.5]
     np.testing.assert_allclose(out.td_error, [1.39 / 1.5, 1.65 / 1.5], rtol=1e-5)
     assert out.td_error.shape == (2,)
+
+
+@pytest.mark.parametrize(
+    ("weights", "expected"),
+    [
+        # td = [[1.24, -.3], [-.25, 2.8]] as above; a cost head (negative weight) counts by its
+        # size: (1, -0.5) gives the priorities of (1, 0.5), not (|td_a| - .5 |td_b|) / .5.
+        ((1.0, -0.5), [1.39 / 1.5, 1.65 / 1.5]),
+        # Weights that sum to 0 gave inf (the buffer then kept every sample at the max).
+        ((1.0, -1.0), [(1.24 + 0.3) / 2, (0.25 + 2.8) / 2]),
+        ((0.0, 0.0), [(1.24 + 0.3) / 2, (0.25 + 2.8) / 2]),  # all 0: the plain mean
+    ],
+)
+def test_priorities_weigh_the_heads_by_the_size_of_their_weights(weights, expected):
+    space = dataclasses.replace(TWO_HEADS, head_weights=weights)
+    out = _linear_agent(space, lr_critic=0.0, lr_actor=0.0).learn(_batch())
+    np.testing.assert_allclose(out.td_error, expected, rtol=1e-5)
 
 
 def test_actor_loss_is_the_weighted_sum_of_head_values():

@@ -149,6 +149,20 @@ def test_two_heads_give_one_twin_pair_each_and_one_priority_per_sample():
         assert {"critic_loss/a", "critic_loss/b"} <= set(out.metrics)
 
 
+def test_priorities_weigh_the_heads_by_the_size_of_their_weights():
+    # The first step's priorities do not depend on the head weights' signs: a cost head
+    # (negative weight) counts by its size, weights that sum to 0 (they gave inf) or are all 0
+    # give the plain mean over the heads.
+    def priorities(weights: tuple[float, float]) -> np.ndarray:
+        space = dataclasses.replace(TWO_HEADS, head_weights=weights)
+        return TD3(space, Params(hidden=[8], learning_starts=0)).learn(_batch()).td_error
+
+    np.testing.assert_allclose(priorities((1.0, -0.5)), priorities((1.0, 0.5)), rtol=1e-6)
+    same = priorities((1.0, 1.0))
+    np.testing.assert_allclose(priorities((1.0, -1.0)), same, rtol=1e-6)
+    np.testing.assert_allclose(priorities((0.0, 0.0)), same, rtol=1e-6)
+
+
 def test_policy_delay_leaves_actor_and_targets_alone_on_the_other_steps():
     agent = TD3(TWO_HEADS, Params(hidden=[8], policy_delay=3))
     actor0 = [p.detach().clone() for p in agent.actor_params]
