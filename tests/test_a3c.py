@@ -219,8 +219,8 @@ def test_every_eval_plays_theta_as_it_begins_even_with_no_training_step_between(
     played: list[tuple[int, bool]] = []
     plain = member.evaluate
 
-    def spy(agent, env, seed, heads=None):
-        result = plain(agent, env, seed, heads)
+    def spy(agent, env, seed, heads=None, **kwargs):
+        result = plain(agent, env, seed, heads, **kwargs)
         if isinstance(agent, A3C) and agent.theta is not None:
             assert agent._eval_theta is not None
             same = all(torch.equal(x, y) for x, y in zip(agent._eval_theta, agent.theta))

@@ -110,3 +110,24 @@ def test_a_learner_waits_its_whole_timeout_before_giving_up() -> None:
         with pytest.raises(ReplayTimeout, match="no insert for"):
             replay.sample(timeout=0.3)
         assert time.time() - started >= 0.3
+
+
+@pytest.mark.parametrize("ratio", [0.3, 1.0, 2.5])
+def test_owed_is_the_number_of_updates_the_gate_lets_through(ratio: float) -> None:
+    """``RatioGate.owed()`` counts exactly the samples ``can_sample`` allows before the next
+    insert (0 below ``min_size``), and is None for a disabled gate."""
+    cfg = ReplayConfig(capacity=100, batch_size=4, updates_per_insert=ratio, min_size=5, chunk=1)
+    with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
+        w = replay.writer(num_envs=1, block=False)
+        for _ in range(12):
+            _one_step(w)
+            owed = replay.gate.owed()
+            taken = 0
+            while replay.can_sample():
+                replay.sample()
+                taken += 1
+            assert owed == taken, replay.stats()
+            assert replay.gate.owed() == 0
+    cfg = ReplayConfig(capacity=100, batch_size=4, updates_per_insert=0, min_size=3, chunk=1)
+    with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
+        assert replay.gate.owed() is None

@@ -9,6 +9,7 @@ conditions (woken by the other side's progress) rather than polling, and give up
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -40,6 +41,17 @@ class RatioGate:
         if not self.enabled:
             return True
         return int(hdr[UPDATES]) <= self.ratio * (inserts - self.min_size)
+
+    def owed(self) -> int | None:
+        """How many updates :meth:`learner_may_update` allows now, before any more inserts
+        (a racy read: producers may add to it); None for a disabled gate, which holds nothing."""
+        if not self.enabled:
+            return None
+        hdr = self.storage.hdr
+        inserts = int(hdr[TOTAL]) - int(hdr[CARRIED])
+        if inserts < max(self.min_size, 1):
+            return 0
+        return max(0, math.floor(self.ratio * (inserts - self.min_size)) + 1 - int(hdr[UPDATES]))
 
     def producer_may_insert(self) -> bool:
         hdr = self.storage.hdr

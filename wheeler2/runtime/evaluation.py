@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +86,13 @@ def tally(env: Any, result: EvalResult) -> Tally:
     return out
 
 
-def evaluate(agent: Agent, env: VecEnv, seed: int, heads: RewardHeads | None = None) -> EvalResult:
+def evaluate(
+    agent: Agent,
+    env: VecEnv,
+    seed: int,
+    heads: RewardHeads | None = None,
+    heartbeat: Callable[[], None] | None = None,
+) -> EvalResult:
     """Run exactly one episode per copy of ``env`` with ``explore=False``.
 
     With ``heads`` and an agent that has the optional ``head_values(obs) -> [N, H]`` method
@@ -96,6 +103,9 @@ def evaluate(agent: Agent, env: VecEnv, seed: int, heads: RewardHeads | None = N
     parameters it will play). Copies run side by side so the actor sees one batch per step; a
     copy that finished keeps being stepped (autoreset) but its later episodes are ignored,
     which keeps the batch shape fixed and the result independent of episode lengths.
+
+    ``heartbeat`` is called after every vector step: a member's eval of long episodes or a
+    slow env can outlast ``heartbeat_s``, and a member silent that long is declared hung.
     """
     n = env.num_envs
     begin = getattr(agent, "begin_eval", None)
@@ -127,6 +137,8 @@ def evaluate(agent: Agent, env: VecEnv, seed: int, heads: RewardHeads | None = N
                 success[i] = float(flag)
         finished |= done
         obs, dg = st.obs, st.desired_goal
+        if heartbeat is not None:
+            heartbeat()
     known = success[~np.isnan(success)]
     return EvalResult(
         mean_return=float(returns.mean()),

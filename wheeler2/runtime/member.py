@@ -546,15 +546,32 @@ class MemberLoop:
 
     def _learn(self) -> None:
         trainer = self.trainer
-        if trainer is not None:
-            trainer.train_available(max_updates=PUBLISH_EVERY)
-        # Off-policy learners publish every PUBLISH_EVERY updates, on-policy ones (which update
-        # inside step) every PUBLISH_EVERY of their env steps.
-        progress = trainer.updates if trainer is not None else self.member.stats.env_steps
+        if trainer is None:
+            # On-policy learners update inside step: they publish every PUBLISH_EVERY env steps.
+            self._publish_when_due(self.member.stats.env_steps)
+        else:
+            # Every update the gate owes as this step ends, PUBLISH_EVERY at a time with a
+            # publish (and a heartbeat) between. One batch of PUBLISH_EVERY per step would fall
+            # behind for good wherever updates_per_insert x the rows inserted per step (the
+            # learner's own num_envs; on serial, every member's) exceeds it. Bounded: producers
+            # in other processes run at most the gate's tolerance ahead.
+            owed = trainer.owed()
+            left = PUBLISH_EVERY if owed is None else owed
+            while left > 0:
+                want = min(left, PUBLISH_EVERY)
+                done = trainer.train_available(max_updates=want)
+                self._publish_when_due(trainer.updates)
+                left -= done
+                if done < want:
+                    break
+                if left > 0:
+                    self._report_when_due()
+        self._evaluate_when_due()
+
+    def _publish_when_due(self, progress: int) -> None:
         if self.sink is not None and self.published is not None and progress >= self.next_publish:
             self.sink.publish(self.published)
             self.next_publish = progress + PUBLISH_EVERY
-        self._evaluate_when_due()
 
     def _evaluate_when_due(self) -> None:
         total = self.budget.run_steps(self.member.stats.env_steps)
@@ -566,7 +583,8 @@ class MemberLoop:
         self.last_eval = env_steps
         seed = eval_reset_seed(self.config)
         assert self.eval_env is not None  # every evaluating member builds its eval envs
-        result = evaluate(self.agent, self.eval_env, seed, heads=self.member.heads)
+        heads = self.member.heads
+        result = evaluate(self.agent, self.eval_env, seed, heads, heartbeat=self._report_when_due)
         if self.config.play.eval_vs and self.learner and hasattr(self.eval_env, "seats"):
             env: Any = self.eval_env
             vs = self.config.play.eval_vs

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from wheeler2.runtime.budget import REQUEST, STAGE, STOP, CountingBudget, new_bl
 from wheeler2.runtime.coordinator import prepare, run_team
 from wheeler2.runtime.curriculum import saved_stage
 from wheeler2.runtime.member import MemberLoop, Wiring, failed
-from wheeler2.runtime.messages import Failed, Message
+from wheeler2.runtime.messages import Failed, Figures, Message
 from wheeler2.runtime.opponents import OtherTable
 from wheeler2.runtime.replays import make_replay, own_replay_spec
 from wheeler2.runtime.restore import member_payload, saved_replay
@@ -38,11 +39,14 @@ class _Hung(Exception):
 
 
 class _ListLink:
-    def __init__(self, inbox: list[Message]) -> None:
+    def __init__(self, inbox: list[Message], beat: Callable[[], None]) -> None:
         self.inbox = inbox
+        self.beat = beat
 
     def send(self, message: Message) -> None:
         self.inbox.append(message)
+        if isinstance(message, Figures):
+            self.beat()  # a member that reports is not stuck, however long its tick
 
     def opened(self) -> None:
         pass  # the serial transport imported what a first update needs before the first tick
@@ -67,6 +71,7 @@ class SerialTransport:
         self.rng = payload.get("rng")
         self._alarm_previous: Any = None
         self._alarmed = False
+        self._in_round = False
         plans = setup.plans
         steps = [member_payload(payload, p.name)[1] for p in plans]
         self.block = new_block(steps, stage=saved_stage(config, payload))
@@ -99,7 +104,7 @@ class SerialTransport:
                     )
                 self.wirings[p.name] = Wiring(
                     budget=CountingBudget(self.block, None, p.index, total),
-                    link=_ListLink(self.inbox),
+                    link=_ListLink(self.inbox, self._beat),
                     replay=self.replays.get(table_name),
                     own_process=False,
                     sole=len(plans) == 1,
@@ -155,12 +160,21 @@ class SerialTransport:
         # One alarm per round of ticks (two syscalls), not per tick: a member stuck in its step
         # is caught heartbeat_s after the round began.
         self._arm(self.heartbeat_s)
+        self._in_round = True
         try:
             self._round()
         finally:
+            self._in_round = False
             self._arm(0)
         out, self.inbox[:] = list(self.inbox), []
         return out
+
+    def _beat(self) -> None:
+        """A member's figures (its heartbeat) during a round: the alarm counts from them, so
+        a long eval or the learner's owed updates, which report every 2 s, are not taken for a
+        hang; a member stuck in its env sends none."""
+        if self._in_round:
+            self._arm(self.heartbeat_s)
 
     def _arm(self, seconds: float) -> None:
         if self._alarmed:

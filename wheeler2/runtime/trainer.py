@@ -131,6 +131,12 @@ class Trainer:
             self._step(prepared, self._wait_ahead)
         return done
 
+    def owed(self) -> int | None:
+        """The updates the ratio gate allows now; None where it cannot say (a disabled gate,
+        or Ray's sharded replay, whose shards gate their own sampling)."""
+        gate = getattr(self.replay, "gate", None)
+        return None if gate is None else gate.owed()
+
     def train_owed(self, heartbeat: Callable[[], None] | None = None, every: int = 32) -> int:
         """The budget is spent: take every update the gate still owes (producers run at most
         its tolerance ahead), including batches a remote replay still has in flight.
