@@ -249,3 +249,97 @@ def test_fetch_task_head_equals_compute_reward() -> None:
     expected = env.unwrapped.compute_reward(ag, dg, None)
     np.testing.assert_array_equal(Reach().reach(None, None, None, ag, dg, None), expected)
     assert set(np.unique(expected)) == {-1.0, 0.0}
+
+
+BAD_TASK = """
+    import numpy as np
+    from wheeler2.task import Task, reward_head
+
+    def _miss(achieved_goal, desired_goal):
+        return -np.any(achieved_goal != desired_goal, axis=-1).astype(np.float32)
+
+    class Signature(Task):
+        @reward_head()
+        def goal(self, achieved_goal, desired_goal, info):  # not the heads' signature
+            return _miss(achieved_goal, desired_goal)
+
+    class WrongAxis(Task):
+        @reward_head()
+        def goal(self, obs, action, next_obs, achieved_goal, desired_goal, info):
+            # Over the batch, not the goal: [goal_dim] rewards, right only by chance.
+            return -np.any(achieved_goal != desired_goal, axis=0).astype(np.float32)
+
+    class Success(Task):
+        @reward_head()
+        def goal(self, obs, action, next_obs, achieved_goal, desired_goal, info):
+            return _miss(achieved_goal, desired_goal)
+
+        def success(self, achieved_goal, desired_goal, info=None):
+            return np.all(achieved_goal == desired_goal, axis=-1, keepdims=True)  # [B, 1]
+
+    class Worth(Task):
+        @reward_head()
+        def goal(self, obs, action, next_obs, achieved_goal, desired_goal, info):
+            return _miss(achieved_goal, desired_goal)
+
+        def worth_keeping(self, obs, action, next_obs, achieved_goal, desired_goal, info):
+            return np.ones(len(obs), bool)  # misses the reward argument
+"""
+
+
+@pytest.mark.parametrize(
+    ("cls", "what", "sets"),
+    [
+        (
+            "Signature",
+            r"reward head 'goal' cannot be called .* \(Signature.goal at .*badtask.py line 9\)",
+            [],
+        ),
+        (
+            "WrongAxis",
+            r"reward head 'goal' returned shape .* \(WrongAxis.goal at .*badtask.py line 14\)",
+            [],
+        ),
+        (
+            "Success",
+            r"success returned shape .* \(Success.success at .*badtask.py line 24\)",
+            ["buffer.her.terminate_on_goal=true"],
+        ),
+        (
+            "Worth",
+            r"worth_keeping cannot be called .* \(Worth.worth_keeping at .*badtask.py line 32\)",
+            ["buffer.keep=0.5"],
+        ),
+    ],
+)
+def test_task_functions_are_refused_by_check_naming_file_and_line(
+    tmp_path: Path, cls: str, what: str, sets: list[str]
+) -> None:
+    """What a run would only meet at its first step or sample (a signature the engine cannot
+    call, a reward per goal bit that matches the probe's length, success or worth_keeping of
+    the wrong shape or signature) is refused by ``check``, naming the function's file and line.
+    """
+    from wheeler2.config import ConfigError
+    from wheeler2.runtime.probe import check_with_env
+
+    (tmp_path / "badtask.py").write_text(textwrap.dedent(BAD_TASK))
+    path = _cfg(tmp_path, f"./badtask.py:{cls}")
+    # 3 bits and one copy: the probe's 3 rows would be as many as the goal's bits.
+    config = load(path, overrides=["env.kwargs.n_bits=3", *sets], out=str(tmp_path / "runs"))
+    with pytest.raises(ConfigError, match=what) as info:
+        check_with_env(config)
+    assert (info.value.table, info.value.key) == ("[task]", "heads")
+
+
+def test_a_head_named_by_the_documented_short_spec_is_the_tasks_bound_method() -> None:
+    """docs/tasks.md names a task method as "tasks.reacher:Reacher.distance_x": the class's own
+    module is wheeler2.tasks.reacher, and the short name must still find the run's instance
+    (resolved as a plain attribute it is an unbound function, missing self)."""
+    from wheeler2.tasks.reacher import Reacher
+
+    from wheeler2.runtime.heads import _task_method
+
+    task = Reacher()
+    for spec in ("tasks.reacher:Reacher.distance_x", "wheeler2.tasks.reacher:Reacher.distance_x"):
+        fn = _task_method(task, spec)
+        assert fn is not None and fn.__self__ is task, spec

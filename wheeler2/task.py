@@ -16,6 +16,7 @@ is built (:func:`validate_heads`), so a wrong shape fails before any training, n
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -169,7 +170,7 @@ class RewardHeads:
         if flags.shape != (n,):
             raise ValueError(
                 f"worth_keeping returned shape {flags.shape} for a batch of {n}; expected "
-                f"({n},): one flag per transition"
+                f"({n},): one flag per transition{_where(self.worth_keeping)}"
             )
         return flags.astype(np.bool_, copy=False)
 
@@ -206,26 +207,75 @@ def _checked(head: Head, value: Any, n: int) -> np.ndarray:
         if arr.shape != (n,):
             raise ValueError(
                 f"reward head {head.name!r} returned shape {np.shape(value)} for a batch of "
-                f"{n}; expected ({n},): one reward per transition"
+                f"{n}; expected ({n},): one reward per transition{_where(head.fn)}"
             )
     return arr
+
+
+# What validate_heads checks each user function takes, positionally.
+_HEAD_ARGS = ("obs", "action", "next_obs", "achieved_goal", "desired_goal", "info")
+_SUCCESS_ARGS = ("achieved_goal", "desired_goal")
+_WORTH_ARGS = (*_HEAD_ARGS, "reward")
+
+
+def _where(fn: Any) -> str:
+    """`` (Class.method at /path/file.py line 9)`` for a user's function, ``""`` for none."""
+    if fn is None:
+        return ""
+    code = getattr(inspect.unwrap(getattr(fn, "__func__", fn)), "__code__", None)
+    if code is None:  # a callable object: where its __call__ is
+        code = getattr(type(fn).__call__, "__code__", None)
+    name = getattr(fn, "__qualname__", type(fn).__qualname__)
+    if code is None:
+        return f" ({name})"
+    return f" ({name} at {code.co_filename} line {code.co_firstlineno})"
+
+
+def _check_signature(fn: Any, what: str, args: tuple[str, ...]) -> None:
+    """``fn`` must take ``args`` positionally: a wrong signature is refused naming ``what`` and
+    the function's file and line, not met as a bare TypeError at its first call."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or compiled callable: nothing to read
+        return
+    try:
+        sig.bind(*args)
+    except TypeError as exc:
+        expected = ", ".join(args)
+        raise ValueError(f"{what} cannot be called as ({expected}): {exc}{_where(fn)}") from None
 
 
 def validate_heads(heads: RewardHeads, env: Any, steps: int = 3, seed: int = 0) -> None:
     """Run every custom head on a probe batch from a reset and ``steps`` random actions.
 
-    A head whose function returns the wrong shape, or non-finite rewards, raises ``ValueError``
-    naming the head here, when the run is built, instead of deep inside the first update (or,
-    for HER, the first relabelled sample). Several steps make the batch larger than one row, so
-    a function that returns a scalar cannot pass by accident.
+    A head whose function has the wrong signature, returns the wrong shape, or non-finite
+    rewards, raises ``ValueError`` naming the head (and the function's file and line) here, when
+    the run is built, instead of deep inside the first update (or, for HER, the first
+    relabelled sample). So do the task's ``success`` (goal envs: HER's ``terminate_on_goal``
+    calls it on every sample) and ``worth_keeping`` (called on every vector step). Several
+    steps make the batch larger than one row, so a function that returns a scalar cannot pass
+    by accident, and the batch is never as long as the goal, action or observation width, so a
+    reduction over the wrong axis cannot either.
     """
-    if all(h.fn is None for h in heads.heads) and heads._goal_reward is None:
+    custom = [h for h in heads.heads if h.fn is not None]
+    if (
+        not custom
+        and heads._goal_reward is None
+        and heads.reached is None
+        and heads.worth_keeping is None
+    ):
         return
+    for head in custom:
+        _check_signature(head.fn, f"reward head {head.name!r}", _HEAD_ARGS)
+    if heads.worth_keeping is not None:
+        _check_signature(heads.worth_keeping, "worth_keeping", _WORTH_ARGS)
+    info_ = env.info
     rng = np.random.default_rng(seed)
     first = env.reset(seed=seed)
     obs = first.obs
+    while steps * len(obs) in (info_.goal_dim, info_.act_dim, info_.obs_dim):
+        steps += 1
     rows: dict[str, list[Any]] = {k: [] for k in ("obs", "act", "next", "ag", "dg", "info", "r")}
-    info_ = env.info
     for _ in range(steps):
         n = len(obs)
         if info_.discrete:
@@ -256,6 +306,17 @@ def validate_heads(heads: RewardHeads, env: Any, steps: int = 3, seed: int = 0) 
         # HER asks for the same rewards with other goals: the achieved goals of later steps.
         relabelled = heads.relabel(*batch, achieved, achieved[::-1].copy())
         _check_finite(heads, relabelled, "its HER-relabelled reward")
+        if heads.reached is not None:
+            _check_signature(heads.reached, "success", _SUCCESS_ARGS)
+            flags = heads.reached(achieved, achieved[::-1].copy())
+            n = len(achieved)
+            # None: the task has no notion of success (the base class's answer).
+            if flags is not None and np.shape(flags) != (n,):
+                raise ValueError(
+                    f"success returned shape {np.shape(flags)} for a batch of {n}; expected "
+                    f"({n},): one flag per transition{_where(heads.reached)}"
+                )
+    heads.worth(*batch, achieved, desired, rows["info"], reward)  # refuses a wrong shape
 
 
 def _check_finite(heads: RewardHeads, reward: np.ndarray, what: str) -> None:

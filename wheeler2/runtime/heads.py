@@ -52,8 +52,9 @@ def make_heads(config: Config, env: VecEnv, task: Task | None) -> RewardHeads:
         # A task that defines success returns its flags (None is the base class's "no notion").
         reached = cast(Callable[..., np.ndarray], task.success)
     out = RewardHeads(heads, goal_reward, reached, _worth_keeping(config, task))
-    if any(h.fn is not None for h in heads):
-        validate_heads(out, env)  # a wrong shape fails here, before training, naming the head
+    if any(h.fn is not None for h in heads) or out.reached is not None or out.worth_keeping:
+        # A wrong signature or shape fails here, before training, naming the function.
+        validate_heads(out, env)
     return out
 
 
@@ -113,7 +114,8 @@ def _task_method(task: Task | None, spec: str) -> Any:
     module, _, attr = spec.partition(":")
     owner, _, method = attr.rpartition(".")
     cls = type(task)
-    module = registry.module_name(module)
+    # "tasks.reacher" names the installed wheeler2.tasks.reacher, the class's own module.
+    module = registry.installed_module(registry.module_name(module))
     if task is not None and owner and (cls.__module__, cls.__qualname__) == (module, owner):
         return getattr(task, method)
     return None
