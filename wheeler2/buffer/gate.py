@@ -32,26 +32,29 @@ class RatioGate:
     def enabled(self) -> bool:
         return self.ratio > 0
 
+    def _inserts(self) -> int:
+        hdr = self.storage.hdr
+        return int(hdr[TOTAL]) - int(hdr[CARRIED])  # rows carried forward are not new
+
     def learner_may_update(self) -> bool:
         """Read under the lock (or racily, for a non-blocking peek)."""
-        hdr = self.storage.hdr
-        inserts = int(hdr[TOTAL]) - int(hdr[CARRIED])  # rows carried forward are not new
+        inserts = self._inserts()
         if inserts < max(self.min_size, 1):
             return False
         if not self.enabled:
             return True
-        return int(hdr[UPDATES]) <= self.ratio * (inserts - self.min_size)
+        return int(self.storage.hdr[UPDATES]) <= self.ratio * (inserts - self.min_size)
 
     def owed(self) -> int | None:
         """How many updates :meth:`learner_may_update` allows now, before any more inserts
         (a racy read: producers may add to it); None for a disabled gate, which holds nothing."""
         if not self.enabled:
             return None
-        hdr = self.storage.hdr
-        inserts = int(hdr[TOTAL]) - int(hdr[CARRIED])
+        inserts = self._inserts()
         if inserts < max(self.min_size, 1):
             return 0
-        return max(0, math.floor(self.ratio * (inserts - self.min_size)) + 1 - int(hdr[UPDATES]))
+        allowed = math.floor(self.ratio * (inserts - self.min_size)) + 1  # updates 0 .. floor
+        return max(0, allowed - int(self.storage.hdr[UPDATES]))
 
     def producer_may_insert(self) -> bool:
         hdr = self.storage.hdr
