@@ -154,3 +154,20 @@ def test_a_resume_cuts_the_row_a_killed_session_left_half_written(tmp_path):
     with runlog.RunLog(tmp_path, progress=False, tensorboard=False) as log:
         log.scalars("target", 40, {"loss": 1.0})
     assert path.read_text().splitlines()[0] == ",".join(runlog.CSV_FIELDS)
+
+
+def test_a_resume_drops_the_rows_a_killed_session_wrote_past_its_checkpoint(tmp_path):
+    path = tmp_path / runlog.METRICS_FILE
+    path.write_text(
+        "wall_s,env_steps,member,key,value\n"
+        "1.0,10,target,loss,0.5\n"
+        "5.0,50,target,loss,0.4\n"  # the checkpoint is at wall 5.0
+        "7.0,70,target,loss,0.3\n"  # the killed session's, past it
+    )
+    with runlog.RunLog(tmp_path, progress=False, tensorboard=False, wall_offset_s=5.0) as log:
+        log.scalars("target", 60, {"loss": 0.35})
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == list(runlog.CSV_FIELDS)
+    assert [r[1] for r in rows[1:]] == ["10", "50", "60"]
+    assert float(rows[-1][0]) >= 5.0  # the resumed session's clock goes on from the checkpoint

@@ -71,6 +71,8 @@ class RunLog:
 
         path = self.run_dir / METRICS_FILE
         _drop_torn_row(path)
+        if wall_offset_s > 0:
+            _drop_rows_after(path, wall_offset_s)
         new_file = not path.exists() or path.stat().st_size == 0
         self._csv_file = open(path, "a", newline="", encoding="utf-8")  # noqa: SIM115
         self._csv = csv.writer(self._csv_file)
@@ -535,6 +537,33 @@ def _drop_torn_row(path: Path) -> None:
         tail = f.read()
         cut = tail.rfind(b"\n")
         f.truncate(start + cut + 1 if cut >= 0 else 0)
+
+
+def _drop_rows_after(path: Path, wall_s: float) -> None:
+    """Drop the rows a session wrote after the checkpoint a resume starts from (``wall_s``,
+    the checkpoint's clock). A killed session (SIGKILL, OOM, a lost node) wrote rows past its
+    last checkpoint; the resume measures those steps again, so keeping them put two values at
+    one step of every curve, the dead session's and the resumed one's."""
+    if not path.exists():
+        return
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return
+    kept = [rows[0]] + [r for r in rows[1:] if not _after(r, wall_s)]
+    if len(kept) == len(rows):
+        return
+    fd, tmp = temp_file_beside(path)
+    with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(kept)
+    os.replace(tmp, path)
+
+
+def _after(row: list[str], wall_s: float) -> bool:
+    try:
+        return float(row[0]) > wall_s
+    except (IndexError, ValueError):  # not a row this file's writer wrote: leave it
+        return False
 
 
 def _umask() -> int:

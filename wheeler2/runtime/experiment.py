@@ -200,7 +200,6 @@ class Recorder:
             self.log.best_eval = state.best_return
         if state.steps_to_threshold is not None:  # a resumed run already past it
             self._stop_at_threshold("an eval before this resume")
-        self._t0 = time.perf_counter()
         self.startup_s: float | None = None  # from the command to the team's first step
         self.curriculum = config.curriculum
         if self.curriculum is not None:
@@ -218,7 +217,9 @@ class Recorder:
 
     @property
     def wall_s(self) -> float:
-        return self.state.wall_s + time.perf_counter() - self._t0
+        # The log's clock, which goes on from state.wall_s: a checkpoint's wall_s and the
+        # metrics rows are then on one clock, and a resume cuts the rows past the checkpoint.
+        return self.log.wall_s
 
     def team_started(self) -> None:
         from wheeler2.process import process_age_s
