@@ -24,7 +24,12 @@ from wheeler2 import cli  # noqa: E402
 from wheeler2.env import GroupStep  # noqa: E402
 from wheeler2.env import legal_actions as legal_mask  # noqa: E402
 from wheeler2.runtime.evaluation import EvalResult, tally  # noqa: E402
-from wheeler2.runtime.opponents import POOL_KEY, OpponentPool, random_legal_rows  # noqa: E402
+from wheeler2.runtime.opponents import (  # noqa: E402
+    POOL_KEY,
+    Drivers,
+    OpponentPool,
+    random_legal_rows,
+)
 
 TTT = "classic.tictactoe_v3"
 
@@ -242,6 +247,73 @@ def test_pool_state_round_trips_weights_records_and_draws():
     copy.load_state_dict(state)
     assert [s.wins for s in copy.snapshots] == [0.0, 1.0, 0.0] and copy.next_at == pool.next_at
     assert [copy.draw() for _ in range(20)] == [pool.draw() for _ in range(20)]
+
+
+def test_pool_state_keeps_the_current_policys_record():
+    # "win_rate" weighs the live policy by its record as it weighs the snapshots: a resumed
+    # pool must draw as the one that was saved.
+    pool = OpponentPool(size=4, every=1, sampling="win_rate", seed=3)
+    for u in range(2):
+        pool.maybe_snapshot(_module(u), u)
+    for _ in range(30):
+        pool.result(-1, -1.0)  # the current policy beats the table
+        pool.result(0, 1.0)
+        pool.result(1, 1.0)
+    copy = OpponentPool(size=4, every=1, sampling="win_rate", seed=3)
+    copy.load_state_dict(pool.state_dict())
+    assert (copy.current.wins, copy.current.games) == (0.0, 30.0)
+    assert [copy.draw() for _ in range(50)] == [pool.draw() for _ in range(50)]
+
+
+class _Actor:
+    """The least an agent needs to be snapshotted: an actor (sync.pull_target)."""
+
+    def __init__(self, value):
+        self.actor = _module(value)
+
+
+def test_a_game_against_a_dropped_snapshot_is_scored_to_no_other():
+    pool = OpponentPool(size=2, every=1, sampling="uniform", seed=0)
+    drivers = Drivers(_Actor(0.0), {}, pool, _Actor(-1.0), copies=3)
+    drivers.after_update(0)
+    drivers.after_update(1)  # snapshots of updates 0 and 1: the pool is full
+    drivers.facing[:] = [0, 1, -1]
+    drivers.after_update(2)  # updates 0 goes; 1 and 2 stay, at indices 0 and 1
+    assert [s.updates for s in pool.snapshots] == [1, 2]
+    assert drivers.facing[1] == 0 and drivers.facing[2] == -1  # still the opponents drawn
+    drivers.episode_ended(1, 1.0)  # copy 1 beat the snapshot of updates 1
+    drivers.episode_ended(0, -1.0)  # copy 0's opponent left the pool mid-game
+    assert [(s.updates, s.wins, s.games) for s in pool.snapshots] == [(1, 1.0, 1.0), (2, 0.0, 0.0)]
+    assert pool.current.games == 0.0
+
+
+def test_a_snapshot_plays_as_the_table_did_with_its_observation_statistics(tmp_path: Path):
+    from wheeler2.config import load
+    from wheeler2.runtime.opponents import build_drivers
+    from wheeler2.runtime.parts import make_agent, make_env, space_info
+    from wheeler2.runtime.plan import plan_team
+    from wheeler2.task import Head, RewardHeads
+
+    cfg = tmp_path / "ttt.toml"
+    cfg.write_text(SELF_PLAY.format(steps=600))
+    config = load(cfg, ["team.0.params.normalize_obs=true"])
+    plan = plan_team(config)[0]
+    env = make_env(config, 2, 0, plan, {})
+    space = space_info(env.info, RewardHeads([Head("env", 1.0, None)], None))
+    agent = make_agent(config, plan, space, 0)
+    drivers = build_drivers(config, plan, env, agent, space, {}, 0)
+    assert drivers is not None and drivers.pool is not None
+    rng = np.random.default_rng(0)
+    dim, act_dim = env.info.obs_dim, env.info.act_dim
+    # Statistics far from the fresh normalizer's (mean 0, std 1): most squares taken.
+    agent.obs_norm.update((rng.random((256, dim)) < 0.9).astype(np.float32))
+    drivers.after_update(0)
+    rows = (rng.random((256, dim)) < 0.5).astype(np.float32)
+    rows[:, -act_dim:] = 1.0  # every move legal
+    live = agent.act(rows, explore=False).action
+    snap = drivers.load_snapshot(0).act(rows, explore=False).action
+    np.testing.assert_array_equal(snap, live)
+    env.close()
 
 
 SELF_PLAY = """

@@ -309,6 +309,15 @@ def test_check_refuses_more_stages_than_the_env_has(
             "or one of 'vs_random/win' (draw, loss, win_first, ... in place of win), got",
         ),
         (['curriculum.metric="elo"', 'play.eval_vs=["pool"]'], 'add "random" to [play]'),
+        # Listed in eval_vs, yet never played: the run would never leave stage 0.
+        (
+            ['curriculum.metric="vs_tables/win"', 'play.eval_vs=["tables"]'],
+            "only with [play] joint = true, so without it no eval reports vs_tables",
+        ),
+        (
+            ['curriculum.metric="vs_pool/win"', 'play.eval_vs=["pool"]'],
+            "opponents = 'latest' (and no random_share) keeps no snapshot pool",
+        ),
         (
             ['curriculum.metric="vs_random/win"', 'play.eval_vs=["random"]'],
             "only turn-based games report; 'wheeler2/StagedReach-v0' is not one",

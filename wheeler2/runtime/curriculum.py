@@ -142,6 +142,22 @@ def _check_metric(config: Config, curriculum: CurriculumConfig) -> None:
             f"{metric!r} needs {kind!r} in [play] eval_vs (it has {list(kinds)}), or the eval "
             f"never reports it",
         )
+    # Listed yet never played (opponents.match_figures): the run would stay at stage 0.
+    play = config.play
+    if kind == "tables" and not play.joint:
+        raise _error(
+            config,
+            "metric",
+            f"{metric!r}: the eval meets the other tables only with [play] joint = true, so "
+            f"without it no eval reports vs_tables",
+        )
+    if kind == "pool" and play.opponents == "latest" and not play.random_share:
+        raise _error(
+            config,
+            "metric",
+            f"{metric!r}: [play] opponents = 'latest' (and no random_share) keeps no snapshot "
+            f"pool, so no eval reports vs_pool; use opponents = 'uniform' or 'win_rate'",
+        )
 
 
 def _check_stages(config: Config, curriculum: CurriculumConfig, env: Any) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -30,13 +30,17 @@ from wheeler2.runtime.evaluation import EvalResult, Tally, evaluate, tally
 from wheeler2.runtime.parts import make_agent, space_info
 from wheeler2.runtime.plan import MemberPlan, learner_plan, plan_team
 from wheeler2.runtime.protocols import ReplayTable, ReplayWriter, WeightSource
-from wheeler2.sync import pull_target
+from wheeler2.sync import obs_stats, pull_target, sync_target
 from wheeler2.task import Head, RewardHeads
 
 if TYPE_CHECKING:
     from wheeler2.config import Config
 
 RANDOM = -2  # an opponent index: the uniformly random player ([play] random_share)
+# An opponent index: a snapshot that left the pool while a game against it was on. The current
+# policy finishes that game, and its result is credited to no snapshot (not to the one that
+# took the index over).
+RETIRED = -3
 SELF = "self"  # envs/turns.py's group of the member's own seats it is not playing
 POOL_KEY = "opponent_pool"  # the pool's entry in a member's checkpointed state
 
@@ -126,12 +130,18 @@ class OpponentPool:
             ],
             "next_at": self.next_at,
             "rng": self.rng.bit_generator.state,
+            # The live policy's record is a "win_rate" candidate like the snapshots'.
+            "current": [self.current.wins, self.current.games],
+            "random": [self.random.wins, self.random.games],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.snapshots = [Snapshot(**s) for s in state["snapshots"]]
         self.next_at = int(state["next_at"])
         self.rng.bit_generator.state = state["rng"]
+        # Pools saved before these records were kept start them afresh.
+        for record, key in ((self.current, "current"), (self.random, "random")):
+            record.wins, record.games = (float(x) for x in state.get(key, (0.0, 0.0)))
 
 
 class _Recorder:
@@ -196,7 +206,9 @@ class Drivers:
         self.tables = tables
         self.pool = pool
         self.opponent = opponent  # the agent a snapshot is loaded into to play
-        self._opponent_module = None if opponent is None else pull_target(opponent)
+        # Snapshots are of the actor *and* its observation statistics (sync_target): weights
+        # trained on normalized inputs play as the table did only with the statistics of then.
+        self._opponent_module = None if opponent is None else _frozen_target(opponent)
         self._loaded = -2
         self.facing = np.full(copies, -1, np.int64)  # each copy's opponent this episode
         if pool is not None:
@@ -259,7 +271,8 @@ class Drivers:
         if self.pool is None:
             return
         index = int(self.facing[copy])
-        self.pool.result(index, outcome)
+        if index != RETIRED:
+            self.pool.result(index, outcome)
         self.results.append((index, outcome))
         self.facing[copy] = self.pool.draw()
 
@@ -280,8 +293,20 @@ class Drivers:
 
     def after_update(self, updates: int) -> None:
         """Snapshot the member's policy when due (self-play)."""
-        if self.pool is not None and self.pool.maybe_snapshot(pull_target(self.own), updates):
-            self._loaded = -2  # the indices shifted when the oldest went
+        pool = self.pool
+        if pool is None:
+            return
+        before = len(pool.snapshots)
+        if not pool.maybe_snapshot(sync_target(self.own), updates):
+            return
+        self._loaded = -2
+        dropped = before + 1 - len(pool.snapshots)
+        if dropped:
+            # The kept snapshots' indices shifted down: each copy's game goes on against the
+            # opponent it drew (and is scored to it), not the one now at its old index.
+            drawn = self.facing >= 0
+            self.facing[drawn] -= dropped
+            self.facing[drawn & (self.facing < 0)] = RETIRED
 
     def pull(self) -> None:
         for driven in self.tables.values():
@@ -340,6 +365,15 @@ class EvalDrivers:
 
     def episode_ended(self, copy: int, outcome: float) -> None:
         pass
+
+
+def _frozen_target(opponent: Agent) -> nn.Module:
+    """Where a snapshot is loaded to play: the opponent's :func:`sync_target`, its normalizer
+    (if any) set to act with the loaded statistics alone."""
+    stats = obs_stats(opponent)
+    if stats is not None:
+        cast(Any, stats).follow = True
+    return sync_target(opponent)
 
 
 def random_legal_rows(obs: np.ndarray, act_dim: int, rng: np.random.Generator) -> np.ndarray:
