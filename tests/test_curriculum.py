@@ -111,6 +111,9 @@ def test_the_stage_moves_at_the_first_eval_over_its_bar_and_one_stage_per_eval(
     # -100.5 misses the first bar; -40 passes both, yet moves one stage; the last stage stays.
     assert seen == [0, 0, 1, 2, 2, 2]
     assert next_stage(cur, 0, result(-100.0)) == 1  # the bar itself is reached
+    # An eval that ran at the stage before (in flight while the stage moved) moves nothing.
+    assert next_stage(cur, 1, result(10.0), ran_at=0) == 1
+    assert next_stage(cur, 1, result(10.0), ran_at=1) == 2
 
 
 def test_a_head_to_head_metric_reads_the_eval_matches(tmp_path: Path) -> None:

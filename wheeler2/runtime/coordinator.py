@@ -227,7 +227,9 @@ class Coordinator:
         """The lead's eval may move the run on to the next stage ([curriculum]); the members
         see it in the control block and apply it to their envs at their next step."""
         assert self.config.curriculum is not None
-        stage = next_stage(self.config.curriculum, self.recorder.state.stage, message.result)
+        stage = next_stage(
+            self.config.curriculum, self.recorder.state.stage, message.result, message.stage
+        )
         if stage != self.recorder.state.stage:
             self.transport.set_stage(stage)
         self.recorder.record_stage(message.env_steps, stage)

@@ -42,11 +42,17 @@ def metric_value(metric: str, result: EvalResult) -> float | None:
     return None if value is None else float(value)
 
 
-def next_stage(curriculum: CurriculumConfig, stage: int, result: EvalResult) -> int:
+def next_stage(
+    curriculum: CurriculumConfig, stage: int, result: EvalResult, ran_at: int = -1
+) -> int:
     """The stage after an eval run at ``stage``: ``stage + 1`` where the eval's metric reached
     ``advance_at[stage]``, else ``stage``. Never more than one step, so every stage is trained
-    on for at least one eval interval, however easy the next thresholds are."""
-    if stage >= curriculum.stages - 1:
+    on for at least one eval interval, however easy the next thresholds are.
+
+    ``ran_at``: the stage the eval's envs were at (-1: not known). An eval that ran before the
+    last change (in flight while the coordinator moved the stage, on local or ray) measured the
+    stage before: it moves nothing, or one easy stage would skip the next."""
+    if stage >= curriculum.stages - 1 or (ran_at >= 0 and ran_at != stage):
         return stage
     value = metric_value(curriculum.metric, result)
     if value is None or not math.isfinite(value) or value < curriculum.advance_at[stage]:

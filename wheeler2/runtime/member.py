@@ -591,7 +591,7 @@ class MemberLoop:
             result.matches = match_figures(self.agent, env, self.drivers, vs, result, seed)
             env.attach_others(self.eval_drivers)  # back to its own for the next eval
         state, own = self.state_dict(), self.member.stats.env_steps
-        self.link.send(Evaluated(self.plan.name, env_steps, result, state, own))
+        self.link.send(Evaluated(self.plan.name, env_steps, result, state, own, self.stage))
 
     def finish(self) -> None:
         """After the last tick. A learner whose budget is spent takes the updates the gate still

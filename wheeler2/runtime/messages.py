@@ -54,6 +54,7 @@ class Evaluated:
     result: EvalResult
     state: dict[str, Any]  # the evaluated learner, for best.pt
     own_steps: int  # the member's own env steps with that state (its member_steps entry)
+    stage: int = -1  # the [curriculum] stage its eval envs were at (-1: no curriculum)
 
 
 @dataclass(frozen=True)
