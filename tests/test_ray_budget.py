@@ -101,3 +101,38 @@ def test_the_board_keeps_weights_per_table_and_sends_each_member_those_it_pulls(
     a.want("prey")
     a.poll()
     assert a.latest("prey") == (1, ["prey-1"]) and a.latest("main") is None
+
+
+class Plan:
+    """A sync plan that records what it was given."""
+
+    names = ("w",)
+
+    def __init__(self) -> None:
+        self.applied: list[Any] = []
+
+    def apply(self, weights: Any) -> None:
+        self.applied.append(weights)
+
+
+def test_an_explorers_first_pull_takes_the_learners_weights_at_once(
+    board: Handle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As the member is built its source pulls once; a local explorer reads the learner's first
+    # weights then. The board's reply to the claim that pull sends is not back yet (never
+    # ready at a poll here): the pull must wait for it rather than come back empty, which left
+    # the explorer on its own weights for its first sync.every steps.
+    monkeypatch.setattr(ray_member.ray, "wait", lambda refs, timeout=None: ([], refs))
+    board.set_weights.remote("main", 1, [{"w": 1}])
+    a = ray_member.BoardBudget(board, "a", 16, 0)
+    plan = Plan()
+    source = ray_member.BoardSource(a, plan, "main")
+    assert source.pull() == 1
+    assert plan.applied == [{"w": 1}]
+    assert source.pull() is None  # nothing newer
+    # A claim sent before the source asked for the table brings no weights: one more is sent.
+    b = ray_member.BoardBudget(board, "b", 16, 0)
+    b.poll()  # in flight, without "main"
+    other = ray_member.BoardSource(b, Plan(), "main")
+    assert other.pull() == 1
+    assert not a.stopped() and not a.opened()

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     from .writer import Writer
 
 BATCHES_PER_CALL = 8  # replay batches per sample call: ~1 ms of call latency over ~8 updates
+# The fewest updates a learner on Ray tries to take as a step ends (the member loop's
+# PUBLISH_EVERY, what it tried before the shards said what they owe): a gate's count is a reply
+# old, and the loop stops at the first batch not yet here anyway.
+LEAST_OWED = 50
 SAMPLE_WAIT_S = 1.0  # how long a shard holds an unservable sample call before answering empty
 TERMS_KEY = "priority_terms"  # the sampling shard's priority terms in its checkpointed state
 
@@ -152,7 +156,9 @@ class ReplayShard:
             self.last_update = time.time()
             await self._notify()
         stacked = {k: np.stack([b[k] for b in out]) for k in out[0]} if out else {}
-        return {"n": len(out), "batch": stacked, "stats": replay.stats()}
+        # The gate's owed() after this call: the learner takes that many as its step ends.
+        owed = replay.gate.owed()
+        return {"n": len(out), "batch": stacked, "stats": replay.stats(), "owed": owed}
 
     async def update_priorities(self, items: list[tuple[np.ndarray, np.ndarray]]) -> None:
         for index, td in items:
@@ -181,6 +187,11 @@ class ReplayShard:
         terms = state.pop(TERMS_KEY, None)
         self.replay.load_state_dict(state)
         self.replay.load_priority_state(terms)
+
+    async def continue_updates(self, updates: int) -> None:
+        """This shard's part of a resumed learner's updates: PER's beta goes on from there (the
+        local learner does this for its replay in its own process; here the shard samples)."""
+        self.replay.continue_updates(updates)
 
     async def close(self) -> None:
         """Unlink the shard's shared memory (idempotent)."""
@@ -287,6 +298,7 @@ class ShardedReplay:
         self.in_flight: dict[Any, int] = {}
         self.priorities: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in shards]
         self.shard_stats: list[dict[str, float]] = [{} for _ in shards]
+        self.shard_owed: list[int | None] = [0 for _ in shards]  # each gate's, at its last reply
         self._last = 0
         self.finished = False
 
@@ -302,6 +314,7 @@ class ShardedReplay:
         i = self.in_flight.pop(ref)
         reply = ray.get(ref)
         self.shard_stats[i] = reply["stats"]
+        self.shard_owed[i] = reply.get("owed")
         batch = reply["batch"]
         for j in range(reply["n"]):
             # Copies: arrays that come out of the object store are read-only.
@@ -320,6 +333,23 @@ class ShardedReplay:
             i = self.in_flight[ref]
             self._take(ref)
             self._issue(i)
+
+    @property
+    def gate(self) -> ShardedReplay:
+        """What the trainer asks for :meth:`owed`, as it asks a local replay's gate."""
+        return self
+
+    def owed(self) -> int | None:
+        """The updates to take as the learner's step ends: the batches here and what each
+        shard's gate still allowed at its last reply. Without it the learner took at most
+        LEAST_OWED per step on Ray and fell behind for good wherever its own rows per step x
+        updates_per_insert exceeded that (its own inserts are never held). None where the
+        gates are disabled (updates_per_insert = 0), as a local gate says."""
+        self._poll()
+        known = [o for o in self.shard_owed if o is not None]
+        if not known:
+            return None
+        return max(LEAST_OWED, len(self.queue) + sum(known))
 
     def can_sample(self) -> bool:
         if not self.queue:

@@ -47,7 +47,22 @@ def _run_backend(config: Config, run_dir: Path, resume: bool) -> None:
 
         run_local(config, run_dir, resume)
     elif backend == "ray":
-        from wheeler2.runtime.ray_backend import run_ray
+        try:
+            from wheeler2.runtime.ray_backend import run_ray
+        except ModuleNotFoundError as exc:
+            if exc.name != "ray":
+                raise
+            from wheeler2.config import ConfigError
+
+            # Ray is an optional extra: say so, rather than a traceback ending in "No module
+            # named 'ray'".
+            raise ConfigError(
+                config.path,
+                "experiment",
+                "backend",
+                'backend "ray" needs Ray, an optional extra: pip install ".[ray]" '
+                '(or "wheeler2[ray]"); backend = "local" runs the team on this machine',
+            ) from None
 
         run_ray(config, run_dir, resume)
     else:  # config validation rejects this first; kept for callers that build configs by hand

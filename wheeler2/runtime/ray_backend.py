@@ -189,7 +189,7 @@ class RayTransport:
         _check_fits(plans)
         for p in plans:
             self.actors[p.name] = member_actor.options(
-                name=f"wheeler2-{self.run_id}-{p.name}", **member_options(p)
+                **self._named(p.name), **member_options(p)
             ).remote(p.name)
         self.placed = self._wait_placed(plans)
         for table in setup.tables:
@@ -198,7 +198,7 @@ class RayTransport:
             shards = max(1, int(config.buffer.shards)) if table.uses_replay else 0
             self.shards[table.name] = [
                 replay_shard.options(
-                    name=f"wheeler2-{self.run_id}-{table.name}-buffer-{i}",
+                    **self._named(f"{table.name}-buffer-{i}"),
                     scheduling_strategy=self._near(table.lead.name),
                 ).remote(replay_spec(config, table, shard=i, shards=shards), i)
                 for i in range(shards)
@@ -206,7 +206,7 @@ class RayTransport:
         member_steps = {p.name: member_payload(payload, p.name)[1] for p in plans}
         self.steps = dict(member_steps)
         self.board = board.options(
-            name=f"wheeler2-{self.run_id}-board", scheduling_strategy=self._near(setup.lead.name)
+            **self._named("board"), scheduling_strategy=self._near(setup.lead.name)
         ).remote(int(config.experiment.total_steps), member_steps, self.stage)
         every_shard = [s for shards in self.shards.values() for s in shards]
         try:
@@ -214,20 +214,20 @@ class RayTransport:
         except ray.exceptions.RayError as exc:
             raise MemberFailed("buffer", str(exc)) from None
         for table in setup.tables:
-            held = self.shards[table.name]
-            saved = saved_replay(payload, table)
-            if saved is not None and held:
-                if len(held) == 1:
-                    ray.get(held[0].load_state_dict.remote(saved))
-                else:
-                    print(
-                        f"warning: the checkpoint's replay of table {table.name!r} is not "
-                        f"loaded into a sharded buffer"
-                    )
+            updates = int(getattr(table.learner, "updates", 0))  # the resumed learner's
+            restore_shards(
+                table.name, self.shards[table.name], saved_replay(payload, table), updates
+            )
             # Version 1 of every table's weights: its explorers, and with [play] joint every
             # other table's members, pull it before its learner publishes.
             ref = ray.put(float_state(table.published))  # with its obs statistics, if any
             ray.get(self.board.set_weights.remote(table.name, 1, [ref]))
+
+    def _named(self, what: str) -> dict[str, str]:
+        """Actor options naming ``what`` of this run in the ``wheeler2`` namespace, where
+        docs/cluster.md says to look: a Ray that the caller set up itself (ray.init without a
+        namespace) would otherwise put them in an anonymous one that no other driver sees."""
+        return {"name": f"wheeler2-{self.run_id}-{what}", "namespace": NAMESPACE}
 
     def _near(self, member: str) -> Any:
         return ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
@@ -370,6 +370,27 @@ class RayTransport:
                 ray.kill(actor)
             except Exception:  # noqa: BLE001 - already gone
                 pass
+
+
+def restore_shards(
+    table: str, shards: list[Any], saved: dict[str, Any] | None, updates: int
+) -> None:
+    """A resumed table's shards: the checkpoint's replay (into one shard only), then the
+    learner's update count, each shard its share, so that PER's beta goes on from where the
+    run was rather than from its start, as the local learner's replay does."""
+    if not shards:
+        return
+    if saved is not None:
+        if len(shards) == 1:
+            ray.get(shards[0].load_state_dict.remote(saved))
+        else:
+            print(
+                f"warning: the checkpoint's replay of table {table!r} is not loaded into a "
+                f"sharded buffer",
+                flush=True,
+            )
+    if updates > 0:  # after the load, which sets the shard's own count
+        ray.get([s.continue_updates.remote(updates // len(shards)) for s in shards])
 
 
 def _first_line(exc: BaseException) -> str:

@@ -231,6 +231,17 @@ class BoardBudget:
         # As of the last claim: a member sees a new stage within one block of its steps.
         return int(self.reply["stage"])
 
+    def fetch(self, table: str) -> None:
+        """Wait for the board's reply until it carries ``table``'s weights (the driver posts
+        every table's first version before any member starts). A claim already in flight may
+        predate :meth:`want`, so a second one is sent when the first lacks them."""
+        for _ in range(2):
+            if table in self.weights:
+                return
+            if self.in_flight is None:
+                self._send_claim()
+            self._refill()
+
     def poll(self) -> None:
         """Fetch the board's reply now (stop, request, weights) without waiting for a block."""
         if self.in_flight is None:
@@ -295,9 +306,14 @@ class BoardSource:
 
     def pull(self) -> int | None:
         weights = self.budget.latest(self.table)
-        if weights is None or weights[0] <= self.pulled:
+        if weights is None:
+            # The first pull, as the member is built: wait for the board, as a local member
+            # reads the learner's first weights from shared memory at once. A poll alone came
+            # back empty, so the member ran its first sync.every steps on its own weights.
+            self.budget.fetch(self.table)
+        elif weights[0] <= self.pulled:
             self.budget.poll()
-            weights = self.budget.latest(self.table)
+        weights = self.budget.latest(self.table)
         if weights is None or weights[0] <= self.pulled:
             return None
         version, (ref,) = weights

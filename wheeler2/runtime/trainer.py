@@ -132,8 +132,8 @@ class Trainer:
         return done
 
     def owed(self) -> int | None:
-        """The updates the ratio gate allows now; None where it cannot say (a disabled gate,
-        or Ray's sharded replay, whose shards gate their own sampling)."""
+        """The updates the ratio gate allows now (Ray's sharded replay: its shards' gates, as of
+        their last replies); None where it cannot say (a disabled gate)."""
         gate = getattr(self.replay, "gate", None)
         return None if gate is None else gate.owed()
 
