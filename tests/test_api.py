@@ -168,6 +168,17 @@ def test_goal_env_dict_observations(runs: dict[str, Path]) -> None:
     np.testing.assert_array_equal(flat[0], np.concatenate(parts))
 
 
+def test_goal_parts_of_other_batch_sizes_are_named(runs: dict[str, Path]) -> None:
+    policy = wheeler2.load_policy(runs["bitflip"])
+    obs = {
+        "observation": np.zeros(5),
+        "achieved_goal": np.zeros(5),
+        "desired_goal": np.zeros((4, 5)),
+    }
+    with pytest.raises(ValueError, match=r"observation 1, achieved_goal 1, desired_goal 4"):
+        policy(obs)
+
+
 def test_evaluate_is_load_policy_played_on_the_eval_seeds(runs: dict[str, Path]) -> None:
     run_dir = runs["pendulum"]
     result = wheeler2.evaluate(run_dir, episodes=2)

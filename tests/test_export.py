@@ -11,6 +11,7 @@ import torch
 
 import wheeler2
 from wheeler2 import cli
+from wheeler2.env import legal_actions
 from wheeler2.export import sample_inputs
 
 RUN = """
@@ -64,6 +65,20 @@ RUNS = {
         env="wheeler2/BitFlip-v0",
         # The wider of the two goal layouts (achieved_goal_in_obs; the default is narrower).
         env_extra="kwargs = { n_bits = 5 }\nachieved_goal_in_obs = true",
+        algo="dqn",
+        params="learning_starts = 100\nnormalize_obs = true",
+    ),
+    # Flat observations stacked by the engine ([env] stack): the input is the 3 last rows.
+    "stack": dict(
+        env="PendulumNoVel-v1",
+        env_extra="stack = 3",
+        algo="ddpg",
+        params="learning_starts = 100\nnormalize_obs = true",
+    ),
+    # A turn-based game: each row ends with the legal-action mask, which normalization leaves
+    # raw and the greedy action must respect.
+    "masked": dict(
+        env="pettingzoo:classic.tictactoe_v3",
         algo="dqn",
         params="learning_starts = 100\nnormalize_obs = true",
     ),
@@ -127,6 +142,53 @@ def test_export_takes_raw_observations_flattened_by_load_policy(runs: dict[str, 
     path = wheeler2.export_policy(runs["bitflip"], "torchscript")
     assert path == runs["bitflip"] / "policy.pt"
     np.testing.assert_array_equal(exported_actions(path, "torchscript", flat), policy(obs))
+
+
+@pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
+def test_export_keeps_to_the_legal_actions(runs: dict[str, Path], fmt: str, tmp_path: Path) -> None:
+    """Masked rows: the file's greedy action is the agent's, among the legal actions only, with
+    the mask columns left out of the normalization (any mask, not just those of real games)."""
+    policy = wheeler2.load_policy(runs["masked"])
+    out = wheeler2.export_policy(runs["masked"], fmt, tmp_path / f"policy.{fmt}")
+    n_act = policy.loaded.info.act_dim
+    rows = np.repeat(sample_inputs(policy)[:8], 25, axis=0)
+    rows[:, -n_act:] = np.random.default_rng(0).integers(0, 2, (len(rows), n_act))
+    rows[:3, -n_act:] = 0  # no legal action: every action counts legal
+    got = exported_actions(out, fmt, rows)
+    np.testing.assert_array_equal(got, policy.engine_action(rows))
+    assert legal_actions(rows, n_act)[np.arange(len(rows)), got].all()
+
+
+def test_failed_export_leaves_the_previous_file(
+    runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exporter that dies half-way (disk full, Ctrl-C) leaves no half-written file."""
+    out = tmp_path / "policy.onnx"
+    out.write_bytes(b"the previous export")
+
+    def dies_half_way(module: object, args: object, f: str, **kwargs: object) -> None:
+        Path(f).write_bytes(b"half a fi")
+        raise OSError("No space left on device")
+
+    pytest.importorskip("onnx")
+    monkeypatch.setattr(torch.onnx, "export", dies_half_way)
+    with pytest.raises(OSError, match="No space left"):
+        wheeler2.export_policy(runs["ddpg"], "onnx", out)
+    assert out.read_bytes() == b"the previous export"
+    assert [p.name for p in tmp_path.iterdir()] == ["policy.onnx"]
+
+
+def test_eval_video_stacks_flat_observations(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """[env] stack on flat observations: the video's episodes get the stacked rows the policy
+    was trained on, and are the very episodes eval scores."""
+    pytest.importorskip("imageio")
+    out = tmp_path / "clip.gif"
+    assert cli.main(["eval", str(runs["stack"]), "--episodes", "1", "--video", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    mean = lines[0].split("return ")[1].split(" +-")[0]
+    assert lines[1] == f"wrote {tmp_path / 'clip_ep0.gif'} (201 frames, return {mean})"
 
 
 @pytest.mark.parametrize(("suffix", "episodes"), [(".gif", 1), (".mp4", 2)])

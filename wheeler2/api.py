@@ -295,6 +295,13 @@ class Policy:
             dim = self.observation_dim if key == "observation" else g
             part[key], one = _rows(obs[key], sub, dim, key)
             single = one if key == "observation" else single
+        rows = {key: len(value) for key, value in part.items()}
+        if len(set(rows.values())) > 1:  # else numpy's concatenate error, naming no key
+            counts = ", ".join(f"{key} {n}" for key, n in rows.items())
+            raise ValueError(
+                f"a goal env's observation: its parts hold different numbers of rows ({counts}); "
+                "expected one observation each, or batches of one size"
+            )
         head = part["observation"]
         if self.achieved_goal_in_obs:
             head = np.concatenate([head, part["achieved_goal"]], axis=-1)

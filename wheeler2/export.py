@@ -13,7 +13,9 @@ instead of exported wrong.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from torch import nn
 
 from wheeler2.api import Policy, load_policy
 from wheeler2.errors import UsageError
+from wheeler2.log import temp_file_beside
 
 FORMATS = {"torchscript": ".pt", "onnx": ".onnx"}
 CHECK_TOL = 1e-5  # on actions in env units; float32 rounding of small MLPs stays ~1e-7
@@ -53,6 +56,13 @@ class PolicyModule(nn.Module):
         # The very float64 -> float32 steps of agents/normalize.RunningNorm._refresh.
         inv_std = np.ones(dim) if not self.normalize else 1.0 / np.maximum(norm.std, norm.eps)
         self.clip = float(norm.clip) if self.normalize else 0.0
+        # A turn-based game's rows end with the legal-action mask (agents/parts/masks.py):
+        # normalization leaves those columns raw, and the mode is taken over the legal actions
+        # only, as the agents' decide_legal does. Without both, the file could play illegal
+        # moves, or be refused or not depending on the observations the check happened to see.
+        info = policy.loaded.info
+        self.mask_dim = int(info.act_dim) if info.action_mask else 0
+        self.keep_last = int(getattr(norm, "keep_last", 0)) if self.normalize else 0
         self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32))
         self.register_buffer("inv_std", torch.as_tensor(inv_std, dtype=torch.float32))
         self.discrete = policy.discrete
@@ -69,10 +79,18 @@ class PolicyModule(nn.Module):
         self.register_buffer("high", high)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raw = x
         if self.normalize:
             x = ((x - self.mean) * self.inv_std).clamp(-self.clip, self.clip)
+            if self.keep_last:
+                x = torch.cat([x[..., : -self.keep_last], raw[..., -self.keep_last :]], dim=-1)
         out = self.actor(x)
-        if self.discrete:  # Q-values or logits: the mode is the argmax
+        if self.discrete:  # Q-values or logits: the mode is the argmax (over the legal ones)
+            if self.mask_dim:
+                legal = raw[..., -self.mask_dim :] > 0.5
+                # A row with no legal action counts all legal (wheeler2.env.legal_actions).
+                legal = legal | ~legal.any(-1, keepdim=True)
+                out = out.masked_fill(~legal, float("-inf"))
             return out.argmax(-1) + self.start
         # DDPG's actor ends in tanh, a Gaussian actor's mean does not: both clip to [-1, 1], then
         # the gym adapter's mapping, in float64 as the adapter computes it.
@@ -141,11 +159,25 @@ def write_policy(policy: Policy, fmt: str, out: str | Path | None = None) -> Pat
         )
     if out.is_dir():
         raise UsageError(f"-o {out}: is a directory; expected a file name")
-    out.parent.mkdir(parents=True, exist_ok=True)
     module = PolicyModule(policy).eval()
     flat = sample_inputs(policy)
     check_module(module, policy, flat)
-    example = torch.as_tensor(flat[:2])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Written beside ``out`` and renamed over it once whole: an exporter error, a full disk or
+    # a Ctrl-C leaves the previous file (or none), never half a file that fails on loading.
+    fd, tmp = temp_file_beside(out)
+    os.close(fd)
+    try:
+        _write(module, torch.as_tensor(flat[:2]), fmt, Path(tmp))
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return out
+
+
+def _write(module: nn.Module, example: torch.Tensor, fmt: str, path: Path) -> None:
     with warnings.catch_warnings():
         # torch.jit and the TorchScript-based ONNX exporter announce their deprecation; the
         # files they write are what is asked for here.
@@ -153,19 +185,18 @@ def write_policy(policy: Policy, fmt: str, out: str | Path | None = None) -> Pat
         if fmt == "torchscript":
             with torch.no_grad():
                 traced = torch.jit.trace(module, example, check_trace=False)
-            traced.save(str(out))
+            traced.save(str(path))
         else:
             torch.onnx.export(
                 module,
                 (example,),
-                str(out),
+                str(path),
                 dynamo=False,  # the torch.export-based exporter needs onnxscript
                 input_names=["obs"],
                 output_names=["action"],
                 dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
                 opset_version=ONNX_OPSET,
             )
-    return out
 
 
 def _check_format(fmt: str) -> None:
