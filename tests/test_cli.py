@@ -91,6 +91,24 @@ def test_interrupt_exits_130_and_bugs_exit_1_with_traceback(monkeypatch, write_c
     assert "Traceback" in err and "RuntimeError: boom" in err
 
 
+def test_interrupt_before_the_command_starts_exits_130_without_traceback(
+    monkeypatch, write_config, capsys
+):
+    # On a busy machine start-up takes seconds: reading the package metadata for --version,
+    # starting the fork server, importing torch. A Ctrl-C there is a user's, not a bug.
+    def interrupted() -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_version", interrupted)
+    try:
+        code = cli.main(["check", str(write_config(VALID))])
+    except KeyboardInterrupt:  # not let through: pytest would stop the whole session
+        pytest.fail("Ctrl-C escaped main(): the user sees a traceback")
+    assert code == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("command", ["resume", "eval", "plot"])
 def test_commands_on_a_non_run_dir_exit_2_with_a_message(tmp_path, capsys, command):
     assert cli.main([command, str(tmp_path)]) == 2

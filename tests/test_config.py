@@ -240,6 +240,21 @@ def test_unknown_param_names_member_table_and_closest_field(write_config):
     assert "did you mean 'gamma'?" in str(err)
 
 
+def test_stable_baselines3_names_point_to_wheeler2s():
+    from wheeler2.config.reader import Reader
+
+    unknown = Reader("x.toml").unknown_key
+    # Among PPO's keys the nearest spelling of learning_rate is clip_range; the key is lr.
+    err = unknown("[[team]] #1 (ppo).params", "learning_rate", ["clip_range", "lr", "n_steps"])
+    assert err.message == "unknown key; did you mean 'lr'?"
+    err = unknown("[[team]] #1 (d).params", "learning_rate", ["lr_actor", "lr_critic", "tau"])
+    assert err.message == "unknown key; did you mean 'lr_actor' or 'lr_critic'?"
+    err = unknown("[[team]] #1 (d).params", "buffer_size", ["batch_norm", "gamma", "tau"])
+    assert err.message == "unknown key; did you mean [buffer] capacity?"
+    err = unknown("[buffer]", "buffer_size", ["batch_size", "capacity"])
+    assert err.message == "unknown key; did you mean 'capacity'?"
+
+
 def test_unknown_top_level_table(write_config):
     err = error_of(write_config(BASE + "[bufer]\ncapacity = 10\n"))
     assert err.key == "bufer" and "did you mean 'buffer'?" in err.message

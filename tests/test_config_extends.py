@@ -207,3 +207,34 @@ def test_the_run_saves_the_merged_file_without_extends(chain: Path, tmp_path: Pa
     saved = run_dir / "config.toml"
     assert "extends" not in saved.read_text()
     assert load(saved) == load(chain, out=str(runs))
+
+
+def test_a_refused_flag_value_names_the_flag(chain: Path, tmp_path: Path) -> None:
+    """A value written by --set, --seed or --out is the flag's mistake: the file alone (here the
+    base, which writes total_steps) would send the user to a line that is fine."""
+    expr = "experiment.total_steps=abc"
+    with pytest.raises(ConfigError) as info:
+        load(chain, [expr])
+    assert str(info.value) == (
+        f'{chain}: [experiment] total_steps: expected an integer > 0, got "abc" (from --set {expr})'
+    )
+    with pytest.raises(ConfigError) as info:
+        load(chain, ["team.solo.params.gama=0.9"])
+    assert str(info.value).endswith("(from --set team.solo.params.gama=0.9)")
+    with pytest.raises(ConfigError) as info:
+        load(chain, ["experment.seed=1"])
+    assert str(info.value).startswith(f"{chain}: experment: unknown key")
+    assert str(info.value).endswith("(from --set experment.seed=1)")
+    with pytest.raises(ConfigError) as info:
+        load(chain, seed=-4)
+    assert str(info.value).endswith("got -4 (from --seed)")
+    with pytest.raises(ConfigError) as info:
+        load(chain, out="")
+    assert str(info.value) == (
+        f'{chain}: [experiment] out: expected a non-empty string, got "" (from --out)'
+    )
+    # The file's own mistakes are still the file's alone when flags are given.
+    plain = write(tmp_path / "plain.toml", BASE.replace("alpha = 0.5", "alpha = -1.0"))
+    with pytest.raises(ConfigError) as info:
+        load(plain, ["experiment.seed=1"], seed=2)
+    assert str(info.value) == f"{plain}: [buffer] alpha: expected a number in [0, 1], got -1.0"

@@ -410,20 +410,22 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Parsed before anything heavy is imported: --help and usage errors answer at once.
-    args = build_parser().parse_args(argv)
-    if args.command in ("run", "resume"):
-        from wheeler2.preload import start_early
-
-        # Before this process imports torch: the members' fork server imports it meanwhile.
-        start_early(
-            args.command, args.file if args.command == "run" else args.run_dir, args.overrides
-        )
     try:
+        # Parsed before anything heavy is imported: --help and usage errors answer at once.
+        args = build_parser().parse_args(argv)
+        if args.command in ("run", "resume"):
+            from wheeler2.preload import start_early
+
+            # Before this process imports torch: the members' fork server imports it meanwhile.
+            start_early(
+                args.command, args.file if args.command == "run" else args.run_dir, args.overrides
+            )
         from wheeler2.checkpoint import CheckpointError
         from wheeler2.config import ConfigError
         from wheeler2.runtime.experiment import MemberFailed
-    except KeyboardInterrupt:  # Ctrl-C while torch is being imported
+    except KeyboardInterrupt:  # Ctrl-C before the command starts: while torch is imported, the
+        # fork server is started or the parser reads the package's metadata (a slow start on a
+        # busy machine), which would otherwise end in a traceback
         print("\ninterrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     try:

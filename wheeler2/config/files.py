@@ -89,7 +89,7 @@ def with_bases(
     """
     path = Path(path)
     if EXTENDS not in raw:
-        return _sourced(raw, str(path)) if chain else raw
+        return sourced(raw, str(path)) if chain else raw
     raw = dict(raw)
     name = raw.pop(EXTENDS)
     file = str(path)
@@ -112,20 +112,20 @@ def with_bases(
         looked = "" if str(base) == name else f" (looked for {base})"
         raise ConfigError(file, None, EXTENDS, f"no such file {show(name)}{looked}")
     merged = with_bases(_code_pathsabsolute_spec(_parse_one(base), base), base, here)
-    return _merge(_sourced(merged, str(base)), raw, file)
+    return _merge(sourced(merged, str(base)), raw, file)
 
 
-def _sourced(value: Any, file: str) -> Any:
+def sourced(value: Any, file: str) -> Any:
     """``value`` with each table a :class:`SourcedTable` whose keys come from ``file`` (tables
     already merged keep their sources)."""
     if isinstance(value, SourcedTable):
         return value
     if isinstance(value, dict):
-        table = SourcedTable((k, _sourced(v, file)) for k, v in value.items())
+        table = SourcedTable((k, sourced(v, file)) for k, v in value.items())
         table.sources = dict.fromkeys(table, file)
         return table
     if isinstance(value, list):
-        return [_sourced(v, file) for v in value]
+        return [sourced(v, file) for v in value]
     return value
 
 
@@ -140,7 +140,7 @@ def _merge(base: SourcedTable, over: dict[str, Any], file: str, where: str = "")
         elif isinstance(value, dict) and _is_table_array(old):
             out[key] = _merge_entries(out[key], value, file, name)
         else:
-            out[key] = _sourced(value, file)
+            out[key] = sourced(value, file)
             out.sources[key] = file
     return out
 

@@ -6,6 +6,7 @@ import tomllib
 from typing import Any
 
 from .errors import ConfigError
+from .files import SourcedTable
 
 
 def parse_override(expr: str, file: str = "<config>") -> tuple[str, Any]:
@@ -29,31 +30,68 @@ def apply_override(raw: dict[str, Any], expr: str, file: str = "<config>") -> No
     ``team.target.params.gamma=0.9`` and ``team.0.params.gamma=0.9`` are the same.
     """
     path, value = parse_override(expr, file)
-    parts = path.split(".")
+    set_key(raw, path.split("."), value, file, "--set", expr)
+
+
+def set_key(
+    raw: dict[str, Any],
+    parts: list[str],
+    value: Any,
+    file: str,
+    flag: str,
+    expr: str | None = None,
+) -> None:
+    """``raw[parts[0]][parts[1]]... = value``, written by ``flag`` (``--set`` with ``expr``,
+    ``--seed``, ``--out``).
+
+    Where ``raw``'s tables are :class:`SourcedTable` s (``load`` makes them so), each key written
+    here names the flag as its writer: a refused value is reported as the flag's, not as the
+    file's, whose line the user would look for in vain.
+    """
+    source = flag if expr is None else f"{flag} {expr}"
     node: Any = raw
     for depth, part in enumerate(parts[:-1]):
         where = ".".join(parts[: depth + 1])
         if isinstance(node, list):
-            node = _list_item(node, part, ".".join(parts[:depth]), file, expr)
+            node = _list_item(node, part, ".".join(parts[:depth]), file, flag, expr)
         elif isinstance(node, dict):
-            node = node.setdefault(part, {})
+            if part not in node:
+                node[part] = _new_table(node)
+                _written(node, part, source)
+            node = node[part]
         if not isinstance(node, dict | list):
-            raise ConfigError(file, "--set", expr, f"'{where}' is a value, not a table")
+            raise ConfigError(file, flag, expr, f"'{where}' is a value, not a table")
     last = parts[-1]
     if isinstance(node, list):
-        raise ConfigError(file, "--set", expr, f"'{path}' is an array of tables; set a key in it")
+        raise ConfigError(
+            file, flag, expr, f"'{'.'.join(parts)}' is an array of tables; set a key in it"
+        )
     node[last] = value
+    _written(node, last, source)
 
 
-def _list_item(items: list[Any], part: str, where: str, file: str, expr: str) -> Any:
+def _new_table(parent: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(parent, SourcedTable):
+        return {}
+    table = SourcedTable()
+    table.sources = {}
+    return table
+
+
+def _written(table: dict[str, Any], key: str, source: str) -> None:
+    if isinstance(table, SourcedTable):
+        table.sources[key] = source
+
+
+def _list_item(
+    items: list[Any], part: str, where: str, file: str, flag: str, expr: str | None
+) -> Any:
     if part.isdigit():
         if int(part) < len(items):
             return items[int(part)]
-        raise ConfigError(file, "--set", expr, f"'{where}' has {len(items)} entries")
+        raise ConfigError(file, flag, expr, f"'{where}' has {len(items)} entries")
     for item in items:
         if isinstance(item, dict) and item.get("name", item.get("algo")) == part:
             return item
     names = [str(i.get("name", i.get("algo"))) for i in items if isinstance(i, dict)]
-    raise ConfigError(
-        file, "--set", expr, f"no [[{where}]] named '{part}'; names: {', '.join(names)}"
-    )
+    raise ConfigError(file, flag, expr, f"no [[{where}]] named '{part}'; names: {', '.join(names)}")

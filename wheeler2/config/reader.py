@@ -34,6 +34,7 @@ from .files import (
     absolute_value,
     is_code_spec,
     parse_toml,
+    sourced,
     with_bases,
 )
 from .model import (
@@ -51,7 +52,7 @@ from .model import (
     WrapperConfig,
     copy_value,
 )
-from .overrides import apply_override
+from .overrides import apply_override, set_key
 from .relations import check_relations
 from .tune import read_tune
 
@@ -62,6 +63,21 @@ if TYPE_CHECKING:
 # an earlier version still run (DESIGN.md section 3: renames keep the old name working).
 RENAMED: dict[str, dict[str, str]] = {
     "buffer": {"ratio": "updates_per_insert"},
+}
+
+# Stable-Baselines3's names for keys wheeler2 calls otherwise: a user coming from it writes them
+# first, and the nearest spelling misleads ("learning_rate" -> "clip_range"). A bare name is
+# suggested where the table has it; "[table] key" names a key of another table.
+OTHER_NAMES: dict[str, tuple[str, ...]] = {
+    "learning_rate": ("lr", "lr_actor", "lr_critic"),
+    "net_arch": ("hidden",),
+    "exploration_initial_eps": ("eps_start",),
+    "exploration_final_eps": ("eps_end",),
+    "target_update_interval": ("target_update",),
+    "buffer_size": ("capacity", "[buffer] capacity"),
+    "n_envs": ("num_envs", "[env] num_envs"),
+    "total_timesteps": ("total_steps", "[experiment] total_steps"),
+    "gradient_steps": ("updates_per_insert", "[buffer] updates_per_insert"),
 }
 
 # [tune] is what `wheeler2 tune` searches (config/tune.py): a run ignores it, `check` checks it.
@@ -84,12 +100,25 @@ class Reader:
         wrote it (a base file's key, merged by ``extends``, is that file's mistake)."""
         valid = sorted(valid)
         close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
-        if close:
+        names = OTHER_NAMES.get(key, ())
+        other = [f"'{n}'" for n in names if n in valid] or [n for n in names if n[0] == "["]
+        if other:
+            hint = f"did you mean {' or '.join(other)}?"
+        elif close:
             hint = f"did you mean '{close[0]}'?"
         else:
             hint = "valid keys: " + ", ".join(valid)
-        file = getattr(data, "sources", {}).get(key, self.file)
-        return ConfigError(file, table, key, f"unknown key; {hint}")
+        file, flag = self.writer(data, key)
+        return ConfigError(file, table, key, f"unknown key; {hint}{flag}")
+
+    def writer(self, data: Any, key: str) -> tuple[str, str]:
+        """The file that wrote ``key`` of table ``data`` (a base merged by ``extends``, else
+        this one), and for a value a flag wrote (``--set``, ``--seed``: ``load``) the text
+        `` (from --set k=v)``: the file alone would send the user to a line that is fine."""
+        source = getattr(data, "sources", {}).get(key, self.file)
+        if source.startswith("--"):
+            return self.file, f" (from {source})"
+        return source, ""
 
     def renamed(self, scope: str, table: str, data: dict[str, Any]) -> dict[str, Any]:
         renames = RENAMED.get(scope, {})
@@ -173,8 +202,8 @@ class Reader:
         try:
             return check(raw)
         except Mismatch as exc:
-            file = getattr(data, "sources", {}).get(key, self.file)
-            message = f"expected {exc.expected}, got {show(raw)}"
+            file, flag = self.writer(data, key)
+            message = f"expected {exc.expected}, got {show(raw)}{flag}"
             raise ConfigError(file, table, key, message) from None
 
 
@@ -203,12 +232,15 @@ def load(
     path = Path(path)
     file = str(path)
     raw = parse_toml(path)
+    if overrides or seed is not None or out is not None:
+        # Every table remembers the file that wrote each key, and the flags below mark what they
+        # write as theirs: a refused --set value is reported as the --set, not as the file's.
+        raw = sourced(raw, file)
     for expr in overrides:
         apply_override(raw, expr, file)
-    if seed is not None:
-        raw.setdefault("experiment", {})["seed"] = seed
-    if out is not None:
-        raw.setdefault("experiment", {})["out"] = out
+    for flag, key, value in (("--seed", "seed", seed), ("--out", "out", out)):
+        if value is not None:
+            set_key(raw, ["experiment", key], value, file, flag)
     return validate(raw, path)
 
 
