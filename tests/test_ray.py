@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ray_fakes import vector_steps
 from ray_tmpdir import ray_tmpdir
 
 ray = pytest.importorskip("ray", reason="backend ray needs the optional extra: pip install .[ray]")
@@ -473,19 +474,6 @@ def test_recurrent_team_samples_sequences_and_syncs_on_ray(
     assert learner["updates"] > 0
 
 
-def _steps(t: int, start: float = 0.0) -> dict[str, np.ndarray]:
-    """``t`` Pendulum vector steps of one env copy, shaped as a member sends them."""
-    obs = np.full((t, 1, 3), start, np.float32) + np.arange(t, dtype=np.float32)[:, None, None]
-    return {
-        "obs": obs,
-        "action": np.zeros((t, 1, 1), np.float32),
-        "reward": np.ones((t, 1), np.float32),
-        "next_obs": obs + 1,
-        "terminated": np.zeros((t, 1), bool),
-        "truncated": np.zeros((t, 1), bool),
-    }
-
-
 def test_shard_gate_holds_producers_and_serves_learner(tmp_path: Path, cluster: Cluster) -> None:
     from wheeler2.buffer.ray_shard import ReplayShard
     from wheeler2.buffer.shm import wheeler2_entries
@@ -506,14 +494,14 @@ def test_shard_gate_holds_producers_and_serves_learner(tmp_path: Path, cluster: 
         pid = ray.get(shard.ready.remote())
         assert ray.get(shard.sample.remote(8, 0.0))["n"] == 0, "nothing before min_size"
         for k in range(4):  # 256 inserts: 56 past min_size, within the tolerance
-            ray.get(shard.insert.remote("explorer", _steps(64, 64 * k), True), timeout=10)
-        ray.get(shard.insert.remote("explorer", _steps(64, 256), True), timeout=10)
+            ray.get(shard.insert.remote("explorer", vector_steps(64, 64 * k), True), timeout=10)
+        ray.get(shard.insert.remote("explorer", vector_steps(64, 256), True), timeout=10)
         # 320 inserts: 120 past min_size, more than the tolerance ahead of 0 updates.
-        held = shard.insert.remote("explorer", _steps(64, 320), True)
+        held = shard.insert.remote("explorer", vector_steps(64, 320), True)
         ready, _ = ray.wait([held], timeout=1.5)
         assert not ready, "a producer too far ahead must not be served"
         # The learner's own steps are never held back.
-        ray.get(shard.insert.remote("target", _steps(64, 1_000), False), timeout=10)
+        ray.get(shard.insert.remote("target", vector_steps(64, 1_000), False), timeout=10)
         reply = ray.get(shard.sample.remote(8, 1.0), timeout=10)
         assert reply["n"] == 8 and reply["batch"]["obs"].shape == (8, 32, 3)
         taken = 8
@@ -556,7 +544,7 @@ def test_shard_admission_counts_reach_the_producer_and_its_rnd_is_checkpointed(
     shards = [ReplayShard.remote(spec, 0), ReplayShard.remote(spec, 0)]
     try:
         writer = RemoteWriter(shards[0], "explorer", 16, True, spec.layout)
-        steps = _steps(40)
+        steps = vector_steps(40)
         worth = (np.arange(40) % 4 == 0)[:, None]  # 10 of 40 rows flagged: only they are kept
         for t in range(40):
             writer.add(**{k: v[t] for k, v in steps.items()}, worth=worth[t])

@@ -3,24 +3,14 @@ handle whose ``.remote`` calls run at once, and ``ray.get`` / ``ray.wait`` as id
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from ray_fakes import Handle
 
 ray_member = pytest.importorskip(
     "wheeler2.runtime.ray_member", reason="backend ray needs the optional extra"
 )
-
-
-class Handle:
-    """An actor handle whose method calls return their results instead of references."""
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
-
-    def __getattr__(self, name: str) -> SimpleNamespace:
-        return SimpleNamespace(remote=getattr(self.obj, name))
 
 
 @pytest.fixture

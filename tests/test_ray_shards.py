@@ -15,21 +15,13 @@ import pytest
 
 pytest.importorskip("ray", reason="backend ray needs the optional extra")
 
+from ray_fakes import Handle, vector_steps  # noqa: E402
+
 from wheeler2.buffer import Layout, ReplayConfig, ray_shard  # noqa: E402
 from wheeler2.buffer.ray_shard import ReplayShard, ShardedReplay  # noqa: E402
 from wheeler2.runtime import ray_backend  # noqa: E402
 from wheeler2.runtime.replays import ReplaySpec  # noqa: E402
 from wheeler2.runtime.trainer import Trainer  # noqa: E402
-
-
-class Handle:
-    """An actor handle whose ``.remote`` calls return the coroutines of the actor's methods."""
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
-
-    def __getattr__(self, name: str) -> SimpleNamespace:
-        return SimpleNamespace(remote=getattr(self.obj, name))
 
 
 @pytest.fixture
@@ -57,18 +49,6 @@ def shard(**cfg_keys: Any) -> Any:
     return ReplayShard.__ray_actor_class__(spec, 0)
 
 
-def steps(t: int) -> dict[str, np.ndarray]:
-    obs = np.arange(3 * t, dtype=np.float32).reshape(t, 1, 3)
-    return {
-        "obs": obs,
-        "action": np.zeros((t, 1, 1), np.float32),
-        "reward": np.ones((t, 1), np.float32),
-        "next_obs": obs + 1,
-        "terminated": np.zeros((t, 1), bool),
-        "truncated": np.zeros((t, 1), bool),
-    }
-
-
 def test_a_resumed_learners_updates_carry_per_beta_on_into_its_shards(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
@@ -79,7 +59,7 @@ def test_a_resumed_learners_updates_carry_per_beta_on_into_its_shards(
     run = loop.run_until_complete
     try:
         ray_backend.restore_shards("main", [Handle(one)], None, updates=200)
-        run(one.insert("explorer", steps(6), False))
+        run(one.insert("explorer", vector_steps(6), False))
         run(one.flush("explorer"))
         assert run(one.sample(1, 1.0))["n"] == 1  # the sampler learns of the 6 rows
         td = np.array([0.5, -2.0, 0.0, 1.0, 3.0, -0.1])
@@ -113,7 +93,7 @@ def test_the_learner_takes_every_update_the_shards_owe_not_fifty_a_step(
                 min_size=16, gate_tolerance=4096)  # fmt: skip
     run = loop.run_until_complete
     try:
-        run(one.insert("target", steps(216), False))
+        run(one.insert("target", vector_steps(216), False))
         run(one.flush("target"))
         layout = Layout(obs_dim=3, act_dim=1)
         replay = ShardedReplay([Handle(one)], layout, 64, "target", 0)
