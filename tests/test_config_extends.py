@@ -238,3 +238,12 @@ def test_a_refused_flag_value_names_the_flag(chain: Path, tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as info:
         load(plain, ["experiment.seed=1"], seed=2)
     assert str(info.value) == f"{plain}: [buffer] alpha: expected a number in [0, 1], got -1.0"
+
+
+def test_extends_under_a_table_header_says_where_it_goes(tmp_path: Path, capsys) -> None:
+    write(tmp_path / "base.toml", BASE)
+    child = write(tmp_path / "child.toml", '[experiment]\nextends = "base.toml"\nseed = 1\n')
+    line = one_error_line(capsys, ["check", str(child)])
+    assert line.startswith(f"error: {child}: [experiment] extends: extends goes at the top"), line
+    child.write_text('[[team]]\nname = "x"\nextends = "base.toml"\n')
+    assert f"{child}: [[team]] extends:" in one_error_line(capsys, ["check", str(child)])

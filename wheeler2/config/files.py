@@ -89,6 +89,7 @@ def with_bases(
     """
     path = Path(path)
     if EXTENDS not in raw:
+        _refuse_extends_in_a_table(raw, path)
         return sourced(raw, str(path)) if chain else raw
     raw = dict(raw)
     name = raw.pop(EXTENDS)
@@ -113,6 +114,23 @@ def with_bases(
         raise ConfigError(file, None, EXTENDS, f"no such file {show(name)}{looked}")
     merged = with_bases(_code_pathsabsolute_spec(_parse_one(base), base), base, here)
     return _merge(sourced(merged, str(base)), raw, file)
+
+
+def _refuse_extends_in_a_table(raw: dict[str, Any], path: Path) -> None:
+    """``extends`` written under a table header is that table's key to TOML, and no table has
+    one: say where it goes rather than report the tables the base would have given."""
+    for name, value in raw.items():
+        tables = value if isinstance(value, list) else [value]
+        for table in tables:
+            if isinstance(table, dict) and EXTENDS in table:
+                header = f"[[{name}]]" if isinstance(value, list) else f"[{name}]"
+                raise ConfigError(
+                    path,
+                    header,
+                    EXTENDS,
+                    f"extends goes at the top of the file, before the first table header; "
+                    f"written under {header}, TOML reads it as a key of that table",
+                )
 
 
 def sourced(value: Any, file: str) -> Any:
