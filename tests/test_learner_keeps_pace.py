@@ -5,6 +5,7 @@ at 1.56 updates per insert, then tried to catch up at the end and was killed as 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -66,3 +67,21 @@ def test_a_learner_takes_every_owed_update_at_each_step(
         # The gate's count: update u + 1 once u <= ratio * (inserts - min_size).
         want = 0 if inserts < MIN_SIZE else math.floor(RATIO * (inserts - MIN_SIZE)) + 1
         assert updates == want, seen
+
+
+def test_a_learner_trains_on_its_last_staged_rows(tmp_path: Path) -> None:
+    """On local, a learner's own rows reach the replay a chunk per copy at a time; the rows still
+    staged at the end are inserted before the owed updates are taken, so the gate's count covers
+    every row (here all of them: 50 steps per copy never fill a chunk of 64)."""
+    total, ratio, min_size = 200, 1.0, 16
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(
+        RUN.replace("total_steps = 48", f"total_steps = {total}")
+        .replace("eval_every = 48", f"eval_every = {total}")
+        .replace('backend = "serial"', 'backend = "local"')
+        .replace(f"updates_per_insert = {RATIO}", f"updates_per_insert = {ratio}\nchunk = 64")
+    )
+    run_experiment(load(cfg, out=str(tmp_path / "runs")))
+    (summary,) = (tmp_path / "runs").glob("*/summary.json")
+    target = json.loads(summary.read_text())["members"]["target"]
+    assert (target["replay_rows"], target["updates"]) == (total, total - min_size + 1), target

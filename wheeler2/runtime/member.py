@@ -598,6 +598,10 @@ class MemberLoop:
         owes, then the closing eval, so the curve ends on the final actor; a stopped one does
         neither (an evaluated explorer only the closing eval). Every member then sends its
         figures and its final state."""
+        # Its staged rows into the replay first: the owed updates count them (a learner's last
+        # chunk of rows was never trained on), and on Finished the coordinator may snapshot the
+        # replay for the final checkpoint at once (buffer.checkpoint), before close() runs.
+        self._flush()
         if self.evaluates and not self.stopped:
             updates = 0
             if self.trainer is not None:
@@ -606,9 +610,6 @@ class MemberLoop:
             if updates or total != self.last_eval:
                 self._evaluate(total)
         self.link.send(Figures(self.plan.name, self.figures()))
-        # Its staged rows into the replay first: on Finished the coordinator may snapshot the
-        # replay for the final checkpoint at once (buffer.checkpoint), before close() runs.
-        self._flush()
         self.link.send(Finished(self.plan.name, self.state_dict(), self.member.stats.env_steps))
 
     def state_dict(self) -> dict[str, Any]:
