@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from wheeler2.agent import ParamError
 from wheeler2.checkpoint import from_safe, generator_state, set_generator_state, to_safe
 
 if TYPE_CHECKING:
@@ -200,6 +201,15 @@ class OUNoise:
     std / sqrt(theta (2 - theta dt)) after about 1 / (theta dt) steps."""
 
     def __init__(self, std: float, theta: float, dt: float, act_dim: int, seed: int):
+        if theta * dt >= 2.0:
+            # Each step multiplies x by (1 - theta dt): from theta dt = 2 on it grows without
+            # bound (to inf, then NaN actions within a few hundred steps).
+            raise ParamError(
+                "ou_theta",
+                f"ou_theta: ou_theta * ou_dt must be below 2 for the Ornstein-Uhlenbeck noise to "
+                f"stay bounded (each step multiplies it by 1 - ou_theta * ou_dt), got "
+                f"{theta} * {dt} = {theta * dt:g}",
+            )
         self.std, self.theta, self.dt, self.act_dim = std, theta, dt, act_dim
         self.rng = np.random.default_rng(seed)
         self.state: np.ndarray | None = None  # [N, act_dim]

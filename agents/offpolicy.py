@@ -324,7 +324,9 @@ class OffPolicy:
 
     def observe(self, step: Transitions) -> dict[str, float] | None:
         self.env_steps += len(step.obs)
-        self.obs_norm.update(step.obs)  # acting data only: evaluation never calls observe
+        # Acting data only (evaluation never calls observe), and real rows only: an absent
+        # agent's row repeats a stale observation.
+        self.obs_norm.update(step.obs if step.active is None else step.obs[step.active])
         if self.noise is not None:
             done = np.logical_or(step.terminated, step.truncated)
             if done.any():

@@ -16,7 +16,7 @@ import pytest
 from wheeler2.agents.ddpg import DDPG, Params
 from wheeler2.agents.noise import KINDS, colored_std, make_noise
 
-from wheeler2.agent import ActOut, SpaceInfo, Transitions
+from wheeler2.agent import ActOut, ParamError, SpaceInfo, Transitions
 
 STD = 0.3
 
@@ -201,3 +201,15 @@ def test_ddpg_acts_with_pink_noise():
     done = np.array([False, True, False, False, False])
     agent.observe(_done(obs, noisy, done))
     assert [p.idx for p in agent.noise.procs] == [10, 0, 10, 10, 10]
+
+
+def test_ou_noise_that_would_diverge_is_refused_naming_ou_theta() -> None:
+    # x <- (1 - theta dt) x + ...: with theta dt = 3 the noise was inf, then NaN actions, within
+    # ~130 steps, and `wheeler2 check` passed the config.
+    with pytest.raises(ParamError, match=r"ou_theta \* ou_dt must be below 2") as err:
+        make_noise("ou", 0.1, 1, 0, theta=300.0, dt=0.01)
+    assert err.value.key == "ou_theta"
+    # Below 2 (overshooting but stable) it stays bounded and is accepted.
+    ou = make_noise("ou", 0.1, 1, 0, theta=150.0, dt=0.01)
+    xs = np.array([ou(2) for _ in range(500)])
+    assert np.isfinite(xs).all() and np.abs(xs).max() < 1.0

@@ -111,6 +111,24 @@ def test_agent_updates_from_observed_data_only_and_round_trips(algo: str) -> Non
     assert not np.allclose(output(), restored)
 
 
+def test_off_policy_statistics_skip_the_rows_of_absent_agents() -> None:
+    """A multi-agent row whose agent was absent repeats a stale observation (``active`` False):
+    on-policy agents already left it out of the statistics, off-policy ones counted it."""
+    from dataclasses import replace
+
+    from wheeler2.agent import SpaceInfo
+
+    agent = DDPG(
+        SpaceInfo(**SPACE_C), DDPGParams(hidden=[8], learning_starts=0, normalize_obs=True)
+    )
+    rows = np.random.default_rng(2).normal(0.0, 1.0, (8, 3)).astype(np.float32)
+    rows[4:] = 1e3  # the absent agents' stale rows
+    active = np.arange(8) < 4
+    agent.observe(replace(_transitions(rows, False), active=active))
+    assert agent.obs_norm.count == 4
+    np.testing.assert_allclose(agent.obs_norm.mean, rows[:4].astype(np.float64).mean(0), rtol=1e-6)
+
+
 def test_state_is_tensors_and_plain_numbers() -> None:
     norm = RunningNorm(2)
     norm.update(np.array([[1.0, 2.0], [3.0, 5.0]]))

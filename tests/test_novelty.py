@@ -7,16 +7,22 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from wheeler2.envs.gym import GymVecEnv
 
 from wheeler2 import novelty, registry
+from wheeler2.agent import ActOut
+from wheeler2.needs import AgentNeeds
 from wheeler2.novelty import RND
+from wheeler2.runtime.evaluation import evaluate
 from wheeler2.runtime.heads import head_reward_spec, make_heads, make_task
 from wheeler2.runtime.parts import make_env
-from wheeler2.task import Head
+from wheeler2.task import Head, RewardHeads
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = ROOT / "cfg" / "mountaincar_rnd.toml"
@@ -110,6 +116,43 @@ def test_her_relabelling_computes_without_training() -> None:
     np.testing.assert_array_equal(first, again)
     assert r.steps == steps and (r.obs_rms.count, r.bonus_rms.count) == counts
     assert all(torch.equal(p, q) for p, q in zip(before, r.predictor.parameters()))
+
+
+class _StillAgent:
+    """Zero actions and zero head values: what ``evaluate`` needs to score heads per episode."""
+
+    params = SimpleNamespace(gamma=0.9)
+
+    @staticmethod
+    def needs(params: Any) -> AgentNeeds:
+        return AgentNeeds(gamma=params.gamma)
+
+    def act(self, obs: np.ndarray, explore: bool) -> ActOut:
+        return ActOut(action=np.zeros((len(obs), 1), np.float32))
+
+    def head_values(self, obs: np.ndarray) -> np.ndarray:
+        return np.zeros((len(obs), 2))
+
+
+def test_evaluation_episodes_do_not_train_the_predictor() -> None:
+    # An eval episode is no visit: scoring the heads per episode once took 200 Adam steps and
+    # 800 rows into the statistics per eval of 4 Pendulum copies (cfg/mountaincar_rnd.toml: about
+    # 80% of the rows the statistics had seen came from evals).
+    env = GymVecEnv("Pendulum-v1", {}, 4, 0)
+    try:
+        heads = RewardHeads([Head("env", 1.0, None), Head("novelty", 0.1, novelty.rnd)])
+        r = novelty.rnd.state(env.info.obs_dim)
+        _step(r, np.zeros((1, env.info.obs_dim), np.float32))
+        before = [p.detach().clone() for p in r.predictor.parameters()]
+        counts = (r.steps, r.obs_rms.count, r.bonus_rms.count)
+        result = evaluate(_StillAgent(), env, seed=1, heads=heads)  # type: ignore[arg-type]
+        assert result.heads is not None and set(result.heads) == {"env", "novelty"}
+        assert (r.steps, r.obs_rms.count, r.bonus_rms.count) == counts
+        assert all(torch.equal(p, q) for p, q in zip(before, r.predictor.parameters()))
+        _step(r, np.zeros((1, env.info.obs_dim), np.float32))  # outside an eval it trains again
+        assert r.steps == counts[0] + 1
+    finally:
+        env.close()
 
 
 def test_module_head_is_named_by_the_config_and_written_back() -> None:

@@ -2,7 +2,7 @@
 
 A fixed, randomly initialized *target* network f maps the next observation to a feature vector;
 a *predictor* g is trained to match it on the observations the member actually reaches. The
-prediction error ‖g(s') − f(s')‖² stays large for states unlike those seen so far and shrinks
+prediction error mean((g(s') − f(s'))²) stays large for states unlike those seen so far and shrinks
 where the member has been, so it is a count-free "how new is this state" signal::
 
     [[task.heads]]
@@ -14,11 +14,13 @@ As in the paper, observations are normalized by running mean / std and clipped t
 the random target sees inputs of the same scale whatever the env's units), and the bonus is
 divided by a running estimate of its own std (so ``weight`` means the same thing in every env).
 
-Each call with ``info`` (a member's vector step, or ``validate_heads``' probe) first computes the
-bonus of the batch with the current predictor, then takes one Adam step of the predictor on it
-and updates both running statistics. A call with ``info=None`` is HER recomputing rewards for a
-new goal: the bonus depends only on ``next_obs``, so it is computed without training, which would
-otherwise count replayed (not visited) states as visits.
+Each call with ``info`` (a member's vector step, or ``validate_heads``' probe) folds the batch
+into the observation statistics (so a first batch is not normalized by empty ones), computes its
+bonus with the current predictor, then takes one Adam step of the predictor on it and folds the
+bonuses into their statistics before dividing them by its std. A call with ``info=None`` is HER
+recomputing rewards for a new goal: the bonus depends only on ``next_obs``, so it is computed
+without training, which would otherwise count replayed (not visited) states as visits. Calls
+on an evaluation episode (:func:`wheeler2.task.is_evaluating`) do not train either.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+
+from wheeler2.task import is_evaluating
 
 OBS_CLIP = 5.0
 
@@ -135,7 +139,8 @@ class RND:
             raise ValueError(
                 f"RND head built for observations of width {self.obs_dim}, got {x.shape[1]}"
             )
-        learn = info is not None  # None: HER relabelling a stored transition (module docstring)
+        # None: HER relabelling a stored transition; an eval episode is no visit either.
+        learn = info is not None and not is_evaluating()
         if learn:
             self.obs_rms.update(x)
         raw = self._error(self._normalized(x), learn)

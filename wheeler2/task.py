@@ -17,7 +17,9 @@ is built (:func:`validate_heads`), so a wrong shape fails before any training, n
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +28,25 @@ import numpy as np
 RewardFn = Callable[..., np.ndarray]
 
 _HEAD_ATTR = "_wheeler2_reward_head"
+
+_EVALUATING: ContextVar[bool] = ContextVar("wheeler2_evaluating", default=False)
+
+
+@contextmanager
+def evaluating() -> Iterator[None]:
+    """Heads called inside score an evaluation episode; see :func:`is_evaluating`."""
+    token = _EVALUATING.set(True)
+    try:
+        yield
+    finally:
+        _EVALUATING.reset(token)
+
+
+def is_evaluating() -> bool:
+    """Whether the heads are being called on an evaluation episode. A head that learns from
+    what it sees (a novelty bonus) must not learn then: evaluation is not a visit, and its rows
+    would otherwise be a large share of what the head was trained on."""
+    return _EVALUATING.get()
 
 
 def reward_head(weight: float = 1.0, name: str | None = None) -> Callable[[RewardFn], RewardFn]:

@@ -10,7 +10,7 @@ import numpy as np
 
 from wheeler2.agent import Agent
 from wheeler2.env import EnvStep, VecEnv, policy_obs
-from wheeler2.task import RewardHeads
+from wheeler2.task import RewardHeads, evaluating
 
 
 @dataclass
@@ -173,15 +173,16 @@ class _HeadValueCheck:
         return cls(heads, np.asarray(query(obs), np.float64), float(gamma))
 
     def add(self, obs: np.ndarray, action: Any, st: EnvStep, live: np.ndarray) -> None:
-        r = self.heads.compute(
-            obs,
-            action,
-            st.final_obs,
-            st.final_achieved_goal,
-            st.final_desired_goal,
-            st.infos,
-            st.reward,
-        )
+        with evaluating():
+            r = self.heads.compute(
+                obs,
+                action,
+                st.final_obs,
+                st.final_achieved_goal,
+                st.final_desired_goal,
+                st.infos,
+                st.reward,
+            )
         self.ret[live] += self.disc[live, None] * r[live]
         self.disc[live] *= self.gamma
 
