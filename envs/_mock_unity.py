@@ -18,8 +18,13 @@ with the protocol a real Unity build follows:
   for one lit pixel at row ``step % H``, column ``agent index % W``; each further channel ``c``
   is uniformly ``(episode count % 5) / 4`` scaled by ``c / (C - 1)``.
 
+* as a Unity player's ``RpcCommunicator`` does, the initialization message carries the academy
+  alone: a behavior's ``BrainParameters`` (its spec) come with the first message that carries
+  agents of it, so ``behavior_specs`` stays empty until the first ``reset`` (ML-Agents issue
+  5183).
+
 ``MockUnityEnvironment`` is a ``UnityEnvironment`` whose ``_get_communicator`` returns one of
-these (or the stock ``MockCommunicator`` when ``stock=True``).
+these (or the stock ``MockCommunicator`` when ``stock=True``, which sends its spec at once).
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ class ScriptedCommunicator(MockCommunicator):
             for j, b in enumerate(self.behaviors)
         }
         self._decision_order: dict[str, list[_Agent]] = {b: [] for b in self.behaviors}
+        self._unsent = list(self.behaviors)  # behaviors whose BrainParameters Python lacks
 
     def _pixels(self, agent: _Agent) -> list[float]:
         """The camera image of ``agent`` (module docstring), flattened height-major."""
@@ -167,36 +173,49 @@ class ScriptedCommunicator(MockCommunicator):
         self._decision_order[b] = next_order
         return infos
 
-    def initialize(self, inputs: UnityInputProto, poll_callback: Any = None) -> UnityOutputProto:
+    def _academy(self, brains: Sequence[str] = ()) -> UnityRLInitializationOutputProto:
+        """The academy's parameters, with the ``BrainParameters`` of ``brains``."""
         if self.is_discrete:
             spec = ActionSpecProto(
                 num_discrete_actions=len(DISCRETE_BRANCHES), discrete_branch_sizes=DISCRETE_BRANCHES
             )
         else:
             spec = ActionSpecProto(num_continuous_actions=CONTINUOUS_SIZE)
-        init = UnityRLInitializationOutputProto(
+        return UnityRLInitializationOutputProto(
             name="ScriptedMockAcademy",
             communication_version=UnityEnvironment.API_VERSION,
             package_version="mock",
             log_path="",
             brain_parameters=[
                 BrainParametersProto(brain_name=b, is_training=True, action_spec=spec)
-                for b in self.behaviors
+                for b in brains
             ],
         )
-        output = UnityRLOutputProto(agentInfos=self._reset_all())
-        return UnityOutputProto(rl_initialization_output=init, rl_output=output)
+
+    def _output(self, infos: dict[str, Any]) -> UnityOutputProto:
+        """One message; the first to carry a behavior's agents also carries its spec."""
+        new = [b for b in self._unsent if infos[b].value]
+        self._unsent = [b for b in self._unsent if b not in new]
+        rl_output = UnityRLOutputProto(agentInfos=infos)
+        if not new:
+            return UnityOutputProto(rl_output=rl_output)
+        return UnityOutputProto(rl_initialization_output=self._academy(new), rl_output=rl_output)
+
+    def initialize(self, inputs: UnityInputProto, poll_callback: Any = None) -> UnityOutputProto:
+        # Unity's RpcCommunicator.Initialize sends the academy parameters alone.
+        self._reset_all()
+        return UnityOutputProto(rl_initialization_output=self._academy())
 
     def exchange(self, inputs: UnityInputProto, poll_callback: Any = None) -> UnityOutputProto:
         self.exchanges += 1
         rl_in = inputs.rl_input
         if rl_in.command == RESET:
-            return UnityOutputProto(rl_output=UnityRLOutputProto(agentInfos=self._reset_all()))
+            return self._output(self._reset_all())
         infos = {}
         for b in self.behaviors:
             actions = list(rl_in.agent_actions[b].value) if b in rl_in.agent_actions else []
             infos[b] = UnityRLOutputProto.ListAgentInfoProto(value=self._step_behavior(b, actions))
-        return UnityOutputProto(rl_output=UnityRLOutputProto(agentInfos=infos))
+        return self._output(infos)
 
 
 class MockUnityEnvironment(UnityEnvironment):

@@ -7,7 +7,9 @@ small control envs we run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import pickle
+import traceback
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -214,9 +216,9 @@ def _worker(conn: Any, env_id: str, kwargs: dict[str, Any], seed: int, wrappers:
         while True:
             cmd, data = conn.recv()
             if cmd == "step":
-                conn.send(env.step(data))
+                conn.send(_answer(env.step, data))
             elif cmd == "reset":
-                conn.send(env.reset(seed=data))
+                conn.send(_answer(lambda seed: env.reset(seed=seed), data))
             elif cmd == "stage":
                 try:
                     env.set_curriculum_stage(data)
@@ -230,6 +232,26 @@ def _worker(conn: Any, env_id: str, kwargs: dict[str, Any], seed: int, wrappers:
     finally:
         env.close()
         conn.close()
+
+
+class _Raised:
+    """What a copy's env raised in its subprocess, sent to the parent to raise there (else the
+    worker died and the parent saw only an EOFError)."""
+
+    def __init__(self, exc: BaseException, text: str) -> None:
+        self.exc, self.text = exc, text
+
+
+def _answer(call: Callable[[Any], Any], data: Any) -> Any:
+    try:
+        return call(data)
+    except Exception as exc:  # noqa: BLE001 - the user's env raised: the parent raises it
+        text = traceback.format_exc()
+        try:
+            pickle.dumps(exc)
+        except Exception:  # noqa: BLE001 - an exception that cannot cross the pipe
+            exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+        return _Raised(exc, text)
 
 
 def _import_builtin_envs() -> None:
@@ -319,7 +341,7 @@ class AsyncGymVecEnv:
         base = self._seed if seed is None else seed
         for i, conn in enumerate(self._conns):
             conn.send(("reset", base + i))
-        parts = [conn.recv() for conn in self._conns]
+        parts = self._replies("reset")
         return EnvReset(
             obs=np.concatenate([p.obs for p in parts]),
             achieved_goal=_stack([p.achieved_goal for p in parts]),
@@ -330,7 +352,7 @@ class AsyncGymVecEnv:
         action = np.asarray(action)
         for i, conn in enumerate(self._conns):
             conn.send(("step", action[i : i + 1]))
-        parts: list[EnvStep] = [conn.recv() for conn in self._conns]
+        parts: list[EnvStep] = self._replies("step")
         return EnvStep(
             obs=np.concatenate([p.obs for p in parts]),
             reward=np.concatenate([p.reward for p in parts]),
@@ -343,6 +365,25 @@ class AsyncGymVecEnv:
             final_achieved_goal=_stack([p.final_achieved_goal for p in parts]),
             final_desired_goal=_stack([p.final_desired_goal for p in parts]),
         )
+
+    def _replies(self, cmd: str) -> list[Any]:
+        """Every copy's answer to ``cmd`` (all of them, so the pipes stay in step); what a
+        copy's env raised is raised here, with the copy and its subprocess traceback."""
+        parts = []
+        for i, conn in enumerate(self._conns):
+            try:
+                parts.append(conn.recv())
+            except EOFError:
+                parts.append(
+                    _Raised(RuntimeError(f"{self.env_id}: env copy {i}'s process died"), "")
+                )
+        for i, part in enumerate(parts):
+            if isinstance(part, _Raised):
+                part.exc.add_note(
+                    f"(raised by {self.env_id} in {cmd}, env copy {i}'s subprocess)\n{part.text}"
+                )
+                raise part.exc
+        return parts
 
     def compute_reward(
         self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any = None

@@ -69,6 +69,9 @@ class MinAtarEnv(gymnasium.Env):
         super().reset(seed=seed)
         if seed is not None:
             self.game.seed(seed)
+        # MinAtar's sticky actions repeat its last action, which its reset keeps: the previous
+        # episode's would leak into this one's first step (a seeded reset would not repeat).
+        self.game.last_action = 0
         self.game.reset()
         return self.game.state(), {}
 

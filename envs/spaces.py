@@ -111,6 +111,8 @@ class ObsFlattener:
 
     def __init__(self, space: spaces.Space) -> None:
         self.discrete = isinstance(space, spaces.Discrete)
+        # Discrete(n, start=s) takes the values s .. s + n - 1: one-hot column value - s.
+        self._start = int(space.start) if isinstance(space, spaces.Discrete) else 0
         self.dim = flat_dim(space)
         self.image_shape = image_shape(space)
         raw = tuple(getattr(space, "shape", ()) or ())
@@ -128,7 +130,7 @@ class ObsFlattener:
             out[:] = image_bytes(np.asarray(raw), self._hwc, self._bool).reshape(-1)
         elif self.discrete:
             out[:] = 0.0
-            out[int(raw)] = 1.0
+            out[int(raw) - self._start] = 1.0
         elif getattr(raw, "ndim", 0) == 1:
             out[:] = raw  # the common flat Box: numpy casts on assignment, no temporary
         else:

@@ -33,6 +33,8 @@ Hybrid (continuous + discrete) behaviors are not supported.
 from __future__ import annotations
 
 import logging
+import socket
+import sys
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -65,6 +67,25 @@ PLAYER_KWARGS = (
 )
 # How many empty steps to wait, after reset, for the first agents to request a decision.
 _MAX_WARMUP_STEPS = 100
+# How many worker ids past a copy's own to try for a free port: every member's copies and the
+# learner's eval copies open players side by side, from the same [env] kwargs.
+_MAX_WORKER_SEARCH = 256
+
+
+def _free_worker(base_port: int, worker_id: int) -> int:
+    """The first worker id from ``worker_id`` on whose port (``base_port + id``) no player's
+    communicator listens, tested as mlagents' ``RpcCommunicator.check_port`` tests it; else
+    ``worker_id`` itself, for mlagents to refuse with its UnityWorkerInUseException."""
+    for wid in range(worker_id, worker_id + _MAX_WORKER_SEARCH):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            if sys.platform.startswith("linux"):  # a closed player's port in TIME_WAIT is free
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("localhost", base_port + wid))
+            except (OSError, OverflowError):
+                continue
+        return wid
+    return worker_id
 
 
 def open_unity(spec: str, kwargs: dict[str, Any], copy: int, seed: int) -> UnityEnvironment:
@@ -76,7 +97,12 @@ def open_unity(spec: str, kwargs: dict[str, Any], copy: int, seed: int) -> Unity
         return MockUnityEnvironment(seed=seed, **kwargs)
     unknown = sorted(set(kwargs) - set(PLAYER_KWARGS) - {"time_scale"})
     if unknown:
-        raise TypeError(f"unity:{spec}: unknown kwargs {unknown}; known: {PLAYER_KWARGS}")
+        # "keyword argument": the engine's probe then names [env] kwargs, not [env] id.
+        known = ["behavior", "agents", *PLAYER_KWARGS, "time_scale"]
+        raise TypeError(
+            f"unity:{spec}: unexpected keyword argument(s) {unknown} in [env] kwargs; "
+            f"known: {known}"
+        )
     side_channels = []
     time_scale = kwargs.pop("time_scale", None)
     if time_scale is not None:
@@ -87,8 +113,12 @@ def open_unity(spec: str, kwargs: dict[str, Any], copy: int, seed: int) -> Unity
         channel = EngineConfigurationChannel()
         channel.set_configuration_parameters(time_scale=float(time_scale))
         side_channels.append(channel)
-    # Each copy needs its own port; worker_id offsets it from base_port.
-    worker_id = int(kwargs.pop("worker_id", 0)) + copy
+    # Each copy needs its own port, base_port + worker_id: the first free one from
+    # worker_id + copy, since other members' copies and the eval copies may hold that one.
+    base_port = kwargs.get("base_port")
+    if base_port is None:
+        base_port = UnityEnvironment.BASE_ENVIRONMENT_PORT
+    worker_id = _free_worker(int(base_port), int(kwargs.pop("worker_id", 0)) + copy)
     return UnityEnvironment(
         file_name=spec, worker_id=worker_id, seed=seed, side_channels=side_channels, **kwargs
     )
@@ -134,7 +164,7 @@ class UnityVecEnv:
             raise
 
     def _setup(self, behavior: str | None) -> None:
-        names = list(self.copies[0].behavior_specs)
+        names = self._behavior_names(self.copies[0])
         if not names:
             raise RuntimeError(f"{self.env_id}: the environment reports no behavior")
         if behavior is None and self._agent_globs is not None:
@@ -196,6 +226,18 @@ class UnityVecEnv:
         self.agents_per_copy = per_copy.pop()
         self.num_envs = self.num_copies * self.agents_per_copy
 
+    def _behavior_names(self, env: UnityEnvironment) -> list[str]:
+        """The behaviors ``env`` reports. A Unity player sends a behavior's spec with the first
+        message that carries agents of it, never at initialization: ``behavior_specs`` is empty
+        until a reset (or the first steps, for agents that ask to act later)."""
+        if not env.behavior_specs:
+            env.reset()
+            for _ in range(_MAX_WARMUP_STEPS):
+                if env.behavior_specs:
+                    break
+                env.step()
+        return list(env.behavior_specs)
+
     # -- state ---------------------------------------------------------------------------------
     def _reset_copies(self) -> None:
         """Reset every copy and (re)build the agent -> row map from the first decisions."""
@@ -203,12 +245,12 @@ class UnityVecEnv:
         decisions = []
         for env in self.copies:
             env.reset()
-            dec, _ = env.get_steps(self.behavior)
+            dec = self._decisions(env)
             for _ in range(_MAX_WARMUP_STEPS):
                 if len(dec):
                     break
                 env.step()
-                dec, _ = env.get_steps(self.behavior)
+                dec = self._decisions(env)
             if not len(dec):
                 raise RuntimeError(f"{self.env_id}: no agent of {self.behavior!r} asks to act")
             self._agent_ids.append(np.sort(dec.agent_id))
@@ -234,6 +276,12 @@ class UnityVecEnv:
             self._obs[rows[known]] = self._rows_of(dec.obs, len(dec))[known]
             self.active[rows[known]] = True
             self._order.append(rows)
+
+    def _decisions(self, env: UnityEnvironment) -> Any:
+        """``env``'s decision steps of our behavior; none while it has not sent the spec."""
+        if self.behavior not in env.behavior_specs:
+            return ()
+        return env.get_steps(self.behavior)[0]
 
     def _rows(self, c: int, agent_ids: np.ndarray) -> np.ndarray:
         row_of = self._row_of[c]

@@ -174,7 +174,8 @@ def _rows(x: Any, space: Any, dim: int, what: str) -> tuple[np.ndarray, bool]:
     if isinstance(space, spaces.Discrete):
         arr = np.asarray(x)
         single = arr.ndim == 0
-        idx = arr.reshape(-1).astype(np.int64)
+        # Discrete(n, start=s) takes s .. s + n - 1: column value - s, as the gym adapter does.
+        idx = arr.reshape(-1).astype(np.int64) - int(space.start)
         return np.eye(dim, dtype=np.float32)[idx], single
     shape = tuple(space.shape) if space is not None else (dim,)
     arr = np.asarray(x, dtype=np.float32)
