@@ -14,8 +14,9 @@ import numpy as np
 from wheeler2.task import Task, reward_head
 
 # Reacher-v5 observation layout: cos q (2), sin q (2), target xy (2), joint velocities (2),
-# fingertip - target xy (2).
-FINGERTIP_TO_TARGET = slice(8, 10)
+# fingertip - target xy (2). Read from the end: with ``[env] stack = k`` the observation is k
+# of them side by side, oldest first, and the last two entries are the newest frame's.
+FINGERTIP_TO_TARGET = slice(-2, None)
 
 
 class Reacher(Task):
@@ -50,10 +51,10 @@ class Reacher(Task):
     def distance_x(self, obs: Any, action: Any, next_obs: np.ndarray, *goals_info: Any) -> Any:
         """Optional finer split of ``distance`` by axis, for ``[[task.heads]]`` tables (its sum
         with ``distance_y`` is an L1 distance, not the env's L2 one)."""
-        return -np.abs(next_obs[:, 8])
+        return -np.abs(next_obs[:, -2])
 
     def distance_y(self, obs: Any, action: Any, next_obs: np.ndarray, *goals_info: Any) -> Any:
-        return -np.abs(next_obs[:, 9])
+        return -np.abs(next_obs[:, -1])
 
     def success(
         self, achieved_goal: Any, desired_goal: Any, info: Any = None, next_obs: Any = None

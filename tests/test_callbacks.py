@@ -267,3 +267,20 @@ def test_a_best_eval_writes_best_pt_with_the_learners_own_steps_and_leaves_lates
     assert bests, look.seen
     for steps, members in bests:  # one learner of one env copy: its steps are the run's
         assert members == {"target": steps}, (steps, members)
+
+
+class PrintEvals(wheeler2.Callback):
+    def on_eval(self, ev: wheeler2.Eval) -> None:
+        print(ev.env_steps)
+
+
+def test_a_callback_class_instead_of_an_instance_is_refused_before_the_run_starts(tmp_path):
+    """`callbacks=[PrintEvals]` (no parentheses) called the hooks with the run dir or the eval
+    as `self`: the team started, stopped at once on a TypeError about a missing argument, and
+    left a run directory and a checkpoint behind."""
+    with pytest.raises(TypeError, match=r"PrintEvals is a class; pass an instance of it"):
+        with active([PrintEvals]):
+            pass
+    with pytest.raises(TypeError, match=r"PrintEvals is a class"):
+        wheeler2.run(config(tmp_path, 400), callbacks=[PrintEvals])
+    assert not (tmp_path / "runs").exists()  # nothing started, nothing written

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from local_team import TEAM, write_team
 
+from wheeler2 import cli
 from wheeler2.config import load
 from wheeler2.preload import member_context
 from wheeler2.runtime import coordinator as coord
@@ -213,3 +214,17 @@ print("after step", "torch._dynamo" in sys.modules, getattr(cached, "__module__"
     built, before, after = out.stdout.splitlines()
     assert built == "built False" and before == "before step False"
     assert after.startswith("after step True torch._dynamo"), after
+
+
+def test_an_unknown_start_method_is_one_error_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """WHEELER2_START_METHOD=fork (not one of forkserver, spawn) on a local run ended in a
+    ValueError traceback from the fork server's early start, before the command ran."""
+    monkeypatch.setenv("WHEELER2_START_METHOD", "fork")
+    path = write_team(tmp_path, 400)
+    out = tmp_path / "out"
+    assert cli.main(["run", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: WHEELER2_START_METHOD='fork': expected 'forkserver' (the default) or 'spawn'"
+    ]
+    assert not out.exists()

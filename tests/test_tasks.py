@@ -236,6 +236,31 @@ def test_reacher_heads_sum_to_the_env_reward() -> None:
         obs = nxt
 
 
+def test_reacher_heads_sum_to_the_env_reward_with_stacked_observations() -> None:
+    """With ``[env] stack = 2`` next_obs is two observations, oldest first: the heads must read
+    the newest one (the state the action reached), not the one before the action."""
+    pytest.importorskip("mujoco")
+    from wheeler2.tasks.reacher import Reacher
+
+    from wheeler2.config.model import EnvConfig
+    from wheeler2.registry import make_env as make_vec_env
+
+    env = make_vec_env(EnvConfig(id="Reacher-v5", stack=2), 1, 0)
+    try:
+        obs, task, rng = env.reset(seed=0).obs, Reacher(), np.random.default_rng(0)
+        assert obs.shape == (1, 20)
+        for _ in range(5):
+            a = rng.uniform(-1, 1, (1, 2)).astype(np.float32)
+            st = env.step(a)
+            args = (obs, a, st.final_obs, None, None, None)
+            np.testing.assert_allclose(
+                task.distance(*args) + task.effort(*args), st.reward, atol=1e-5
+            )
+            obs = st.obs
+    finally:
+        env.close()
+
+
 def test_fetch_task_head_equals_compute_reward() -> None:
     pytest.importorskip("gymnasium_robotics")
     import gymnasium as gym

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 from test_callbacks import config as team_config
 
 from wheeler2 import cli
@@ -156,3 +157,45 @@ def test_docs_state_every_wandb_key_and_what_it_accepts() -> None:
     assert set(documented) == {f.name for f in fields}
     for f in fields:
         assert documented[f.name].startswith(describe(WandbConfig, f, True)), f.name
+
+
+def test_a_resumed_runs_tensorboard_hides_what_a_killed_session_logged_past_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """A session killed after its checkpoint at 200 logged 300 and 400; the resume goes on from
+    200 and logs 250 and 300 again. metrics.csv drops the dead session's rows past the
+    checkpoint; TensorBoard showed both sessions there, the curve running back and forth."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from wheeler2.trackers import RunFacts, make_trackers
+
+    [killed] = make_trackers("tensorboard", RunFacts(tmp_path, "r", "", "r.toml"))
+    for step in (100, 200, 300, 400):
+        killed.scalars("target", step, {"critic_loss": 1.0})
+    killed.close()
+    [resumed] = make_trackers("tensorboard", RunFacts(tmp_path, "r", "", "r.toml", resumed_at=200))
+    for step in (250, 300):
+        resumed.scalars("target", step, {"critic_loss": 2.0})
+    resumed.close()
+
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    seen = [(e.step, e.value) for e in events.Scalars("target/critic_loss")]
+    assert seen == [(100, 1.0), (200, 1.0), (250, 2.0), (300, 2.0)]
+
+
+def test_a_resumed_run_opens_tensorboard_from_its_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recorder of a resumed session tells the trackers the checkpoint's env steps (and a
+    fresh run none), which is what the purge above goes by."""
+    from wheeler2.runtime import experiment
+    from wheeler2.runtime.experiment import Recorder, RunState
+
+    seen: list[Any] = []
+    monkeypatch.setattr(experiment, "make_trackers", lambda _k, facts, _w: seen.append(facts) or [])
+    path = tmp_path / "run.toml"
+    path.write_text(tomli_w.dumps(team_config(tmp_path, 400)))
+    for steps in (0, 200):
+        Recorder(load(path), tmp_path / f"run{steps}", RunState(env_steps=steps))
+    assert [f.resumed_at for f in seen] == [None, 200]

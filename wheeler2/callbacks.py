@@ -256,6 +256,13 @@ _ACTIVE: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
 def active(callbacks: Sequence[Any]) -> Iterator[None]:
     """Run the experiments started inside with ``callbacks``."""
     for callback in callbacks:
+        if isinstance(callback, type):
+            # The class, not an instance of it: its hooks would be called with the eval as
+            # `self` and fail only once the team had started, leaving a run directory behind.
+            raise TypeError(
+                f"callbacks: {callback.__name__} is a class; pass an instance of it, "
+                f"{callback.__name__}(...)"
+            )
         if not (callable(callback) or any(hasattr(callback, h) for h in HOOKS)):
             raise TypeError(
                 f"callbacks: {callback!r} has none of {', '.join(HOOKS)} and is not a function"

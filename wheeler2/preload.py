@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from wheeler2.errors import UsageError
+
 # What a member imports before its first step, besides every module of the packages below.
 # Not torch._dynamo (~1.3 s here, after torch's ~1.5 s): it would put the server's readiness,
 # which every member waits for, past the main process's; a member imports it in a thread once
@@ -59,7 +61,7 @@ def preload_modules() -> list[str]:
 def start_method() -> str:
     method = os.environ.get("WHEELER2_START_METHOD", "forkserver")
     if method not in ("forkserver", "spawn"):
-        raise ValueError(
+        raise UsageError(
             f"WHEELER2_START_METHOD={method!r}: expected 'forkserver' (the default) or 'spawn'"
         )
     if method == "forkserver" and sys.platform == "win32":
@@ -100,7 +102,11 @@ def start_early(command: str, target: Path, overrides: Sequence[str]) -> None:
     wrong one costs a start that is not used (or a start later, in the backend), never a
     different run."""
     path = target / "config.toml" if command == "resume" else target
-    if _backend_hint(path, overrides) == "local" and start_method() == "forkserver":
+    try:
+        method = start_method()
+    except UsageError:
+        return  # the local backend refuses it when it starts the members: one error line
+    if _backend_hint(path, overrides) == "local" and method == "forkserver":
         try:
             member_context()
         except OSError:

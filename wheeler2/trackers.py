@@ -56,13 +56,17 @@ class Tracker(Protocol):
 
 
 class TensorBoardTracker:
-    """Event files under ``run_dir/tb``; a tag per member and key."""
+    """Event files under ``run_dir/tb``; a tag per member and key.
 
-    def __init__(self, log_dir: Path) -> None:
+    ``purge_step``: a resumed run's first step past its checkpoint. TensorBoard then hides what
+    earlier sessions logged from that step on (a killed session's figures past its last
+    checkpoint, which the resume measures again), as metrics.csv drops those rows."""
+
+    def __init__(self, log_dir: Path, purge_step: int | None = None) -> None:
         # Imported here: tensorboard costs about a second to import, wasted by `wheeler2 check`.
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(log_dir))
+        self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
     def scalars(self, member: str, env_steps: int, values: dict[str, float]) -> None:
         now = time.time()
@@ -117,6 +121,7 @@ class RunFacts:
     name: str  # the experiment's name: the default W&B project
     config_toml: str  # the resolved config, as config.toml holds it
     source: str  # the config file, for error messages
+    resumed_at: int | None = None  # a resumed run: the env steps of the checkpoint it goes on from
 
 
 class WandbTracker:
@@ -177,7 +182,9 @@ def make_trackers(
     try:
         for name in tracker_names(tracker):
             if name == "tensorboard":
-                out.append(TensorBoardTracker(run.run_dir / TENSORBOARD_DIR))
+                # Past the checkpoint: its own step's figures were logged before it was written.
+                purge = None if run.resumed_at is None else int(run.resumed_at) + 1
+                out.append(TensorBoardTracker(run.run_dir / TENSORBOARD_DIR, purge_step=purge))
             elif name == "wandb":
                 out.append(WandbTracker(run, wandb or WandbConfig()))
     except BaseException:

@@ -187,7 +187,9 @@ class Recorder:
         self.threshold = exp.eval_threshold
         run_dir.mkdir(parents=True, exist_ok=True)
         # First: a tracker that cannot start (W&B not logged in) fails before a file is written.
-        facts = RunFacts(run_dir, exp.name, config.to_toml(), str(config.path))
+        # Resumed: TensorBoard hides what a killed session logged past the checkpoint.
+        resumed_at = state.env_steps or None
+        facts = RunFacts(run_dir, exp.name, config.to_toml(), str(config.path), resumed_at)
         trackers = make_trackers(exp.tracker, facts, exp.wandb)
         self.log = RunLog(
             run_dir,
