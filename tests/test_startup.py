@@ -228,3 +228,18 @@ def test_an_unknown_start_method_is_one_error_line_and_exit_2(tmp_path, monkeypa
         "error: WHEELER2_START_METHOD='fork': expected 'forkserver' (the default) or 'spawn'"
     ]
     assert not out.exists()
+
+
+def test_a_run_started_while_a_member_imports_the_script_says_to_guard_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script starting a run without `if __name__ == "__main__":` is imported again by each
+    member (forkserver, like spawn); each member then started a run of its own and died in
+    multiprocessing's bootstrapping traceback, after claiming a run directory."""
+    import multiprocess
+
+    monkeypatch.setattr(multiprocess.process.current_process(), "_inheriting", True, raising=False)
+    config = load(write_team(tmp_path, 400), out=str(tmp_path / "runs"))
+    with pytest.raises(RuntimeError, match=r'under `if __name__ == "__main__":`'):
+        run_experiment(config)
+    assert not (tmp_path / "runs").exists()

@@ -20,6 +20,7 @@ def run_experiment(config: Config, run_dir: Path | None = None, resume: bool = F
 
     if resume and run_dir is None:
         raise ValueError("resume needs the run directory")
+    _refuse_in_a_starting_child()
     claimed = run_dir is None
     out = Path(config.experiment.out)
     fresh_out = claimed and not out.exists()
@@ -33,6 +34,23 @@ def run_experiment(config: Config, run_dir: Path | None = None, resume: bool = F
             drop_if_empty(out)
         raise
     return run_dir
+
+
+def _refuse_in_a_starting_child() -> None:
+    """A script that starts a run without ``if __name__ == "__main__":`` is imported again by
+    every member process the local backend starts (forkserver, like spawn, imports the main
+    module), so each member would start a run of its own and die of it in a traceback far from
+    the cause. Say the cause, in the member's output, before any run directory is claimed."""
+    import sys
+
+    for name in ("multiprocess", "multiprocessing"):
+        mp = sys.modules.get(name)
+        if mp is not None and getattr(mp.process.current_process(), "_inheriting", False):
+            raise RuntimeError(
+                "a wheeler2 run was started while a member process was importing your script: "
+                'put the code that starts it under `if __name__ == "__main__":` (members are '
+                "started with forkserver, which imports the main module as spawn does)"
+            )
 
 
 def _run_backend(config: Config, run_dir: Path, resume: bool) -> None:
