@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from wheeler2.buffer import Layout, Replay, ReplayConfig
-from wheeler2.buffer.storage import RESERVED, TOTAL
+from wheeler2.buffer import Layout, Replay, ReplayConfig, ReplayTimeout
+from wheeler2.buffer.storage import HOLDER, LOCK_GEN, RESERVED, TOTAL
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYOUT = Layout(obs_dim=2, act_dim=1)
@@ -81,6 +81,38 @@ def test_holder_killed_before_writing_its_pid_is_recovered() -> None:
         t0 = time.monotonic()
         _check_batch(replay.sample())
         assert time.monotonic() - t0 < 10.0
+
+
+def test_a_wait_that_cannot_take_the_lock_back_leaves_the_holders_lock_alone() -> None:
+    """A gate wait releases the lock, sleeps, and takes it back; when another member holds
+    it past ``timeout_s`` the wait raises, and the caller's ``finally`` (Replay.insert's,
+    sample's) still calls release. That release once freed the other member's lock: holder
+    cleared, semaphore at 1 while it was inside, then 2 once it released in turn, so two
+    members could be inside at once for the rest of the run."""
+    cfg = ReplayConfig(capacity=8, min_size=1, updates_per_insert=0, timeout_s=0.5)
+    with Replay.create(LAYOUT, cfg, gamma=0.9) as replay:
+        st = replay.storage
+        sem, other = st.lock._sem, os.getppid()  # another live process takes it next
+
+        class Asleep:  # the wait's sleep: no notify comes, and the other member goes in
+            def acquire(self, block: bool, timeout: float) -> bool:
+                assert sem.acquire(False), "the wait did not let the lock go"
+                st.hdr[HOLDER], st.hdr[LOCK_GEN] = other, st.hdr[LOCK_GEN] + 1
+                return False
+
+        st.updated._sem = Asleep()  # type: ignore[assignment]
+        st.acquire()
+        try:
+            with pytest.raises(ReplayTimeout):
+                st.updated.wait(0.05)
+        finally:
+            st.release()
+        assert int(st.hdr[HOLDER]) == other and sem.value() == 0, "freed the holder's lock"
+        st.hdr[HOLDER] = 0  # the other member leaves
+        sem.release()
+        st.acquire(1.0)  # and the lock works as before
+        st.release()
+        assert sem.value() == 1
 
 
 def keep_inserting(handle, seed: int) -> None:  # noqa: ANN001

@@ -18,6 +18,7 @@ member that dies inside ``wait`` hangs the notifier. Both are rebuilt here from 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -72,6 +73,7 @@ class RobustLock:
         self._gen = gen
         self._repair = repair
         self.timeout_s = timeout_s
+        self._owner: int | None = None  # the thread of this process that holds it, if any
 
     def acquire(self, timeout: float | None = None) -> None:
         if not self._sem.acquire(False):
@@ -79,6 +81,7 @@ class RobustLock:
         state = self._state
         state[self._holder] = os.getpid()
         state[self._gen] += 1
+        self._owner = threading.get_ident()
 
     def _acquire_slow(self, timeout: float) -> None:
         now = time.monotonic()
@@ -124,6 +127,12 @@ class RobustLock:
             self._guard.release()
 
     def release(self) -> None:
+        # Only the holder lets go. A SharedCondition.wait that cannot take the lock back raises
+        # without it, and its caller's ``finally`` still calls release: that must not free the
+        # lock another member holds (its semaphore would count 2 once that member released).
+        if self._owner != threading.get_ident() or int(self._state[self._holder]) != os.getpid():
+            return
+        self._owner = None
         self._state[self._holder] = 0
         self._sem.release()
 
