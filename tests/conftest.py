@@ -6,6 +6,7 @@ they keep testing the config machinery while the real algorithms change.
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import textwrap
@@ -129,6 +130,17 @@ def ray_tmp() -> Iterator[str]:
     """A short RAY_TMPDIR for one test (see tests/ray_tmpdir.py), removed after it."""
     with ray_tmpdir() as path:
         yield path
+
+
+@pytest.fixture
+def quiet_mlagents() -> Iterator[None]:
+    """mlagents-envs at ERROR for one test: the Unity mock announces no C# capabilities, which
+    mlagents-envs warns about on every open."""
+    logger = logging.getLogger("mlagents_envs")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    yield
+    logger.setLevel(level)
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ async copy's error reaching the parent. Each test failed before its fix."""
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
 import socket
 import threading
@@ -17,16 +16,6 @@ from gymnasium import spaces
 from wheeler2.envs.spaces import ObsFlattener
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def quiet_mlagents():
-    # The mock announces no C# capabilities, which mlagents-envs warns about on every open.
-    logger = logging.getLogger("mlagents_envs")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    yield
-    logger.setLevel(level)
 
 
 def test_discrete_observation_with_a_start_is_one_hot_from_its_start() -> None:

@@ -1,5 +1,3 @@
-import logging
-
 import numpy as np
 import pytest
 
@@ -13,17 +11,10 @@ INTERRUPT_EVERY = 3
 
 
 # mlagents-envs 0.28 uses distutils versions and legacy protobuf descriptors.
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-@pytest.fixture(autouse=True)
-def quiet_mlagents():
-    # The mock announces no C# capabilities, which mlagents-envs warns about on every open.
-    logger = logging.getLogger("mlagents_envs")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    yield
-    logger.setLevel(level)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.usefixtures("quiet_mlagents"),
+]
 
 
 class MockModel:

@@ -4,7 +4,6 @@ interrupted agents and a lagging agent whose rows go inactive."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -14,17 +13,11 @@ pytest.importorskip(
     "mlagents_envs", reason="needs mlagents-envs==0.28.0 with protobuf==3.20.3 (see docs/envs.md)"
 )
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.usefixtures("quiet_mlagents"),
+]
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def quiet_mlagents():  # noqa: ANN201
-    logger = logging.getLogger("mlagents_envs")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    yield
-    logger.setLevel(level)
 
 
 @pytest.mark.parametrize("num_steps", [1000])
