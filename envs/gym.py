@@ -220,11 +220,7 @@ def _worker(conn: Any, env_id: str, kwargs: dict[str, Any], seed: int, wrappers:
             elif cmd == "reset":
                 conn.send(_answer(lambda seed: env.reset(seed=seed), data))
             elif cmd == "stage":
-                try:
-                    env.set_curriculum_stage(data)
-                    conn.send(None)
-                except Exception as exc:  # noqa: BLE001 - raised again in the parent
-                    conn.send(exc)
+                conn.send(_answer(env.set_curriculum_stage, data))
             elif cmd == "close":
                 break
     except (EOFError, KeyboardInterrupt):
@@ -394,10 +390,7 @@ class AsyncGymVecEnv:
         self._probe.set_curriculum_stage(stage)
         for conn in self._conns:
             conn.send(("stage", stage))
-        errors = [conn.recv() for conn in self._conns]  # every reply, so the pipes stay in step
-        for error in errors:
-            if error is not None:
-                raise error
+        self._replies("stage")
 
     def close(self) -> None:
         for conn in self._conns:

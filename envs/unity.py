@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import socket
 import sys
+from collections.abc import Callable
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -86,6 +87,19 @@ def _free_worker(base_port: int, worker_id: int) -> int:
                 continue
         return wid
     return worker_id
+
+
+def _warm_up(env: UnityEnvironment, ready: Callable[[UnityEnvironment], Any]) -> Any:
+    """Reset ``env`` and step it until ``ready(env)`` has something (at most
+    ``_MAX_WARMUP_STEPS`` empty steps); what ``ready`` last gave."""
+    env.reset()
+    got = ready(env)
+    for _ in range(_MAX_WARMUP_STEPS):
+        if len(got):
+            break
+        env.step()
+        got = ready(env)
+    return got
 
 
 def open_unity(spec: str, kwargs: dict[str, Any], copy: int, seed: int) -> UnityEnvironment:
@@ -231,11 +245,7 @@ class UnityVecEnv:
         message that carries agents of it, never at initialization: ``behavior_specs`` is empty
         until a reset (or the first steps, for agents that ask to act later)."""
         if not env.behavior_specs:
-            env.reset()
-            for _ in range(_MAX_WARMUP_STEPS):
-                if env.behavior_specs:
-                    break
-                env.step()
+            _warm_up(env, lambda e: e.behavior_specs)
         return list(env.behavior_specs)
 
     # -- state ---------------------------------------------------------------------------------
@@ -244,13 +254,7 @@ class UnityVecEnv:
         self._agent_ids: list[np.ndarray] = []
         decisions = []
         for env in self.copies:
-            env.reset()
-            dec = self._decisions(env)
-            for _ in range(_MAX_WARMUP_STEPS):
-                if len(dec):
-                    break
-                env.step()
-                dec = self._decisions(env)
+            dec = _warm_up(env, self._decisions)
             if not len(dec):
                 raise RuntimeError(f"{self.env_id}: no agent of {self.behavior!r} asks to act")
             self._agent_ids.append(np.sort(dec.agent_id))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,8 +42,6 @@ def _refuse_in_a_starting_child() -> None:
     every member process the local backend starts (forkserver, like spawn, imports the main
     module), so each member would start a run of its own and die of it in a traceback far from
     the cause. Say the cause, in the member's output, before any run directory is claimed."""
-    import sys
-
     for name in ("multiprocess", "multiprocessing"):
         mp = sys.modules.get(name)
         if mp is not None and getattr(mp.process.current_process(), "_inheriting", False):
