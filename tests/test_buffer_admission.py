@@ -217,6 +217,8 @@ role = "learner"
     ("buffer", "key", "message"),
     [
         ("keep = 1.5", "keep", "expected a number in [0, 1], got 1.5"),
+        # No [task]: nothing is flagged, so keep would drop rows at random.
+        ("keep = 0.5", "keep", "needs a [task] spec whose class defines worth_keeping"),
         ('admit = "rows"', "admit", "one of 'episode', 'transition'"),
         (
             'keep = 0.5\nadmit = "transition"\nn_step = 3',
@@ -244,6 +246,21 @@ def test_bad_buffer_keys_are_one_error_line(
     text = str(info.value)
     assert str(path) in text and "[buffer]" in text and key in text and message in text
     assert "\n" not in text
+
+
+def test_keep_below_one_needs_a_task_that_flags_rows(tmp_path: Path) -> None:
+    """A task without worth_keeping flags nothing; keep = 0 once stored no row at all."""
+    (tmp_path / "plain.py").write_text(
+        "from wheeler2.task import Task\n\nclass Plain(Task):\n    pass\n"
+    )
+    (tmp_path / "upper.py").write_text(TASK)
+    path = tmp_path / "x.toml"
+    text = BASE.format(buffer="keep = 0.0").replace("[buffer]", '[task]\nspec = "S"\n\n[buffer]')
+    path.write_text(text.replace('"S"', '"./plain.py:Plain"'))
+    with pytest.raises(ConfigError, match=r"\[buffer\] keep: got 0, which needs a \[task\]"):
+        load(path)
+    path.write_text(text.replace('"S"', '"./upper.py:UpperHalf"'))
+    assert load(path).buffer.keep == 0.0
 
 
 class KeepPositive(Task):

@@ -259,9 +259,15 @@ def test_every_buffer_key_reaches_the_replay(tmp_path: Path):
 
     settled = {"batch_size", "beta_steps", "min_size", "her", "chunk", "gate_tolerance"}
     cfg = tmp_path / "b.toml"
+    # keep < 1 needs a task that flags rows.
+    (tmp_path / "flags.py").write_text(
+        "from wheeler2.task import Task\n\nclass Flags(Task):\n"
+        "    def worth_keeping(self, obs, action, next_obs, ag, dg, info, reward):\n"
+        "        return reward[:, 0] > 0\n"
+    )
     cfg.write_text(
         '[experiment]\nname = "b"\ntotal_steps = 1000\neval_every = 500\n'
-        '[env]\nid = "CartPole-v1"\n'
+        '[env]\nid = "CartPole-v1"\n[task]\nspec = "./flags.py:Flags"\n'
         '[buffer]\nframe_slack = 0.25\nkeep = 0.5\nforget = "reservoir"\nforget_keep = 0.3\n'
         'prefetch = true\nalpha = 0.5\n[[team]]\nalgo = "dqn"\nrole = "learner"\n'
     )

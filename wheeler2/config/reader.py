@@ -280,6 +280,18 @@ def validate(raw: dict[str, Any], path: str | Path = "<config>") -> Config:
                 "needs a [task] spec whose class defines success(achieved_goal, desired_goal), "
                 "which says where a relabelled transition reaches its goal",
             )
+    if config.buffer.keep < 1.0:
+        task = registry.resolve_object(config.task.spec) if config.task.spec else None
+        if task is None or not task.defines_worth_keeping():
+            # Without flags every row is unflagged: keep would thin the data at random.
+            raise reader.error(
+                "[buffer]",
+                "keep",
+                f"got {config.buffer.keep:g}, which needs a [task] spec whose class defines "
+                "worth_keeping(...): only unflagged rows are dropped, and without that method "
+                "every row is unflagged, so the replay would store each with chance "
+                f"{config.buffer.keep:g} at random; expected 1.0 (the default) without one",
+            )
     return config
 
 
