@@ -207,8 +207,33 @@ def test_write_curve_and_plot_by_wall_clock(tmp_path, figures):
 
 
 def test_plot_of_a_non_run_dir_says_so(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no summary.json"):
+    with pytest.raises(FileNotFoundError, match="no summary.json or metrics.csv"):
         plot.plot_runs([tmp_path], tmp_path / "x.png")
+
+
+def test_plot_of_a_run_still_going_reads_its_metrics(tmp_path, figures):
+    """A run still going has no summary.json (a resumed one, the last session's, which stops
+    short): the curve comes from the evals metrics.csv holds so far."""
+    from wheeler2.log import RunLog
+
+    live = tmp_path / "live"
+    log = RunLog(live, total_steps=10_000, progress=False, tensorboard=False)
+    for step, ret in ((1_000, -900.0), (2_000, -700.0)):
+        log.eval(step, step / 100, ret, None)
+    log.flush()  # the run goes on: no close, no summary
+    plot.plot_runs([live], tmp_path / "a.png")
+    x, y = _curves(figures[-1])["live"][0]
+    assert x == [1_000, 2_000] and y == [-900.0, -700.0]
+    stale = fake_run(tmp_path / "stale", 0.0)  # evals to 3,000 in the old summary
+    log = RunLog(stale, total_steps=10_000, progress=False, tensorboard=False)
+    for step in (1_000, 2_000, 3_000, 4_000):
+        log.eval(step, step / 100, -1.0, None)
+    log.flush()
+    plot.plot_runs([stale], tmp_path / "b.png")
+    assert _curves(figures[-1])["stale"][0][0] == [1_000, 2_000, 3_000, 4_000]
+    finished = fake_run(tmp_path / "done", 0.0)  # a finished run: its summary, as before
+    plot.plot_runs([finished], tmp_path / "c.png")
+    assert _curves(figures[-1])["done"][0][1] == [-900.0, -800.0, -700.0]
 
 
 def test_renamed_key_warns_once_on_stderr(write_config, capsys):

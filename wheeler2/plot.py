@@ -1,13 +1,15 @@
 """Learning curves from run directories: eval return vs env steps and vs wall-clock time.
 
-Reads only ``summary.json`` (its ``eval`` list), so it works on finished, interrupted and copied
-runs alike and never needs the code that produced them. One line per run (:func:`plot_runs`),
+Reads ``summary.json`` (its ``eval`` list), or the eval rows of ``metrics.csv`` for a run still
+going, so it works on finished, interrupted, running and copied runs alike and never needs the
+code that produced them. One line per run (:func:`plot_runs`),
 or per config a median over seeds with an interval band (:func:`plot_bands`, what
 ``wheeler2 report`` draws; :func:`draw_band` is the one place a band is drawn).
 """
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,18 +21,41 @@ matplotlib.use("Agg")  # files only; never needs a display
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from wheeler2.log import read_summary  # noqa: E402
+from wheeler2.log import METRICS_FILE, read_summary  # noqa: E402
 
 CURVE_FILE = "curve.png"
 _X_LABELS = {"env_steps": "environment steps", "wall_s": "wall-clock seconds"}
 
 
 def _eval_points(run_dir: Path) -> list[dict]:
+    """The run's evals from summary.json, or from metrics.csv where that goes further: a run
+    still going has no summary yet (or a resumed one, the last session's)."""
     try:
         evals = read_summary(run_dir).get("eval") or []
     except FileNotFoundError:
-        raise FileNotFoundError(f"{run_dir}: no summary.json (is this a run directory?)") from None
-    return [e for e in evals if e.get("return") is not None]
+        evals = None
+    live = _metrics_evals(run_dir / METRICS_FILE)
+    if evals is None and live is None:
+        raise FileNotFoundError(
+            f"{run_dir}: no summary.json or metrics.csv (is this a run directory?)"
+        )
+    done = [e for e in evals or [] if e.get("return") is not None]
+    if live and (not done or live[-1]["env_steps"] > done[-1]["env_steps"]):
+        return live
+    return done
+
+
+def _metrics_evals(path: Path) -> list[dict] | None:
+    """The eval returns a run has written to metrics.csv so far; None without the file."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = [r for r in csv.DictReader(f) if r["member"] == "eval" and r["key"] == "return"]
+    except FileNotFoundError:
+        return None
+    keys = ("env_steps", "wall_s", "return")
+    return [
+        dict(zip(keys, (int(r["env_steps"]), float(r["wall_s"]), float(r["value"])))) for r in rows
+    ]
 
 
 def plot_runs(
