@@ -114,6 +114,11 @@ def test_commands_on_a_non_run_dir_exit_2_with_a_message(tmp_path, capsys, comma
     assert cli.main([command, str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path}") and "Traceback" not in err
+    missing = tmp_path / "nope"  # a typo in the path: said as such, not "no config.toml"
+    assert cli.main([command, str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {missing}") and "Traceback" not in err
+    assert command == "plot" or "no such run directory" in err
 
 
 def test_usage_errors_exit_2():

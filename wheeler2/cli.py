@@ -240,13 +240,6 @@ def _sweep_seeds(args: argparse.Namespace) -> list[int] | None:
     return parse_seeds(args.seeds)
 
 
-def _run_config_path(run_dir: Path) -> Path:
-    config_path = run_dir / "config.toml"
-    if not config_path.exists():
-        raise UsageError(f"{run_dir}: no config.toml here; is this a run directory?")
-    return config_path
-
-
 def _resume_overrides(overrides: Sequence[str]) -> list[str]:
     """The ``--set`` overrides of ``resume``: only :data:`RESUME_KEYS` (one error line naming
     the first other key: it would change the experiment the checkpoint belongs to)."""
@@ -261,8 +254,10 @@ def _resume_overrides(overrides: Sequence[str]) -> list[str]:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
+    from wheeler2.api import run_config_path
+
     overrides = _resume_overrides(args.overrides)
-    config = _load(_run_config_path(args.run_dir), overrides)
+    config = _load(run_config_path(args.run_dir), overrides)
     from wheeler2.runtime import run_experiment
 
     extended = f" ({', '.join(overrides)})" if overrides else ""
