@@ -179,6 +179,26 @@ def test_a_row_that_does_not_continue_its_copy_stores_its_own_frame():
         assert values(st.gather("next_obs", np.arange(2)), 1)[:, 0].tolist() == [1, 6]
 
 
+def test_a_left_out_row_whose_newest_frame_repeats_still_stores_its_own_frames():
+    # Stack 4: the copy is absent for a step (valid = False) while its frames move on, and the
+    # frame it sees next repeats the last one stored (a still screen). Its newest frame alone
+    # matches, the older ones do not: linking back rebuilt [0, 1, 2, 3] for [1, 2, 3, 3].
+    with replay() as rb:
+        w = rb.writer(num_envs=1)
+        one, no, act = np.ones(1), np.zeros(1, bool), np.zeros(1, np.int64)
+        f = [frame(0, t) for t in range(5)]
+        rows = [[f[0], f[0], f[1], f[2]], [f[0], f[1], f[2], f[3]]]
+        rows += [[f[1], f[2], f[3], f[3]], [f[2], f[3], f[3], f[4]]]
+        stacks = [np.concatenate(r)[None] for r in rows]
+        w.add(stacks[0], act, one, stacks[1], no, no)
+        w.add(stacks[1], act, one, stacks[2], no, no, valid=np.array([False]))
+        w.add(stacks[2], act, one, stacks[3], no, no)
+        w.flush()
+        st = rb.storage
+        np.testing.assert_array_equal(st.gather("obs", np.arange(2)), np.concatenate(stacks[::2]))
+        np.testing.assert_array_equal(st.gather("next_obs", np.array([1])), stacks[3])
+
+
 def test_nstep_windows_and_next_stacks_stay_in_their_episode():
     env = Episodes([[5], [5]])
     with replay(n_step=3) as rb:

@@ -11,8 +11,9 @@ as ``wheeler2.env.FrameStack`` does).
 
 Stacks are rebuilt at sample time from the references each step's writer recorded along its own
 episode, so a stack never holds a frame of another episode: at step 0, and wherever a copy's
-history is unknown or does not continue (its newest frame is not the last next frame it stored),
-the writer stores the observation's own frames instead of linking back.
+history is unknown or does not continue (the observation is not the last next observation it
+stored, all ``k`` frames compared), the writer stores the observation's own frames instead of
+linking back.
 
 The frame ring holds ``F = capacity + ceil(capacity * frame_slack) + k`` frames: one per
 transition, the slack for episodes' first frames. A slot whose frames the ring has overwritten
@@ -56,15 +57,18 @@ class FrameStager:
     """A writer's side: turns staged ``obs`` / ``next_obs`` rows into new frames and references.
 
     Per env copy it remembers the absolute numbers of the ``k`` newest frames of its current
-    episode and the last frame it stored, so a block continues its copy's stacks from the
-    previous block without storing their frames again."""
+    episode and the last next observation it stored, so a block continues its copy's stacks
+    from the previous block without storing their frames again."""
 
     def __init__(self, layout: Layout, num_envs: int) -> None:
         self.k = layout.stack
         self.size = layout.frame_size
         self.history = np.zeros((num_envs, self.k), np.int64)
         self.known = np.zeros(num_envs, bool)  # history holds this copy's last frames
-        self.last = np.zeros((num_envs, self.size), np.uint8)
+        # The whole last next observation, not only its newest frame: a row left out (valid =
+        # False) can move a stack on while its newest frame repeats (a still screen), and a
+        # link back would then rebuild the older frames wrong.
+        self.last = np.zeros((num_envs, self.k * self.size), np.uint8)
         self._pending: dict[int, list[int]] = {}
 
     def pack(
@@ -88,7 +92,7 @@ class FrameStager:
                 hist = [int(r) for r in self.history[e]] if self.known[e] else None
                 last = self.last[e]
             o = obs[i].reshape(k, size)
-            if hist is None or step[i] == 0 or not np.array_equal(o[-1], last):
+            if hist is None or step[i] == 0 or not np.array_equal(obs[i], last):
                 # An episode starts (the one rule that keeps stacks inside episodes), or the
                 # copy's history does not lead here (a row left out, a writer that starts
                 # mid-episode): this observation's own frames, a repeated one stored once.
@@ -99,13 +103,12 @@ class FrameStager:
                     else:
                         frames.append(o[t])
                         hist.append(-len(frames))
-            newest = next_obs[i, (k - 1) * size :]
-            frames.append(newest)
+            frames.append(next_obs[i, (k - 1) * size :])
             refs[i, :k] = hist
             refs[i, k] = -len(frames)
             hist = [*hist[1:], -len(frames)]
-            last = newest
-            self.last[e] = newest
+            last = next_obs[i]
+            self.last[e] = last
         if env >= 0 and hist is not None:
             self._pending[env] = hist
         out = np.stack(frames) if frames else np.zeros((0, size), np.uint8)
