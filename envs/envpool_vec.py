@@ -82,6 +82,7 @@ class EnvpoolVecEnv:
             discrete=self.discrete,
             max_episode_steps=getattr(config, "max_episode_steps", None),
             obs_shape=self._image,
+            stack=_gray_stack(self._image, config),
         )
         self.observation_space = obs_space
         self.action_space = act_space
@@ -149,3 +150,11 @@ def _per_copy(info: dict[str, Any], n: int) -> list[dict[str, Any]]:
     reward head reads ``info["reward_run"]`` as it would from gymnasium."""
     keys = [k for k in info if k not in _POOL_KEYS]
     return [{k: info[k][i] for k in keys} for i in range(n)]
+
+
+def _gray_stack(image: tuple[int, ...], config: Any) -> int:
+    """Frames per observation of envpool's gray Atari stack (``stack_num`` one-channel frames
+    along the first axis), so the image replay stores each frame once, not the whole stack per
+    transition (4x the bytes). Colour stacks (3 channels a frame) and other envs: 1."""
+    k = int(getattr(config, "stack_num", 1) or 1)
+    return k if k > 1 and len(image) == 3 and image[0] == k else 1

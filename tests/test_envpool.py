@@ -92,6 +92,69 @@ def test_a_seeded_reset_repeats_its_episodes() -> None:
         other.close()
 
 
+def test_atari_stacks_reach_the_image_replay_as_single_frames() -> None:
+    """envpool's Atari observation is 4 gray frames: the adapter says so (stack 4), so the
+    image replay stores each frame once, not the whole stack per transition (4x the bytes),
+    and every stored row still reads back as it was inserted, across episode ends."""
+    from wheeler2.buffer import Layout, Replay, ReplayConfig
+
+    env = envpool_vec.EnvpoolVecEnv("Pong-v5", {"max_episode_steps": 60}, 2, 0)
+    info = env.info
+    assert info.stack == 4 and info.frame_shape == (1, 84, 84)
+    layout = Layout(info.obs_dim, info.act_dim, True, frame_shape=info.frame_shape, stack=4)
+    cfg = ReplayConfig(capacity=256, batch_size=32, min_size=1, updates_per_insert=0)
+    rng = np.random.default_rng(0)
+    inserted = set()
+    try:
+        with Replay.create(layout, cfg, gamma=0.99) as replay:
+            writer = replay.writer(num_envs=2)
+            obs = env.reset().obs
+            for _ in range(150):  # two 60-step episodes and more, per copy
+                action = rng.integers(0, 6, 2)
+                st = env.step(action)
+                writer.add(
+                    obs, action, st.reward[:, None], st.final_obs, st.terminated, st.truncated
+                )
+                inserted |= {o.tobytes() + n.tobytes() for o, n in zip(obs, st.final_obs)}
+                obs = st.obs
+            writer.flush()
+            storage = replay.storage
+            slots = np.arange(cfg.capacity)
+            stored = zip(storage.gather("obs", slots), storage.gather("next_obs", slots))
+            assert all(o.tobytes() + n.tobytes() in inserted for o, n in stored)
+            frame_bytes = 84 * 84
+            assert storage.frames.nbytes / cfg.capacity < 1.3 * frame_bytes
+    finally:
+        env.close()
+
+
+def test_load_policy_takes_envpools_own_stacks_whole() -> None:
+    """The engine does not stack an envpool Atari observation ([env] stack stays 1): a policy
+    takes the pool's (4, 84, 84) as one observation, not as four frames to stack again."""
+    from types import SimpleNamespace
+
+    from wheeler2.api import LoadedRun, Policy
+
+    env = envpool_vec.EnvpoolVecEnv("Pong-v5", {}, 1, 0)
+    seen = []
+
+    def act(flat: np.ndarray, explore: bool) -> SimpleNamespace:
+        seen.append(flat)
+        return SimpleNamespace(action=np.zeros(len(flat), np.int64))
+
+    agent = SimpleNamespace(act=act, state_dim=0)
+    config = load(ROOT / "cfg" / "atari_pong.toml", overrides=["env.stack=1"])
+    run = LoadedRun(Path("."), config, Path("."), agent, "dqn", env.info, env.observation_space,
+                    env.action_space)  # fmt: skip
+    try:
+        obs = env.reset().obs.reshape(1, 4, 84, 84)
+        policy = Policy(run)
+        assert policy(obs[0]) == 0 and policy(obs).shape == (1,)
+        np.testing.assert_array_equal(seen[0], obs.reshape(1, -1))
+    finally:
+        env.close()
+
+
 def test_config_takes_only_the_ids_envpool_builds() -> None:
     base = ROOT / "cfg" / "pendulum_ddpg.toml"
     assert load(base, overrides=['env.vector="envpool"']).env.vector == "envpool"

@@ -222,12 +222,14 @@ class Policy:
         # env adapter does; with [env] stack = k the policy keeps each row's last k frames
         # (``frames``), or takes whole stacks shaped as gymnasium's FrameStackObservation.
         self.image = bool(info.obs_shape)
-        self.stack = info.stack
+        # An env that stacks its own frames (envpool's Atari) gives whole stacks: taken as they
+        # are, one observation each, as the engine takes them.
+        self.stack = info.stack if loaded.config.env.stack > 1 else 1
         self.frames: np.ndarray | None = None  # [N, stack, frame values] uint8
         self._fresh: np.ndarray | None = None  # rows whose next frame starts a stack
         # Adapters without a gymnasium space (Unity) take the engine's flat rows as they are.
         reader = self.image and self.observation_space is not None
-        self._frame = _frame_reader(self.observation_space, info) if reader else None
+        self._frame = _frame_reader(self.observation_space, self.stack) if reader else None
 
     @property
     def recurrent(self) -> bool:
@@ -419,7 +421,7 @@ def load_policy(run_dir: str | Path, checkpoint: str = "best") -> Policy:
 
 
 def _frame_reader(
-    space: Any, info: EnvInfo
+    space: Any, stack: int
 ) -> tuple[tuple[int, ...], tuple[int, ...], Callable[[np.ndarray], np.ndarray]]:
     """(raw frame shape, stacked shape, frames ``[M, *frame]`` -> uint8 rows ``[M, values]``)
     of an image env's observation ``space`` (stacked: the frames along a first axis), through
@@ -430,7 +432,7 @@ def _frame_reader(
     from wheeler2 import registry
 
     frame = space
-    if info.stack > 1:
+    if stack > 1:
         frame = spaces.Box(space.low[0], space.high[0], dtype=space.dtype)
     flattener = registry.resolve_object("wheeler2.envs.spaces:ObsFlattener")(frame)
     dim = flattener.dim
