@@ -34,10 +34,11 @@ in who else feeds the replay:
 
 The best single learner, chosen honestly (issue 37): ``--select`` runs the learner alone with
 every noise of ``SOLO_GRID`` (three kinds at three scales) on its own seeds (not the ones
-reported: pass e.g. ``--seeds 100 101 102``) at the same budget, ranks them by seeds solved,
-then seeds still there at the end, then median env steps to the threshold, then mean AUC, and
-writes the winner to ``team_vs_solo_<task>_best_solo.json`` with the ranking table
-(``team_vs_solo_<task>_select.md``). ``best-solo`` then runs that noise on the reported seeds:
+reported: pass e.g. ``--seeds 100 101 102``) at the same budget, ranks them on the seeds every
+noise ran by seeds solved, then seeds still there at the end, then median env steps to the
+threshold, then mean AUC, and writes the winner to ``team_vs_solo_<task>_best_solo.json`` with
+the ranking table (``team_vs_solo_<task>_select.md``); an unfinished grid is not ranked.
+``best-solo`` then runs that noise on the reported seeds, and refuses any selection seed:
 
     python -m experiments.team_vs_solo --task mountaincar --select --seeds 100 101 102
     python -m experiments.team_vs_solo --task mountaincar --arms best-solo diverse --seeds 0 1 ...
@@ -213,18 +214,30 @@ def run_arm(task: str, arm: str, seed: int, out: Path, sets: list[str]) -> dict[
     spec = TASKS[task]
     overrides = ["experiment.progress=false", *spec.get("sets", []), *sets]
     base = load(spec["file"], overrides=overrides, seed=seed)
-    best = None
-    if arm == "best-solo":
-        if not best_solo_file(task).exists():
-            raise SystemExit(
-                f"error: {best_solo_file(task)}: no best single learner chosen for {task}: "
-                f"run --task {task} --select --seeds 100 101 102 first"
-            )
-        best = runs.load(best_solo_file(task))["arm"]
+    best = chosen_solo(task, [seed]) if arm == "best-solo" else None
     raw = arm_raw(base.raw, arm, best)
     raw["experiment"].update(seed=seed, out=str(out), eval_threshold=spec["threshold"])
     run = run_config(validate(raw, spec["file"]))
     return figures(task, arm, seed, run.summary, str(run.run_dir))
+
+
+def chosen_solo(task: str, seeds: list[int]) -> str:
+    """The arm ``--select`` chose for ``task``, to be run on ``seeds``: refused where one of
+    them was a selection seed (the choice is judged on seeds it was not made on)."""
+    path = best_solo_file(task)
+    if not path.exists():
+        raise SystemExit(
+            f"error: {path}: no best single learner chosen for {task}: "
+            f"run --task {task} --select --seeds 100 101 102 first"
+        )
+    chosen = runs.load(path)
+    shared = sorted(set(seeds) & set(chosen.get("seeds", ())))
+    if shared:
+        raise SystemExit(
+            f"error: {path}: best-solo ({chosen['arm']}) was chosen on seeds {chosen['seeds']}; "
+            f"seeds {shared} cannot report it: pass --seeds disjoint from the selection's"
+        )
+    return str(chosen["arm"])
 
 
 def figures(task: str, arm: str, seed: int, summary: dict, run_dir: str) -> dict[str, Any]:
@@ -398,10 +411,16 @@ def _chosen(rs: list[dict[str, Any]], task: str, arms_: list[str] | None) -> lis
 
 def rank_solos(rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The single-learner arms of ``rs``, best first: most seeds solved, then most still there
-    at the end, then fewest median env steps to the threshold, then the highest mean AUC."""
+    at the end, then fewest median env steps to the threshold, then the highest mean AUC.
+    Every arm is judged on the same seeds, those every arm ran: counted over whatever each
+    had finished, an arm would be credited with seeds the others never got (an interrupted
+    selection ranked with --table)."""
+    common = _common_seeds(rs)
     rows = []
     for arm in arms_in(rs):
-        mine = [r for r in rs if r["arm"] == arm]
+        mine = [r for r in rs if r["arm"] == arm and r["seed"] in common]
+        if not mine:
+            continue
         rows.append(
             {
                 "arm": arm,
@@ -415,10 +434,16 @@ def rank_solos(rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda x: (-x["solved"], -x["stays"], x["median_steps"], -x["auc"]))
 
 
+def _common_seeds(rs: list[dict[str, Any]]) -> set[int]:
+    """The seeds every arm of ``rs`` ran (what :func:`rank_solos` judges on)."""
+    ran = [{r["seed"] for r in rs if r["arm"] == arm} for arm in arms_in(rs)]
+    return set.intersection(*ran) if ran else set()
+
+
 def select_render(rs: list[dict[str, Any]], task: str) -> str:
     """The selection of the best single learner: every noise tried, ranked."""
     ranked = rank_solos(_chosen(rs, task, None))
-    seeds = sorted({r["seed"] for r in rs if r["task"] == task})
+    seeds = sorted(_common_seeds(_chosen(rs, task, None)))
     lines = [
         f"### {task}: the learner alone under each noise, seeds {seeds} (selection seeds, not "
         "the reported ones), threshold "
@@ -522,6 +547,8 @@ def main(argv: list[str] | None = None) -> int:
         return select(args, argv)
     runs_path = Path(args.runs or RESULTS / f"team_vs_solo_{args.task}_runs.jsonl")
     if not args.table:
+        if "best-solo" in args.arms:
+            chosen_solo(args.task, args.seeds)  # before any run: not halfway through the sweep
         sweep(args.seeds, args.arms, _runner(args), runs_path, describe=_describe)
     params = {"task": args.task, "arms": list(dict.fromkeys(args.arms))}
     stored = runs.load(runs_path)
@@ -566,6 +593,13 @@ def select(args: argparse.Namespace, argv: list[str] | None) -> int:
         done = {(r["seed"], r["arm"]) for r in runs.load(runs_path) if r["task"] == task}
         sweep(args.seeds, list(SOLO_GRID), _runner(args), runs_path, describe=_describe, skip=done)
     stored = runs.load(runs_path)
+    held = {r["arm"] for r in _chosen(stored, task, None)}
+    missing = [a for a in SOLO_GRID if a not in held]
+    if held and missing:  # an interrupted selection: the choice would be among some noises
+        raise SystemExit(
+            f"error: {runs_path}: no selection run of {', '.join(missing)} for {task}: "
+            f"run --task {task} --select again to finish the grid"
+        )
     ranked = rank_solos(_chosen(stored, task, None))
     if not ranked:
         raise SystemExit(f"error: {runs_path}: no selection runs for {task}")

@@ -267,16 +267,25 @@ def seed_intervals(
     def aggregates(scores: np.ndarray) -> np.ndarray:
         return np.array([np.median(scores), metrics.aggregate_iqm(scores)])
 
-    with warnings.catch_warnings():
-        # arch (rliable's bootstrap) deprecates the RandomState rliable hands it; same draws.
-        warnings.simplefilter("ignore", FutureWarning)
-        points, intervals = library.get_interval_estimates(
-            {"x": x.reshape(-1, 1)},  # rliable's layout: runs x tasks
-            aggregates,
-            reps=int(resamples),
-            confidence_interval_size=confidence,
-            random_state=np.random.RandomState(rng),
-        )
+    # rliable's StratifiedBootstrap draws its resamples from numpy's global RNG
+    # (np.random.choice in update_indices), not from the random_state it is handed: unseeded,
+    # the same scores and rng gave another interval on every call. Seed it for the call and
+    # put the caller's state back.
+    global_state = np.random.get_state()
+    np.random.seed(rng)
+    try:
+        with warnings.catch_warnings():
+            # arch (rliable's bootstrap) deprecates the RandomState rliable hands it; same draws.
+            warnings.simplefilter("ignore", FutureWarning)
+            points, intervals = library.get_interval_estimates(
+                {"x": x.reshape(-1, 1)},  # rliable's layout: runs x tasks
+                aggregates,
+                reps=int(resamples),
+                confidence_interval_size=confidence,
+                random_state=np.random.RandomState(rng),
+            )
+    finally:
+        np.random.set_state(global_state)
     point, (lo, hi) = points["x"], intervals["x"]
     return {
         k: Interval(float(point[i]), float(lo[i]), float(hi[i]))
