@@ -268,9 +268,10 @@ def _fmt(x: float | int | None, spec: str = "") -> str:
 
 
 def ratio_of_medians(w: list[float], s: list[float]) -> tuple[float, float, float]:
-    """median(w) / median(s) and its paired 95% bootstrap interval over seeds; resamples whose
-    medians are not finite (at least half never reached the threshold) are left out."""
-    return tuple(stats.ratio_ci(w, s, unsolved="drop"))
+    """median(w) / median(s) and its paired 95% bootstrap interval over seeds; a resample where
+    at least half of one side never reached the threshold counts that side as the slower one
+    (ratio 0 or inf), so unsolved seeds widen the interval instead of leaving it."""
+    return tuple(stats.ratio_ci(w, s, unsolved="rank"))
 
 
 def render(
