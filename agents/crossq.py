@@ -18,9 +18,15 @@ and normalizes them alike; the bootstrap half is then only cut from the gradient
 
 sg is the stop-gradient, c_h the task's head weights (C their sum), as in ``agents/sac.py``;
 the actor reads the critics in eval mode (their running statistics, not moved by it). The
-paper's other choices are the defaults: Adam's beta1 = 0.5, a policy delay of 3, wide critics
-(2048 units). Batch normalization here is torch's (momentum 0.01, flax's 0.99); the paper's
-final version uses Batch Renormalization, which differs from it early in training only.
+paper's other choices are the defaults: Adam's beta1 = 0.5 (alpha's Adam too; the reference
+code gives alpha Adam's 0.9), a policy delay of 3, wide critics (2048 units). Where this differs
+from the reference code (the authors' adityab/CrossQ and SBX's sbx/crossq): the normalization
+is torch's batch normalization (momentum 0.01, flax's 0.99), where the paper's final version
+uses Batch Renormalization. That is batch normalization during its warm-up (the first 100,000
+updates) and afterwards corrects each batch's statistics toward the running ones (r clipped to
+[1/3, 3], d to [-5, 5]): the two differ late in training, not early. Each hidden layer is
+normalized before its ReLU (Linear, BN, ReLU), where the reference normalizes after it (Linear,
+ReLU, BN). And the actor is a plain MLP, where the reference batch-normalizes it too.
 
 A worked example of adding an algorithm (docs/adding_an_algorithm.md): this file is all of it;
 the off-policy base (agents/offpolicy.py) acts, keeps the counters and checkpoints.
@@ -69,7 +75,8 @@ class Params:
 
 class BatchNormQ(nn.Module):
     """Twin Q, one output per reward head, ``[2, N, H]``: each of the pair batch-normalizes its
-    input ``[s, a]`` and every hidden layer before the activation."""
+    input ``[s, a]`` and every hidden layer before the activation (the reference code: after
+    it; see the module docstring)."""
 
     def __init__(self, in_dim: int, hidden: Sequence[int], num_heads: int, momentum: float) -> None:
         super().__init__()
