@@ -137,6 +137,40 @@ def test_blocking_writer_waits_for_the_learner_and_times_out_clearly() -> None:
             _one_step(gated)
 
 
+def test_a_learner_that_lives_but_does_not_sample_keeps_producers_waiting() -> None:
+    """An eval longer than ``timeout_s``: the learner's heartbeat (``alive``) holds the gate's
+    producers, who insert once it samples again. Without it they died of ReplayTimeout."""
+    import threading
+    import time
+
+    from wheeler2.buffer.storage import LEARNER_PID
+
+    cfg = _ahead_of_the_learner(timeout_s=0.6)
+    with Replay.create(Layout(obs_dim=3, act_dim=1), cfg, gamma=0.9) as replay:
+        replay.storage.hdr[LEARNER_PID] = 1  # a learner elsewhere
+        free = replay.writer(num_envs=1, block=False)
+        for _ in range(50):
+            _one_step(free)
+        errors: list[BaseException] = []
+
+        def produce_once() -> None:
+            try:
+                _one_step(replay.writer(num_envs=1))
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+
+        producer = threading.Thread(target=produce_once)
+        producer.start()
+        for _ in range(8):  # 1.6 s of eval, a heartbeat every 0.2 s
+            replay.alive()
+            time.sleep(0.2)
+        assert not errors, errors
+        while producer.is_alive() and not errors:
+            replay.sample()  # the eval is over: updates let the producer in
+            producer.join(0.05)
+        assert not errors, errors
+
+
 def _wait_to_insert(handle, done) -> None:  # noqa: ANN001
     """A producer far ahead of a learner that never samples: waits on the gate to insert."""
     replay = Replay.attach(handle)

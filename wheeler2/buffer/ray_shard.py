@@ -164,6 +164,10 @@ class ReplayShard:
         for index, td in items:
             self.replay.update_priorities(index, td)
 
+    async def alive(self) -> None:
+        """The learner lives but is not sampling (``Replay.alive``)."""
+        self.last_update = time.time()
+
     async def release(self) -> None:
         """The run is stopping: serve every waiting producer so that it can see the stop."""
         self.released = True
@@ -390,6 +394,11 @@ class ShardedReplay:
             for i, ref in enumerate(refs):
                 self.in_flight[ref] = i
                 got += self._take(ref)
+
+    def alive(self) -> None:
+        """The learner lives but is not sampling (``Replay.alive``); no answer awaited."""
+        for shard in self.shards:
+            shard.alive.remote()
 
     def stats(self) -> dict[str, float]:
         inserts = sum(s.get("inserts", 0) for s in self.shard_stats)

@@ -580,6 +580,13 @@ class Replay:
         """The learner's sampling is over. Nothing is in flight in shared memory; a remote
         replay (``buffer.ray_shard.ShardedReplay``) collects its outstanding calls here."""
 
+    def alive(self) -> None:
+        """The learner lives but is not sampling (an eval, the closing updates' wait): a
+        producer held at the gate counts its ``timeout_s`` of silence from now. Without it, an
+        eval longer than ``timeout_s`` (long episodes, a loaded machine) killed every
+        producer waiting for the learner with ``ReplayTimeout``."""
+        self.storage.fhdr[LAST_UPDATE] = time.time()
+
     def close(self) -> None:
         """Members detach; the owner also unlinks every shared-memory segment."""
         if self._closed:

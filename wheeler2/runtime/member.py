@@ -543,6 +543,10 @@ class MemberLoop:
         if now >= self.next_report:
             self.next_report = now + REPORT_EVERY_S
             self.link.send(Figures(self.plan.name, self.figures()))
+            if self.trainer is not None:
+                # The heartbeat reaches the replay too: producers the gate holds while this
+                # learner evaluates (or waits) must not take it for dead.
+                self.trainer.replay.alive()
 
     def _learn(self) -> None:
         trainer = self.trainer

@@ -101,6 +101,10 @@ class ReplayTable(Protocol):
         """The learner's sampling is over: collect what is still in flight."""
         ...
 
+    def alive(self) -> None:
+        """The learner lives but is not sampling: producers waiting at the gate wait on."""
+        ...
+
     def close(self) -> None: ...
 
 
