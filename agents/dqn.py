@@ -74,8 +74,9 @@ class Params(SequenceParams, AugmentParams):
     obs_clip: float = bounded(5.0, gt=0)  # normalized inputs are clipped to [-obs_clip, obs_clip]
     device: str = "cpu"  # "cpu" | "cuda"
     # NoisyNet exploration (Fortunato et al. 2018): the Q-network's head is a factorized-Gaussian
-    # NoisyLinear, redrawn per act batch and per learn step (the target its own draw, as in the
-    # paper); epsilon-greedy is off (eps_* unused); explore=False acts on the mean weights.
+    # NoisyLinear, redrawn per act batch and per learn step (as in the paper, the target's value
+    # at s', the online net's pick of a' there and Q(s, a) each their own draw); epsilon-greedy
+    # is off (eps_* unused); explore=False acts on the mean weights.
     noisy: bool = False
     noisy_sigma0: float = bounded(0.5, gt=0)  # initial sigma * sqrt(fan_in); the paper's 0.5
     # "rbf": Gaussian RBF features of the (normalized) observation before the first layer.
@@ -185,7 +186,10 @@ class DQN(OffPolicy, Agent):
 
     def update(self, v: View) -> tuple[dict[str, float], torch.Tensor]:
         p = self.params
-        if p.noisy:  # one draw per learn step for the online net, another for the target
+        if p.noisy:  # independent draws (Fortunato et al. 2018, algorithm 1): with double,
+            # this online one picks a' at s' (their xi''), the target's evaluates it (xi'), and
+            # Q(s, a) gets a third below (xi). One draw shared by the pick and Q(s, a) ties the
+            # target to the noise of the value it trains and biases the noise scales' gradient.
             resample_noise(self.q, self.noise_gen)
             resample_noise(self.q_target, self.noise_gen)
         with torch.no_grad():
@@ -207,6 +211,8 @@ class DQN(OffPolicy, Agent):
                 if not self.masked:  # every reply legal
                     legal = torch.ones_like(q_next_target, dtype=torch.bool)
                 y = negamax_target(reward, v.discount, q_next_online, q_next_target, legal, k)
+        if p.noisy and p.double:  # Q(s, a)'s own draw (the online net just picked a' with one)
+            resample_noise(self.q, self.noise_gen)
         q_all = self.q_layers(v.read(self.q))
         action = v.action.long().reshape(*q_all.shape[:-1], 1)
         q = q_all.gather(-1, action).squeeze(-1)
