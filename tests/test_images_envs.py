@@ -127,6 +127,14 @@ def test_check_refuses_a_capacity_that_does_not_fit_with_its_byte_figure(tmp_pat
     check_against_env(config, [info], free=lambda: {"/dev/shm": need})  # fits exactly: fine
 
 
+def test_check_refuses_forgetting_rules_on_images_before_the_run(tmp_path):
+    path = write(tmp_path, capacity='1000\nforget = "reservoir"')
+    with pytest.raises(ConfigError) as err:
+        check_with_env(load(path))
+    assert (err.value.table, err.value.key) == ("[buffer]", "forget")
+    assert 'expected "oldest" with image observations, got "reservoir"' in err.value.message
+
+
 def test_a_team_on_pixels_runs_and_its_policy_loads_exports_and_films(tmp_path, capsys):
     path = write(tmp_path, stack=2, extra=EXPLORER)
     check_with_env(load(path))

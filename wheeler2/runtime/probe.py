@@ -54,6 +54,16 @@ def check_against_env(
             f"needs a goal env (observations with achieved_goal and desired_goal); "
             f"'{config.env.id}' has none: remove her or pick a goal env",
         )
+    buffer = config.buffer
+    if buffer.forget != "oldest" and any(info.obs_shape for info in infos):
+        # The replay refuses it too, but only once a run has built the team.
+        raise ConfigError(
+            file,
+            "[buffer]",
+            "forget",
+            f'expected "oldest" with image observations, got "{buffer.forget}": a row carried '
+            "forward keeps its frame references, not the frames the ring overwrites",
+        )
     # A Ray cluster places the buffer on its own nodes, whose memory this machine cannot see.
     if not infos or (config.experiment.backend == "ray" and config.experiment.ray_address):
         return
