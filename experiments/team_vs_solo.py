@@ -442,8 +442,9 @@ def _common_seeds(rs: list[dict[str, Any]]) -> set[int]:
 
 def select_render(rs: list[dict[str, Any]], task: str) -> str:
     """The selection of the best single learner: every noise tried, ranked."""
-    ranked = rank_solos(_chosen(rs, task, None))
-    seeds = sorted(_common_seeds(_chosen(rs, task, None)))
+    solos = _chosen(rs, task, None)
+    ranked = rank_solos(solos)
+    seeds = sorted(_common_seeds(solos))
     lines = [
         f"### {task}: the learner alone under each noise, seeds {seeds} (selection seeds, not "
         "the reported ones), threshold "

@@ -270,29 +270,34 @@ def validate(raw: dict[str, Any], path: str | Path = "<config>") -> Config:
     check_relations(config)
     if "tune" in raw:
         read_tune(raw, path)
-    her = config.buffer.her
-    if her is not None and her.terminate_on_goal:
-        task = registry.resolve_object(config.task.spec) if config.task.spec else None
-        if task is None or not task.defines_success():
-            raise reader.error(
-                "[buffer.her]",
-                "terminate_on_goal",
-                "needs a [task] spec whose class defines success(achieved_goal, desired_goal), "
-                "which says where a relabelled transition reaches its goal",
-            )
-    if config.buffer.keep < 1.0:
-        task = registry.resolve_object(config.task.spec) if config.task.spec else None
-        if task is None or not task.defines_worth_keeping():
-            # Without flags every row is unflagged: keep would thin the data at random.
-            raise reader.error(
-                "[buffer]",
-                "keep",
-                f"got {config.buffer.keep:g}, which needs a [task] spec whose class defines "
-                "worth_keeping(...): only unflagged rows are dropped, and without that method "
-                "every row is unflagged, so the replay would store each with chance "
-                f"{config.buffer.keep:g} at random; expected 1.0 (the default) without one",
-            )
+    _check_task_methods(reader, config)
     return config
+
+
+def _check_task_methods(reader: Reader, config: Config) -> None:
+    """Keys that need a method of the [task] class; the class is imported once for them."""
+    b = config.buffer
+    ends_on_goal = b.her is not None and b.her.terminate_on_goal
+    if not ends_on_goal and b.keep >= 1.0:
+        return
+    task = registry.resolve_object(config.task.spec) if config.task.spec else None
+    if ends_on_goal and (task is None or not task.defines_success()):
+        raise reader.error(
+            "[buffer.her]",
+            "terminate_on_goal",
+            "needs a [task] spec whose class defines success(achieved_goal, desired_goal), "
+            "which says where a relabelled transition reaches its goal",
+        )
+    if b.keep < 1.0 and (task is None or not task.defines_worth_keeping()):
+        # Without flags every row is unflagged: keep would thin the data at random.
+        raise reader.error(
+            "[buffer]",
+            "keep",
+            f"got {b.keep:g}, which needs a [task] spec whose class defines "
+            "worth_keeping(...): only unflagged rows are dropped, and without that method "
+            "every row is unflagged, so the replay would store each with chance "
+            f"{b.keep:g} at random; expected 1.0 (the default) without one",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
