@@ -11,8 +11,9 @@ steps in all: **a2c**, one process stepping W env copies and taking one update p
 env copy each, every worker's update applied to the one shared set of parameters
 (``cfg/cartpole_a3c.toml``'s shape on the local backend: an a3c learner and W - 1 a3c
 explorers). So at equal env steps A3C takes W times as many updates, each on a W times smaller
-batch. Seeds interleaved, arm order rotating. Eval: the framework's (every ``eval_every`` env
-steps, the mean of 10 deterministic episodes of the learner's policy). Writes
+batch. Seeds interleaved, and the order mirrored from seed to seed (each worker count's two
+arms side by side, so they alternate which runs first). Eval: the framework's (every
+``eval_every`` env steps, the mean of 10 deterministic episodes of the learner's policy). Writes
 ``experiments/results/a3c_vs_a2c[_pendulum].md`` and ``..._runs.jsonl``.
 """
 
@@ -205,14 +206,34 @@ def render(rows: list[dict[str, Any]], steps: int, task: str = "cartpole", **_: 
         "for one worker is missing, it was not run again (`--no-a3c-w1`). Run seconds are "
         "the run's own clock (summary.json wall_s: from the run's start, so the start of "
         "a3c's W member processes is in it, the command's imports are not), on a shared machine "
-        "whose load varied between runs: seeds were interleaved and the arms' order rotated, "
-        "so a drift hits both arms, but with 4 workers on 2 cores the a3c arm's processes "
-        "compete for the cores where a2c's one process does not.",
+        "whose load varied between runs: seeds were interleaved, so a drift hits both arms, "
+        f"and within a seed {_order_note(rows)}; but with 4 workers on 2 cores the a3c arm's "
+        "processes compete for the cores where a2c's one process does not.",
         "",
         f"![eval curves: each seed thin, the median over seeds thick]({name}.png)",
         "",
     ]
     return "\n".join(lines)
+
+
+def _order_note(rows: list[dict[str, Any]]) -> str:
+    """Which arm of each worker count ran first within a seed, read off the runs file's order
+    (each run is appended as it ends): "a2c was stored before a3c on 3 of 5 seeds with 2
+    workers ..."."""
+    position = {(r["workers"], r["arm"], r["seed"]): i for i, r in enumerate(rows)}
+    parts = []
+    for workers in sorted({w for w, _, _ in position}):
+        seeds = [
+            s
+            for w, arm, s in position
+            if w == workers and arm == "a2c" and (w, "a3c", s) in position
+        ]
+        if seeds:
+            first = sum(position[workers, "a2c", s] < position[workers, "a3c", s] for s in seeds)
+            parts.append(f"{first} of {len(seeds)} seeds with {workers}")
+    if not parts:
+        return "only one arm ran"
+    return "a2c was stored before a3c on " + ", ".join(parts) + " workers (the runs file's order)"
 
 
 def plot(rows: list[dict[str, Any]], path: Path, task: str = "cartpole", **_: Any) -> None:
@@ -287,9 +308,14 @@ def main(argv: list[str] | None = None) -> None:
         ]
         stored = runs.load(jsonl)
         # Another budget's runs do not share a table with these (a run may overshoot its
-        # budget by a vector step of each worker: not another budget).
-        if any(abs(r["env_steps"] - steps) > 0.01 * steps for r in stored):
-            stored = []
+        # budget by a vector step of each worker: not another budget). Refused rather than
+        # dropped: a quick --steps trial would otherwise delete the stored sweep.
+        other = sorted({r["seed"] for r in stored if abs(r["env_steps"] - steps) > 0.01 * steps})
+        if other:
+            raise SystemExit(
+                f"a3c_vs_a2c: {jsonl} holds seeds {other} run at another budget than "
+                f"{steps:,} env steps; move that file away to start a sweep at this budget"
+            )
         swept = {_seed_arm(r) for r in stored}
         planned = {(s, a) for s in args.seeds for a in arms}
         # Runs of this sweep are replaced (kept with --resume); other seeds' and counts' stay.
@@ -303,7 +329,9 @@ def main(argv: list[str] | None = None) -> None:
                 arms,
                 lambda arm, seed: run_arm(arm, args.task, seed, steps, eval_every, Path(tmp)),
                 runs_file=jsonl,
-                rotate=True,
+                # Mirrored, not rotated: rotating six arms kept a2c-w4 before a3c-w4 on
+                # every one of seeds 0-4; mirroring alternates each pair's order.
+                mirror=True,
                 describe=lambda r: (
                     f"{r['arm']} w{r['workers']} seed {r['seed']}: final {r['final_eval']:.1f}, "
                     f"best {r['best_eval']:.1f}, {r['wall_s']} s"

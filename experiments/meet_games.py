@@ -25,8 +25,9 @@ own process: the serial backend steps the member here).
 own 1000 first), and adds that table: a win rate near its threshold read more tightly.
 
 Writes experiments/results/meet_<game>.md, .json (every run's figures; each seed replaces its
-earlier row as it finishes) and .png (the in-run ``vs_random/win`` and Elo curves). Notes:
-results/notes/meet_games.md.
+earlier row as it finishes; a sweep at another budget or with other ``--set`` overrides than the
+stored rows stops before it runs: give it its own ``--name``) and .png (the in-run
+``vs_random/win`` and Elo curves). Notes: results/notes/meet_games.md.
 """
 
 from __future__ import annotations
@@ -172,6 +173,31 @@ def run_one(game: str, seed: int, steps: int | None, out: Path, sets: list[str])
     row["best"] = evaluate(spec, run.run_dir, "best", seed, games)
     row["eval_s"] = time.perf_counter() - t0
     return row
+
+
+def budget(game: str, steps: int | None, sets: list[str]) -> int:
+    """The seat moves a run of this sweep takes: ``--steps``, else the config's (with ``sets``)."""
+    from wheeler2.config import load
+
+    return steps or load(GAMES[game].config, overrides=sets).experiment.total_steps
+
+
+def refuse_other_runs(rows: list[dict[str, Any]], steps: int, sets: list[str], name: str) -> None:
+    """Stop before running where the stored rows were made at another budget or with other
+    ``--set`` overrides: a seed replaced by this sweep would share one table (its medians and
+    "seeds met") with seeds of another setting, and the page would name one of them only. A run
+    may overshoot its budget by a vector step: not another budget."""
+    other = sorted(
+        r["seed"]
+        for r in rows
+        if abs(r["seat_moves"] - steps) > 0.01 * steps or (r.get("sets") or []) != sets
+    )
+    if other:
+        raise SystemExit(
+            f"meet_games: {name}.json holds seeds {other} of another setting than "
+            f"{steps:,} seat moves with --set {sets or 'none'}; give this sweep its own "
+            "--name (or move that file away)"
+        )
 
 
 def rescore(spec: GameSpec, json_path: Path, games: int) -> None:
@@ -395,6 +421,9 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.rescore:
         rescore(GAMES[args.game], json_path, args.rescore)
+    if not (args.table or args.rescore):
+        steps = budget(args.game, args.steps, args.sets)
+        refuse_other_runs(stored()["rows"], steps, args.sets, name)
     for seed in [] if args.table or args.rescore else args.seeds:
         row = run_one(args.game, seed, args.steps, Path(args.out), args.sets)
         ev = row["final"]

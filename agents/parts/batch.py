@@ -83,8 +83,9 @@ class StepView:
         return values
 
     def priority(self, abs_td: torch.Tensor) -> np.ndarray:
-        """New priorities from each sample's ``abs_td [B]``."""
-        return abs_td.cpu().numpy()
+        """New priorities from each sample's ``abs_td [B]`` (detached here, as the sequence
+        view does, so one ``update`` serves both views)."""
+        return abs_td.detach().cpu().numpy()
 
 
 def unroll(

@@ -5,7 +5,9 @@ A member acts on one row per env copy, and at that size torch's per-op dispatch 
 for thin matrices dominate: 8 rows through DDPG's 3-400-300-1 actor took ~110 µs in torch and
 ~50 µs here (experiments/bench_collect.py). Layers: Linear (its activation fused after it),
 ReLU / Tanh, :class:`NoisyLinear` (its noise as drawn, or the means in eval mode) and an
-:class:`RBFEncoder` first in the trunk. Each new layer kind is written here once.
+:class:`RBFEncoder` first in the trunk. Each new layer kind is written here once, and so is each
+``forward`` it stands in for (``_FORWARDS``): a network whose ``forward`` is anything else (a
+head written in an algorithm's file) acts through torch, never through a guess of its output.
 
 The arrays are views of the module's own parameters and buffers, so optimizer steps, weight
 sync (``copy_`` / ``lerp_``), ``load_state_dict`` and a noisy layer's ``resample``, which all
@@ -21,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 from wheeler2.agents.parts.encoders import MLP, RBFEncoder
+from wheeler2.agents.parts.heads import DeterministicActor, SquashedGaussianActor
 from wheeler2.agents.parts.noisy import NoisyLinear
 
 Step = Callable[[np.ndarray], np.ndarray]
@@ -30,6 +33,15 @@ _TENSORS: dict[type[nn.Module], tuple[str, ...]] = {
     nn.Linear: ("weight", "bias"),
     NoisyLinear: ("weight", "bias", "weight_sigma", "bias_sigma", "eps_in", "eps_out"),
     RBFEncoder: ("centers", "width"),
+}
+
+# The forwards this pass computes, and whether each ends with tanh (``squash``). Any other (an
+# MLP subclass with its own ``forward``: a categorical policy's logits, a scaled action) would
+# be read as ``head(trunk(x))``, and a tanh of logits cast to int64 acts as action 0.
+_FORWARDS: dict[Callable[..., torch.Tensor], bool] = {
+    MLP.forward: False,
+    DeterministicActor.forward: True,
+    SquashedGaussianActor.forward: True,
 }
 
 
@@ -50,9 +62,10 @@ class NumpyForward:
 
     @classmethod
     def of(cls, net: MLP, squash: bool) -> NumpyForward | None:
-        """None where it does not apply: tensors off the CPU or not float32, or a layer it
-        does not know (or ``net`` is no :class:`MLP`)."""
-        if not isinstance(net, MLP):
+        """None where it does not apply: tensors off the CPU or not float32, a layer it
+        does not know, a ``forward`` other than ``head(trunk(x))``, with tanh after it as
+        ``squash`` says (or ``net`` is no :class:`MLP`)."""
+        if not isinstance(net, MLP) or _FORWARDS.get(type(net).forward) is not squash:
             return None
         tensors = [*net.parameters(), *net.buffers()]
         if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):

@@ -36,15 +36,22 @@ class Arm:
 
 
 def interleave(
-    seeds: Iterable[int], arms: Sequence[A], rotate: bool = False
+    seeds: Iterable[int], arms: Sequence[A], rotate: bool = False, mirror: bool = False
 ) -> list[tuple[int, A]]:
     """``(seed, arm)`` in run order: every arm of a seed before the next seed. ``rotate`` shifts
     the arms' order by one from seed to seed (two arms alternate which runs first), so neither
-    always runs on a warmer or a busier machine."""
+    always runs on a warmer or a busier machine. With more than two arms, rotating keeps two
+    arms listed side by side in the same order on all seeds but one in ``len(arms)`` (of six
+    arms, the fifth runs before the sixth on seeds 0-4): where arms are compared in pairs, list
+    each pair side by side and ``mirror`` instead, which reverses the order on every other seed,
+    so that any two arms alternate which runs first and stay next to each other."""
+    if rotate and mirror:
+        raise ValueError("rotate or mirror, not both (with two arms they undo each other)")
     order = []
     for i, seed in enumerate(seeds):
         k = i % len(arms) if rotate and arms else 0
-        order += [(seed, arm) for arm in [*arms[k:], *arms[:k]]]
+        turn = [*arms[k:], *arms[:k]]
+        order += [(seed, arm) for arm in (turn[::-1] if mirror and i % 2 else turn)]
     return order
 
 
@@ -56,17 +63,19 @@ def sweep(
     rotate: bool = False,
     describe: Callable[[dict[str, Any]], str] | None = None,
     skip: Collection[tuple[int, Any]] = (),
+    mirror: bool = False,
 ) -> list[dict[str, Any]]:
-    """Run ``run(arm, seed)`` over :func:`interleave`'s order, except the ``(seed, arm)`` pairs
-    in ``skip`` (those an interrupted sweep finished); each record is appended to
-    ``runs_file`` as it finishes and printed (``describe(record)``, default the JSON).
+    """Run ``run(arm, seed)`` over :func:`interleave`'s order (``rotate``, ``mirror``), except
+    the ``(seed, arm)`` pairs in ``skip`` (those an interrupted sweep finished); each record is
+    appended to ``runs_file`` as it finishes and printed (``describe(record)``, default the
+    JSON).
 
     Ctrl-C ends the running run as the run itself ends on it (a wheeler2 run closes its members
     and writes its last checkpoint, then raises ``KeyboardInterrupt``); that run is not stored,
     and the sweep says what it kept and exits 130, with no traceback."""
     done = []
     try:
-        for seed, arm in interleave(seeds, arms, rotate):
+        for seed, arm in interleave(seeds, arms, rotate, mirror):
             if (seed, arm) in skip:
                 continue
             record = run(arm, seed)
