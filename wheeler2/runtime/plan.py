@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wheeler2 import registry
-from wheeler2.config import Config, MemberConfig
+from wheeler2.config import Config, ConfigError, MemberConfig
 from wheeler2.config.model import params_of
 from wheeler2.needs import AgentNeeds
 
@@ -26,9 +26,22 @@ class MemberPlan:
 
 def plan_team(config: Config) -> list[MemberPlan]:
     plans: list[MemberPlan] = []
+    made: dict[str, str] = {}  # member name -> the [[team]] entry that made it
     for spec in config.team:
         for k in range(spec.count):
             name = spec.name if spec.count == 1 else f"{spec.name}-{k}"
+            if name in made:
+                # The reader sees distinct [[team]] names ("explorer" with count = 2 beside
+                # "explorer-1"); the coordinator keys members by name and would wait forever
+                # for a Finished the other member of that name already sent.
+                raise ConfigError(
+                    str(config.path),
+                    f"[[team]] {spec.name}",
+                    "name",
+                    f"its member {name!r} has the name of a member of [[team]] {made[name]} "
+                    f"(copies of a count > 1 entry are named <name>-<copy>); rename one",
+                )
+            made[name] = spec.name
             plans.append(MemberPlan(name, spec.name, len(plans), spec.role, spec.algo, spec, k))
     return plans
 

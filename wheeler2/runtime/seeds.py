@@ -11,7 +11,14 @@ if TYPE_CHECKING:
 
 MEMBER_SEED_STRIDE = 10_007  # runs with consecutive seeds give members disjoint seed ranges
 MEMBER_SEED_SPACING = 1_000  # a member's env copies take seed + 0 .. seed + num_envs - 1
-EVAL_ENV_SEED_OFFSET = 99_991  # the eval env copies: a prime far from every member's range
+# The eval envs' seeds: run seed s has its own block of EVAL_SEED_STRIDE at EVAL_SEED_BASE +
+# s * EVAL_SEED_STRIDE, above every member's seed (run seeds below ~99_900). An offset from s
+# alone (s + 7) gave runs 0 and 1 nine of their ten eval episodes in common, and runs 0..9 only
+# 19 distinct episodes of 100; and run 0's training copy 7 (num_envs >= 8) the first episode
+# of its eval episode 0.
+EVAL_SEED_BASE = 1_000_000_007
+EVAL_SEED_STRIDE = MEMBER_SEED_STRIDE  # disjoint blocks for up to ~5_000 eval episodes
+EVAL_ENV_SEED_OFFSET = 5_003  # the eval env copies (the seed Unity plays, autoresets)
 EVAL_RESET_SEED_OFFSET = 7  # the reset seed of every eval: each eval sees the same episodes
 SHARD_SEED_STRIDE = 1_000  # replay shard i samples with seed * stride + i
 TABLE_SEED_STRIDE = 1_000_003  # table k's replay samples apart from table 0's
@@ -23,12 +30,16 @@ def member_seed(config: Config, plan: MemberPlan) -> int:
     return int(config.experiment.seed) * MEMBER_SEED_STRIDE + plan.index * MEMBER_SEED_SPACING
 
 
+def _eval_block(config: Config) -> int:
+    return EVAL_SEED_BASE + int(config.experiment.seed) * EVAL_SEED_STRIDE
+
+
 def eval_env_seed(config: Config) -> int:
-    return int(config.experiment.seed) + EVAL_ENV_SEED_OFFSET
+    return _eval_block(config) + EVAL_ENV_SEED_OFFSET
 
 
 def eval_reset_seed(config: Config) -> int:
-    return int(config.experiment.seed) + EVAL_RESET_SEED_OFFSET
+    return _eval_block(config) + EVAL_RESET_SEED_OFFSET
 
 
 def replay_seed(config: Config, shard: int = 0, shards: int = 1) -> int:

@@ -1,0 +1,71 @@
+"""The seeds a run hands out (``wheeler2/runtime/seeds.py``): the env copies of its members and
+its eval episodes never share a seed, and runs of other seeds evaluate on other episodes."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from wheeler2.config import Config, load
+from wheeler2.runtime.plan import plan_team
+from wheeler2.runtime.seeds import eval_env_seed, eval_reset_seed, member_seed
+
+TEAM = """
+[experiment]
+name = "seeds"
+total_steps = 1000
+eval_every = 500
+eval_episodes = 10
+
+[env]
+id = "Pendulum-v1"
+num_envs = 8
+
+[[team]]
+name = "target"
+algo = "ddpg"
+role = "learner"
+
+[[team]]
+name = "explorer"
+algo = "ppo"
+role = "explorer"
+count = 2
+"""
+
+
+def _config(tmp_path: Path, seed: int) -> Config:
+    path = tmp_path / "team.toml"
+    path.write_text(TEAM)
+    config = load(path)
+    return dataclasses.replace(config, experiment=dataclasses.replace(config.experiment, seed=seed))
+
+
+def _seeds(config: Config) -> tuple[set[int], set[int]]:
+    """(the first-reset seeds of every member's env copies, the eval episodes' reset seeds)."""
+    copies, episodes = int(config.env.num_envs), int(config.experiment.eval_episodes)
+    train = {member_seed(config, p) + i for p in plan_team(config) for i in range(copies)}
+    evals = {eval_reset_seed(config) + i for i in range(episodes)}
+    evals |= {eval_env_seed(config) + i for i in range(episodes)}
+    return train, evals
+
+
+def test_train_and_eval_seeds_are_disjoint_within_and_across_runs(tmp_path: Path) -> None:
+    # Run seed 0 with 8 copies once gave its training copy 7 the seed of eval episode 0, and
+    # consecutive run seeds shared 9 of their 10 eval episodes (19 distinct over seeds 0..9).
+    evals_of: dict[int, set[int]] = {}
+    train_of: dict[int, set[int]] = {}
+    for seed in range(10):
+        train_of[seed], evals_of[seed] = _seeds(_config(tmp_path, seed))
+        assert len(train_of[seed]) == 3 * 8  # no two copies of the team share a seed
+        assert not train_of[seed] & evals_of[seed], f"run seed {seed}"
+    for a in range(10):
+        for b in range(a + 1, 10):
+            assert not evals_of[a] & evals_of[b], f"run seeds {a} and {b} share eval episodes"
+            assert not train_of[a] & train_of[b], f"run seeds {a} and {b} share env seeds"
+            assert not train_of[a] & evals_of[b] and not evals_of[a] & train_of[b]
+
+
+def test_seeds_are_a_function_of_the_run_seed(tmp_path: Path) -> None:
+    # Same --seed, same episodes: every eval and every rerun resets with the same seeds.
+    assert _seeds(_config(tmp_path, 3)) == _seeds(_config(tmp_path, 3))
