@@ -8,7 +8,7 @@ from pathlib import Path
 
 from wheeler2.config import Config, load
 from wheeler2.runtime.plan import plan_team
-from wheeler2.runtime.seeds import eval_env_seed, eval_reset_seed, member_seed
+from wheeler2.runtime.seeds import eval_env_seed, eval_reset_seed, member_seed, resumed_env_seed
 
 TEAM = """
 [experiment]
@@ -69,3 +69,14 @@ def test_train_and_eval_seeds_are_disjoint_within_and_across_runs(tmp_path: Path
 def test_seeds_are_a_function_of_the_run_seed(tmp_path: Path) -> None:
     # Same --seed, same episodes: every eval and every rerun resets with the same seeds.
     assert _seeds(_config(tmp_path, 3)) == _seeds(_config(tmp_path, 3))
+
+
+def test_a_resumed_members_env_seeds_fit_int32_and_move_on() -> None:
+    # A 32-bit draw was at or over 2**31 half the time: envpool (int32 seeds) refused the
+    # resumed run with a bare AssertionError.
+    draws = [
+        resumed_env_seed(seed, steps) for seed in (0, 10_007, 99_000) for steps in range(1, 200)
+    ]
+    assert max(draws) + 1024 < 2**31  # room for a copy index on top
+    assert len(set(draws)) == len(draws)
+    assert resumed_env_seed(0, 5_000) == resumed_env_seed(0, 5_000)

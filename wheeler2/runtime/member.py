@@ -56,7 +56,7 @@ from wheeler2.runtime.protocols import (
     WeightSource,
 )
 from wheeler2.runtime.replays import ReplaySpec
-from wheeler2.runtime.seeds import eval_env_seed, eval_reset_seed, member_seed
+from wheeler2.runtime.seeds import eval_env_seed, eval_reset_seed, member_seed, resumed_env_seed
 from wheeler2.runtime.trainer import NonFiniteError, Trainer, check_losses
 from wheeler2.shared import SharedBlock, share
 from wheeler2.sync import publish_view, sink_pulls, sync_target
@@ -425,11 +425,7 @@ class MemberLoop:
         # share of the cores each member took (experiments/team_vs_solo.py).
         alone = wiring.own_process or wiring.sole
         self.cpu_from = time.process_time() if alone else None
-        # A resumed member's env copies start from a seed of their own: the member's seed again
-        # would replay the first session's episodes (the same initial states) from the start.
-        env_seed = seed
-        if wiring.env_steps > 0:
-            env_seed = int(np.random.SeedSequence([seed, wiring.env_steps]).generate_state(1)[0])
+        env_seed = seed if wiring.env_steps == 0 else resumed_env_seed(seed, wiring.env_steps)
         self.member = Member(plan.name, plan.role, agent, env, heads, writer, env_seed)
         self.member.stats.resume_from(wiring.env_steps)
         self.trainer = None

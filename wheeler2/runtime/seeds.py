@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     from wheeler2.config import Config
     from wheeler2.runtime.plan import MemberPlan
@@ -40,6 +42,14 @@ def eval_env_seed(config: Config) -> int:
 
 def eval_reset_seed(config: Config) -> int:
     return _eval_block(config) + EVAL_RESET_SEED_OFFSET
+
+
+def resumed_env_seed(seed: int, env_steps: int) -> int:
+    """The env copies' seed of a member resumed at ``env_steps``: its own seed again would
+    replay the first session's episodes (the same initial states) from the start. Below 2**30,
+    so that its copies' seeds (seed + copy) stay in the int32 envpool and Unity take (a 32-bit
+    draw was over it half the time, and envpool refused the resumed run)."""
+    return int(np.random.SeedSequence([seed, env_steps]).generate_state(1)[0]) >> 2
 
 
 def replay_seed(config: Config, shard: int = 0, shards: int = 1) -> int:
