@@ -5,13 +5,17 @@ run's ``[env] wrappers`` by :func:`wheeler2.load_policy`, so the video also show
 working on raw observations (an image policy keeping its own frame stack; flat observations
 under ``[env] stack`` stacked here, as the engine stacks them: :class:`FlatStack`).
 Episode ``i`` resets with the seed the eval env gives copy ``i`` (``eval_reset_seed + i``): the
-recorded episodes are the ones ``wheeler2 eval`` scores. One file per episode, ``out_ep0.mp4``,
-``out_ep1.mp4``, ...; each holds the first frame and one frame per step.
+recorded episodes are the ones ``wheeler2 eval`` scores (not on envpool copies, which draw
+their own episodes for a seed: the video then plays gymnasium's env of the same id). One file
+per episode, ``out_ep0.mp4``, ``out_ep1.mp4``, ...; each holds the first frame and one frame
+per step.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,12 +171,22 @@ class FlatStack:
 
 
 def _write(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
+    """``path`` whole, or left as it was: the video is written in a folder of its own beside
+    ``path`` and renamed over it once finished, so a Ctrl-C, a full disk or an encoder error
+    never leaves a short file under the episode's name. A folder, not a temp file name: ffmpeg
+    picks the container by the file's extension, which the name inside keeps."""
     import imageio.v2 as imageio
 
     images: list[npt.ArrayLike] = list(frames)
-    if path.suffix.lower() == ".gif":
-        # Pillow's GIF writer takes the frame duration in milliseconds; loop forever.
-        imageio.mimsave(path, images, duration=1000.0 / fps, loop=0)
-    else:
-        # macro_block_size=2: H.264 (yuv420p) needs even sizes; pad only that far, not to 16.
-        imageio.mimsave(path, images, fps=fps, macro_block_size=2)
+    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    tmp = staging / path.name
+    try:
+        if path.suffix.lower() == ".gif":
+            # Pillow's GIF writer takes the frame duration in milliseconds; loop forever.
+            imageio.mimsave(tmp, images, duration=1000.0 / fps, loop=0)
+        else:
+            # macro_block_size=2: H.264 (yuv420p) needs even sizes; pad only that far, not to 16.
+            imageio.mimsave(tmp, images, fps=fps, macro_block_size=2)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
