@@ -114,7 +114,12 @@ def test_export_matches_load_policy(
     out = tmp_path / f"policy.{fmt}"
     assert cli.main(["export", str(runs[key]), "--format", fmt, "-o", str(out)]) == 0
     policy = wheeler2.load_policy(runs[key])
-    assert f"[{policy.input_layout}]" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"[{policy.input_layout}]" in printed
+    # It says which learner and which checkpoint the file holds (best.pt once an eval ran).
+    loaded = policy.loaded
+    assert loaded.member == loaded.config.team[0].name and loaded.checkpoint.name == "best.pt"
+    assert f"from: learner {loaded.member!r} ({loaded.algo}), best.pt\n" in printed
     flat = sample_inputs(policy)  # real observations of the run's env
     got = exported_actions(out, fmt, flat)
     want = policy.env_action(policy.engine_action(flat))

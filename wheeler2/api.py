@@ -136,6 +136,7 @@ class LoadedRun:
     info: EnvInfo  # as the engine sees it: obs_dim includes the achieved goal where it is fed
     observation_space: Any  # the gymnasium spaces, None for adapters without one
     action_space: Any
+    member: str = ""  # the learner's [[team]] name (the lead's, where tables have several)
 
 
 def load_learner(run_dir: str | Path, checkpoint: str = "best") -> LoadedRun:
@@ -159,7 +160,15 @@ def load_learner(run_dir: str | Path, checkpoint: str = "best") -> LoadedRun:
         env.close()
     lead = restored.lead
     return LoadedRun(
-        run_dir, config, restored.path, restored.learner, lead.algo, info, obs_space, act_space
+        run_dir,
+        config,
+        restored.path,
+        restored.learner,
+        lead.algo,
+        info,
+        obs_space,
+        act_space,
+        lead.name,
     )
 
 

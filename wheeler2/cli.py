@@ -331,6 +331,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
     dtype, dim = policy.input_dtype, policy.input_dim
     print(f"wrote {out}: input {dtype} [B, {dim}] = [{policy.input_layout}]")
     print(f"  output: action, {_action_kind(policy)}")
+    # Which policy the file holds: "best" falls back to latest.pt before the first eval, and a
+    # run of several tables has one learner each, of which the lead's is exported.
+    loaded = policy.loaded
+    source = f"  from: learner {loaded.member!r} ({loaded.algo}), {loaded.checkpoint.name}"
+    others = [m.name for m in loaded.config.team if m.role == "learner" and m.name != loaded.member]
+    if others:
+        source += f"; the run's other learners ({', '.join(others)}) are not in it"
+    print(source)
     return EXIT_OK
 
 
