@@ -20,10 +20,11 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/wheeler2 run $(CFG)
 
+# pytest-xdist, one worker per core; tests that start Ray share one worker (tests/conftest.py).
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadgroup
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

@@ -151,3 +151,20 @@ def _restore_sigint() -> Iterator[None]:
     handler = signal.getsignal(signal.SIGINT)
     yield
     signal.signal(signal.SIGINT, handler)
+
+
+def _starts_ray(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params.values() if callspec is not None else ()
+    name = item.path.name
+    return name.startswith("test_ray") or name == "test_backends_agree.py" or "ray" in params
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``), every test that
+    starts Ray runs on one worker: two Ray head nodes on one machine contend for the fixed
+    ports Ray keeps beside the ones it picks (the client server's 10001), and two Ray starts at
+    once on two cores each take their whole start-up timeout."""
+    for item in items:
+        if _starts_ray(item):
+            item.add_marker(pytest.mark.xdist_group("ray"))

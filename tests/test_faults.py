@@ -95,8 +95,10 @@ def write_team(
         backend=backend,
         heartbeat=HEARTBEAT_S,
         explorers=explorers,
-        # Late enough that the learner has reported (and producers may wait on it) first.
-        learner_fault=f'fault = "{learner_fault}"\nfault_at = 2000' if learner_fault else "",
+        # Its act calls count evals (2 x 200 each, every 1,000 team steps): 600 is past its
+        # learning_starts and its first eval, so it has reported and producers wait on its
+        # updates, seconds into the run. (2,000 took 80 s: the gate lets it act about 1/s.)
+        learner_fault=f'fault = "{learner_fault}"\nfault_at = 600' if learner_fault else "",
     )
     if explorer_fault:
         text += FAULTY_EXPLORER.format(fault=explorer_fault)
@@ -211,7 +213,10 @@ def _skip_without_ray(backend: str) -> None:
 # ray: slow; the default run has test_backends_agree.py's ray run to its end (the budget spent
 # exactly, counted by ray's Board) and this file's Ctrl-C on ray (a Ray started by the CLI,
 # closed on every path by the same `finally`, no member process or /dev/shm entry left).
-@pytest.mark.parametrize("backend", ["serial", "local", RAY_SLOW])
+# serial: slow; a serial run starts no member process, test_backends_agree.py spends its budget
+# exactly, and test_buffer_lifecycle.py has its replay's owner unlink every segment however it
+# ends.
+@pytest.mark.parametrize("backend", [SERIAL_SLOW, "local", RAY_SLOW])
 def test_normal_run_leaves_nothing_behind(tmp_path: Path, ray_tmp: str, backend: str) -> None:
     _skip_without_ray(backend)
     run = Run(write_team(tmp_path, backend, total=1_500), tmp_path / "runs", ray_tmp)

@@ -318,6 +318,9 @@ def test_killed_explorer_actor_stops_team_with_exit_1(tmp_path: Path, cluster: C
     assert proc.returncode == 1, output
     # Seen as its actor's death, not later as a silent member (an event, not a clock).
     assert "member 'explorer-1' died" in output and "its actor died" in output, output
+    # The module's cluster has token auth and the run joined it with the token (RAY_AUTH_MODE
+    # and RAY_AUTH_TOKEN in its environment, from `driver_token`): no warning about auth.
+    assert "warning: joined the Ray cluster at" not in output, output
     assert "hangs" not in output, output
     assert (run / "checkpoints" / "latest.pt").exists()
     summary = json.loads((run / "summary.json").read_text())

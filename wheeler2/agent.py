@@ -28,10 +28,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from wheeler2.errors import KeepsFields
 from wheeler2.needs import AgentNeeds
 
 
-class ParamError(ValueError):
+class ParamError(KeepsFields, ValueError):
     """Params that cannot build this agent, with the ``[team.params]`` key at fault, so the
     config check names ``params.<key>`` and not the member's ``algo``."""
 

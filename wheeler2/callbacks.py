@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from wheeler2.errors import KeepsFields
+
 HOOKS = ("on_start", "on_eval", "on_report", "on_checkpoint", "on_end")
 
 
@@ -48,7 +50,7 @@ class Stop:
 STOP = Stop()
 
 
-class CallbackError(RuntimeError):
+class CallbackError(KeepsFields, RuntimeError):
     """A callback raised; the run was stopped, checkpointed and summarized first."""
 
     def __init__(self, callback: str, hook: str, exc: BaseException) -> None:

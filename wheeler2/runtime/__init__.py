@@ -95,7 +95,7 @@ def _sweep_shared_memory() -> None:
     if removed:
         print(
             f"freed {freed / 2**20:.1f} MiB of shared memory left by dead runs "
-            f"({removed} entries in /dev/shm)",
+            f"({removed} {'entry' if removed == 1 else 'entries'} in /dev/shm)",
             flush=True,
         )
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from wheeler2 import checkpoint as ckpt
 from wheeler2.callbacks import Callbacks, Checkpoint, Eval, Report
+from wheeler2.errors import KeepsFields
 from wheeler2.log import RunLog, write_summary
 from wheeler2.runtime.evaluation import EvalResult
 from wheeler2.runtime.plan import plan_team
@@ -42,7 +43,7 @@ def shield_shutdown(quiet: bool = False) -> None:
         print("\nstopping: writing the last checkpoint and summary ...", flush=True)
 
 
-class MemberFailed(RuntimeError):
+class MemberFailed(KeepsFields, RuntimeError):
     """A member raised or died; the run was stopped and checkpointed."""
 
     def __init__(self, member: str, detail: str) -> None:
