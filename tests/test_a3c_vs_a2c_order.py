@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from few_resamples import few_resamples
 
 from experiments import a3c_vs_a2c
 from experiments.lib import arms, report, runs
@@ -39,6 +40,7 @@ def test_each_worker_counts_two_arms_alternate_which_runs_first(
 ) -> None:
     monkeypatch.setattr(a3c_vs_a2c, "RESULTS", tmp_path)
     monkeypatch.setattr(a3c_vs_a2c, "run_arm", fake_run)
+    few_resamples(monkeypatch)  # the page's intervals are not what is checked here
     seeds = ["0", "1", "2", "3", "4"]
     a3c_vs_a2c.main(["--steps", "3000", "--eval-every", "1000", "--seeds", *seeds])
     capsys.readouterr()

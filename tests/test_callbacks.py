@@ -114,11 +114,13 @@ def test_a_serial_run_hands_each_eval_report_and_checkpoint_to_the_callbacks(tmp
 
 def test_a_local_run_calls_the_callbacks_in_the_coordinators_process(tmp_path):
     seen = Recording()
-    run_dir = wheeler2.run(config(tmp_path, 800, backend="local"), callbacks=[seen])
+    raw = config(tmp_path, 400, backend="local")
+    raw["experiment"]["eval_every"] = 200  # two evals, as the serial test's, on half the steps
+    run_dir = wheeler2.run(raw, callbacks=[seen])
     members = json.loads((run_dir / "members.json").read_text())
     assert members["target"] != os.getpid()  # the learner ran in a process of its own
     assert seen.pids == {os.getpid()}
-    assert [e.env_steps for e in seen.evals] == [400, 800]
+    assert [e.env_steps for e in seen.evals] == [200, 400]
     assert [e.mean_return for e in seen.evals] == [e["return"] for e in summary_of(run_dir)["eval"]]
     assert any("critic_loss" in r.figures for r in seen.reports)
 

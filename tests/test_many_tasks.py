@@ -8,6 +8,9 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+from few_resamples import few_resamples
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # experiments/ is not installed: its scripts run from the root
     sys.path.insert(0, str(ROOT))
@@ -71,7 +74,10 @@ def test_solved_is_the_median_final_at_or_above_the_threshold() -> None:
     assert "(**open**)" in lines[0] and "(**open**)" in lines[1]
 
 
-def test_a_task_with_seeds_still_to_run_says_so_far_and_decides_no_target() -> None:
+def test_a_task_with_seeds_still_to_run_says_so_far_and_decides_no_target(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    few_resamples(monkeypatch)  # the intervals' digits are not what is checked here
     curve = [[1000, -1200.0], [2000, -150.0]]
     record = {"task": "pendulum", "arm": "team", "seed": 0, "steps": 2000, "curve": curve,
               "final": -150.0, "learner_curve": curve, "learner_final": -150.0,

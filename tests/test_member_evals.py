@@ -56,7 +56,7 @@ CONFIG = """
 [experiment]
 name = "member-evals"
 total_steps = {total}
-eval_every = 400
+eval_every = {every}
 eval_episodes = 2
 backend = "{backend}"
 progress = false
@@ -84,10 +84,16 @@ evaluate = {evaluate}
 """
 
 
-def _write(tmp_path: Path, backend: str = "serial", total: int = 1200, evaluate: str = "true"):
+def _write(
+    tmp_path: Path,
+    backend: str = "serial",
+    total: int = 600,
+    evaluate: str = "true",
+    every: int = 200,
+) -> Path:
     (tmp_path / "still.py").write_text(STILL)
     path = tmp_path / "exp.toml"
-    path.write_text(CONFIG.format(backend=backend, total=total, evaluate=evaluate))
+    path.write_text(CONFIG.format(backend=backend, total=total, evaluate=evaluate, every=every))
     return path
 
 
@@ -116,21 +122,25 @@ def _space(env: Any) -> Any:
 def test_an_explorer_with_evaluate_is_evaluated_on_the_runs_schedule(
     tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = _write(tmp_path, backend)
+    # Three evals either way. Serially a short interval is as good as a long one (the members
+    # take turns); in processes a member steps on between hearing of the others' steps, by as
+    # much as the load lets it, so the local run keeps its evals 400 steps apart.
+    every = 200 if backend == "serial" else 400
+    path = _write(tmp_path, backend, total=3 * every, every=every)
     monkeypatch.syspath_prepend(str(tmp_path))
     seen: list[Eval] = []
     run = Path(wheeler2.run(path, out=str(tmp_path / "runs"), callbacks=[seen.append]))
     summary = json.loads((run / "summary.json").read_text())
     mine = summary["member_evals"]["still"]
-    # On the run's schedule, as the lead's (the first step of the member at or past every 400
-    # env steps of all members together, and the closing eval at the budget). Serially the
-    # members take turns, so that step is close; in processes the others step on meanwhile by
-    # as much as the machine's load lets them, so only the interval is certain ...
-    slack = 50 if backend == "serial" else 400
+    # On the run's schedule, as the lead's (the first step of the member at or past every
+    # `every` env steps of all members together, and the closing eval at the budget). Serially
+    # the members take turns, so that step is close; in processes the others step on meanwhile
+    # by as much as the machine's load lets them, so only the interval is certain ...
+    slack = 50 if backend == "serial" else every
     for evals in (mine["eval"], summary["eval"]):
         steps = [e["env_steps"] for e in evals]
-        assert len(steps) == 3 and steps[-1] == 1200, steps
-        assert all(400 * k <= s < 400 * k + slack for k, s in zip((1, 2), steps)), steps
+        assert len(steps) == 3 and steps[-1] == 3 * every, steps
+        assert all(every * k <= s < every * k + slack for k, s in zip((1, 2), steps)), steps
     # ... and of its own policy: the still policy's return on the same eval episodes, at every
     # eval, while the lead's changes as it learns.
     want = _by_hand(path)
@@ -154,7 +164,7 @@ def test_an_explorer_with_evaluate_is_evaluated_on_the_runs_schedule(
 def test_without_evaluate_no_member_is_evaluated_but_the_lead(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = _write(tmp_path, evaluate="false", total=800)
+    path = _write(tmp_path, evaluate="false", total=400)
     monkeypatch.syspath_prepend(str(tmp_path))
     run = Path(wheeler2.run(path, out=str(tmp_path / "runs")))
     summary = json.loads((run / "summary.json").read_text())
@@ -162,13 +172,13 @@ def test_without_evaluate_no_member_is_evaluated_but_the_lead(
 
 
 def test_member_evals_survive_a_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = _write(tmp_path, total=800)
+    path = _write(tmp_path, total=400)
     monkeypatch.syspath_prepend(str(tmp_path))
     run = Path(wheeler2.run(path, out=str(tmp_path / "runs")))
-    assert cli.main(["resume", str(run), "--set", "experiment.total_steps=1200"]) == 0
+    assert cli.main(["resume", str(run), "--set", "experiment.total_steps=600"]) == 0
     summary = json.loads((run / "summary.json").read_text())
     steps = [e["env_steps"] for e in summary["member_evals"]["still"]["eval"]]
-    assert len(steps) == 3 and steps[-1] == 1200 and 800 <= steps[1] < 850, steps
+    assert len(steps) == 3 and steps[-1] == 600 and 400 <= steps[1] < 450, steps
     assert len({round(e["return"], 6) for e in summary["member_evals"]["still"]["eval"]}) == 1
 
 

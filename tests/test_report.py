@@ -15,6 +15,10 @@ from wheeler2 import cli, plot, report, stats
 from wheeler2.sweep import settings
 
 RESAMPLES = 2_000
+# For the tests of what a report holds and how it groups, not of its intervals' digits: at the
+# default 10,000 resamples each rliable interval takes seconds.
+FEW_RESAMPLES = 200
+FEW = ["--resamples", str(FEW_RESAMPLES)]
 
 # Five seeds of one config (threshold 100: the first eval *above* it), seed 4 failed:
 #   seed  evals (env_steps: return)     final  best  steps to > 100
@@ -172,7 +176,7 @@ def test_configs_grouped_by_hash_and_drawn_in_one_figure(
 
     monkeypatch.setattr(plot, "draw_band", spy)
     out = tmp_path / "out"
-    code = cli.main(["report", str(tmp_path), "-o", str(out), "--resamples", str(RESAMPLES)])
+    code = cli.main(["report", str(tmp_path), "-o", str(out), *FEW])
     assert code == 0
     printed = capsys.readouterr().out
     data = json.loads((out / "report.json").read_text())
@@ -188,7 +192,8 @@ def test_configs_grouped_by_hash_and_drawn_in_one_figure(
     assert len(drawn) == 6  # three configs, two panels each
     assert "wrote " in printed and "## To threshold" in printed
 
-    assert cli.main(["report", str(tmp_path / "sweeps"), "--by", "sweep", "-o", str(out)]) == 0
+    sweeps = str(tmp_path / "sweeps")
+    assert cli.main(["report", sweeps, "--by", "sweep", "-o", str(out), *FEW]) == 0
     (only,) = json.loads((out / "report.json").read_text())["configs"]
     assert only["label"] == "pend-sweep-1"
 
@@ -227,10 +232,10 @@ def test_runs_grouped_together_with_different_thresholds_are_refused(
     says is not: the report asks for --threshold instead."""
     _plain_run_dir(tmp_path, "cp", [150.0], 100.0)
     _plain_run_dir(tmp_path, "cp", [150.0], 200.0)
-    assert cli.main(["report", str(tmp_path)]) == 2
+    assert cli.main(["report", str(tmp_path), *FEW]) == 2
     err = capsys.readouterr().err
     assert "different eval_threshold (100, 200)" in err and "--threshold" in err, err
-    assert cli.main(["report", str(tmp_path), "--threshold", "120"]) == 0
+    assert cli.main(["report", str(tmp_path), "--threshold", "120", *FEW]) == 0
     (only,) = json.loads((tmp_path / "report.json").read_text())["configs"]
     assert only["solved"] == 2 and only["threshold"] == 120
 
@@ -260,7 +265,7 @@ def test_a_seed_run_again_counts_once_the_run_that_ended_last(tmp_path: Path) ->
         path.write_text(json.dumps(data))
         later = (first / f"seed-{seed}" / "summary.json").stat().st_mtime + 60
         os.utime(path, (later, later))
-    made = report.write_report([tmp_path], output=tmp_path / "out", resamples=RESAMPLES)
+    made = report.write_report([tmp_path], output=tmp_path / "out", resamples=FEW_RESAMPLES)
     (config,) = json.loads((tmp_path / "out" / "report.json").read_text())["configs"]
     assert config["counted"] == 5 and config["seeds"] == {"finished": 4, "failed": 1}
     assert config["final_return"]["median"]["point"] == 115.0  # (100 + 130) / 2
@@ -277,12 +282,12 @@ def test_a_sweep_seed_resumed_to_its_end_counts_as_finished(tmp_path: Path) -> N
     (sweep / "sweep.json").write_text(json.dumps(meta))
     resumed = {**summary("pend", [60.0, 140.0], 100.0), "stop": {"by": "total_steps"}}
     (sweep / "seed-4" / "summary.json").write_text(json.dumps(resumed))
-    report.write_report([sweep], resamples=RESAMPLES)
+    report.write_report([sweep], resamples=FEW_RESAMPLES)
     (config,) = json.loads((sweep / "report.json").read_text())["configs"]
     assert config["seeds"] == {"finished": 5} and config["solved"] == 4
     still = {**resumed, "interrupted": True, "stop": {"by": "interrupt"}}
     (sweep / "seed-4" / "summary.json").write_text(json.dumps(still))
-    report.write_report([sweep], resamples=RESAMPLES)
+    report.write_report([sweep], resamples=FEW_RESAMPLES)
     (config,) = json.loads((sweep / "report.json").read_text())["configs"]
     assert config["seeds"] == {"finished": 4, "interrupted": 1}
 

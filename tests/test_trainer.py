@@ -258,9 +258,9 @@ SERIAL_TEAM = """
 [experiment]
 name = "repro"
 seed = 3
-total_steps = 600
-eval_every = 300
-eval_episodes = 2
+total_steps = 200
+eval_every = 200
+eval_episodes = 1
 backend = "serial"
 
 [env]
@@ -280,7 +280,7 @@ algo = "ddpg"
 role = "learner"
 [team.params]
 hidden = [16, 16]
-learning_starts = 100
+learning_starts = 50
 
 [[team]]
 name = "explorer"
@@ -307,7 +307,8 @@ def test_a_serial_run_with_prefetch_is_reproducible_from_its_seed(tmp_path: Path
     first = _learner_state(tmp_path, "a", prefetch=True)
     second = _learner_state(tmp_path, "b", prefetch=True)
     plain = _learner_state(tmp_path, "c", prefetch=False)
-    assert first["updates"] == second["updates"] > 500
+    # A few hundred prioritized updates: enough for the run without prefetch to end elsewhere.
+    assert first["updates"] == second["updates"] > 200
     for net in ("actor", "critic"):
         for name, value in first[net].items():
             torch.testing.assert_close(second[net][name], value, rtol=0, atol=0, msg=name)

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from few_resamples import few_resamples
 from test_sweep import FLAKY, TINY  # FLAKY: a PPO whose build fails in the run of seed 1
 
 from experiments import zoo
@@ -44,8 +45,9 @@ def rows(table: Path) -> dict[str, list[str]]:
 
 
 def test_zoo_rows_failed_seeds_refused_files_and_only_table(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    few_resamples(monkeypatch)  # the rows' intervals are not what is checked here
     cfg = tmp_path / "cfg"
     cfg.mkdir()
     (cfg / "flaky.py").write_text(FLAKY)
