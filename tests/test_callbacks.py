@@ -100,9 +100,13 @@ def test_a_serial_run_hands_each_eval_report_and_checkpoint_to_the_callbacks(tmp
     assert seen.evals[0].best and seen.evals[0].best_return == seen.evals[0].mean_return
     assert seen.evals[1].best_return == summary["best_eval_return"]
     # Reports: the member's figures as the live table and metrics.csv name them.
-    last = [r for r in seen.reports if r.member == "target"][-1]
+    mine = [r for r in seen.reports if r.member == "target"]
+    last = mine[-1]
     assert last.figures["env_steps"] == 800
-    assert {"critic_loss", "actor_loss", "replay_fill", "updates"} <= set(last.figures)
+    assert {"replay_fill", "updates"} <= set(last.figures)
+    # Losses come in the reports of an interval with updates; the closing report can follow
+    # the last one with none between (seen under pytest-xdist's load).
+    assert any({"critic_loss", "actor_loss"} <= set(r.figures) for r in mine)
     assert 0 < last.figures["replay_fill"] <= 1
     # Checkpoints: latest.pt at each eval, best.pt where it improved, and the final one.
     kinds = {(c.path.name, c.best) for c in seen.checkpoints}

@@ -402,6 +402,10 @@ def test_a_run_stopped_while_its_members_start_says_so_in_its_summary(
         }
 
 
+# Slow: the default run has test_startup.py::test_nothing_outlives_a_killed_main_process, the
+# same SIGKILL of a local run's main process, its members (and fork server) gone within
+# seconds and no traceback in their output.
+@pytest.mark.slow
 def test_members_leave_quietly_when_the_main_process_is_killed(
     tmp_path: Path, ray_tmp: str
 ) -> None:

@@ -578,6 +578,10 @@ JOINT_TABLES = JOINT.format(backend="ray").replace(
 )
 
 
+# Slow: the default run has joint play on serial and local (tests/test_agents_meet.py: the
+# same coordinator and member code) and the ray board's per-table weights, each member sent
+# those it pulls (tests/test_ray_budget.py); this is the two together on a cluster.
+@pytest.mark.slow
 @pytest.mark.timeout(540)  # a ray team's start on a loaded two-core machine took minutes
 def test_two_tables_with_joint_play_on_ray(tmp_path: Path, cluster: Cluster) -> None:
     """Issue 36 on ray (tests/test_agents_meet.py has it on serial and local): DDPG predators

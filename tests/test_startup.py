@@ -107,8 +107,9 @@ def test_nothing_outlives_a_killed_main_process(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), str(ROOT)]))
     proc = subprocess.Popen(
         [sys.executable, "-m", "wheeler2", "run", str(cfg), "--out", str(out)],
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,  # a few lines before the kill; the members' after it
         stderr=subprocess.STDOUT,
+        text=True,
         env=env,
         start_new_session=True,
     )
@@ -126,6 +127,10 @@ def test_nothing_outlives_a_killed_main_process(tmp_path: Path) -> None:
         while any(_alive(p) for p in tree) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not [p for p in tree if _alive(p)], "processes outlived the killed run"
+        # They leave quietly: a member that finds its coordinator gone exits without a
+        # BrokenPipe traceback (every writer of the pipe is gone, so this read ends).
+        output = proc.stdout.read() if proc.stdout else ""
+        assert "Traceback" not in output and "BrokenPipe" not in output, output
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
