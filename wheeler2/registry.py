@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from wheeler2.agent import Agent
 from wheeler2.env import AchievedGoalInObs, FrameStack, FrameStackError, VecEnv
+from wheeler2.errors import KeepsFields
 
 ALGORITHM_PACKAGE = "wheeler2.agents"
 TASK_PACKAGE = "wheeler2.tasks"
@@ -78,7 +79,7 @@ class RegistryError(LookupError):
     """A name that does not resolve; the message says what is available instead."""
 
 
-class CodeError(RegistryError):
+class CodeError(KeepsFields, RegistryError):
     """A user's code file that fails to import (a SyntaxError, a missing import, an exception at
     its top level) or code of theirs that raised: one line naming the file and its line, as
     ``./mytask.py line 3: SyntaxError: invalid syntax``, instead of a traceback."""
@@ -88,9 +89,6 @@ class CodeError(RegistryError):
         self.line = line
         self.reason = reason
         super().__init__(self.text())
-
-    def __reduce__(self) -> tuple:
-        return (type(self), (self.path, self.line, self.reason))
 
     def text(self, base: Path | None = None) -> str:
         """The line, with the file shown relative to ``base`` (a config file's folder) or the

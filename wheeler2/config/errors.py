@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from wheeler2.errors import KeepsFields
 
-class ConfigError(Exception):
+
+class ConfigError(KeepsFields, Exception):
     """A config mistake, located: ``cfg/x.toml: [buffer] capacity: expected an integer > 0``."""
 
     def __init__(
@@ -24,11 +26,6 @@ class ConfigError(Exception):
         self.line = line
         self.column = column
         super().__init__(str(self))
-
-    def __reduce__(self) -> tuple:
-        # Keeps every field when the error crosses a process boundary (local and ray backends).
-        args = (self.file, self.table, self.key, self.message, self.line, self.column)
-        return (type(self), args)
 
     def __str__(self) -> str:
         where = " ".join(part for part in (self.table, self.key) if part)
