@@ -46,6 +46,7 @@ from torch import nn
 from wheeler2.agents.offpolicy import OffPolicy, View
 from wheeler2.agents.parts import seeded
 from wheeler2.agents.parts.heads import SquashedGaussianActor
+from wheeler2.agents.parts.numpy_forward import decides_by_forward
 
 from wheeler2.agent import Agent, SpaceInfo
 from wheeler2.schema import bounded, sizes
@@ -143,6 +144,7 @@ class CrossQ(OffPolicy, Agent):
         self.gen = torch.Generator(device=dev)
         self.gen.manual_seed(seed + 3)
 
+    @decides_by_forward
     def decide(self, z: torch.Tensor, sample: bool) -> torch.Tensor:
         """A draw of the policy when exploring, else its mean action tanh(mu(s))."""
         return self.actor_net.sample(z, self.gen)[0] if sample else self.actor_net(z)

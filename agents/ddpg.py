@@ -37,6 +37,7 @@ from wheeler2.agents.parts.batch import StepView
 from wheeler2.agents.parts.encoders import AugmentParams
 from wheeler2.agents.parts.heads import DeterministicActor, QCritic
 from wheeler2.agents.parts.noisy import noise_off, noisy_head_, resample_noise
+from wheeler2.agents.parts.numpy_forward import decides_by_forward
 from wheeler2.agents.recurrent import SequenceParams, body, core_problem
 
 from wheeler2.agent import Agent, SpaceInfo, Transitions
@@ -161,6 +162,7 @@ class DDPG(OffPolicy, Agent):
                 torch.compile(self._actor_grads, fullgraph=True, dynamic=False),
             )
 
+    @decides_by_forward
     def decide(self, z: torch.Tensor, sample: bool) -> torch.Tensor:
         return self.mu(z)
 

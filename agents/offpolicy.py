@@ -49,7 +49,7 @@ from wheeler2.agents.parts.encoders import (
 )
 from wheeler2.agents.parts.masks import legal_actions_np, random_legal, refuse_mask
 from wheeler2.agents.parts.noisy import noise_off, noisy_layers
-from wheeler2.agents.parts.numpy_forward import NumpyForward
+from wheeler2.agents.parts.numpy_forward import NumpyForward, is_decided_by_forward
 from wheeler2.agents.parts.targets import frozen_copy, polyak_
 from wheeler2.agents.recurrent import RecurrentNet, core_problem, state_rows
 
@@ -231,8 +231,11 @@ class OffPolicy:
     @cached_property
     def fast_actor(self) -> NumpyForward | None:
         """The policy's numpy forward pass, where it applies (CPU, no input normalization, no
-        action mask: its output is the action itself, with no place to leave out illegal ones)."""
+        action mask: its output is the action itself, with no place to leave out illegal ones;
+        a ``decide`` marked :func:`decides_by_forward`)."""
         if self.recurrent or self.masked or not isinstance(self.obs_norm, IdentityNorm):
+            return None
+        if not is_decided_by_forward(type(self).decide):
             return None
         return NumpyForward.of(self.actor, squash=True)
 

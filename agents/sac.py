@@ -48,6 +48,7 @@ from wheeler2.agents.offpolicy import OffPolicy, View
 from wheeler2.agents.parts import seeded
 from wheeler2.agents.parts.encoders import AugmentParams
 from wheeler2.agents.parts.heads import SquashedGaussianActor, TwinQCritic
+from wheeler2.agents.parts.numpy_forward import decides_by_forward
 from wheeler2.agents.recurrent import SequenceParams, body
 
 from wheeler2.agent import Agent, SpaceInfo
@@ -126,6 +127,7 @@ class SAC(OffPolicy, Agent):
     def alpha(self) -> float:
         return float(self.log_alpha.detach().exp())
 
+    @decides_by_forward
     def decide(self, z: torch.Tensor, sample: bool) -> torch.Tensor:
         """A draw of the policy when exploring, else its mean action tanh(mu(s))."""
         return self.pi.sample(z, self.gen)[0] if sample else self.pi(z)

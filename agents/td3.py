@@ -42,6 +42,7 @@ from wheeler2.agents.offpolicy import OffPolicy, View
 from wheeler2.agents.parts import seeded
 from wheeler2.agents.parts.encoders import AugmentParams
 from wheeler2.agents.parts.heads import DeterministicActor, TwinQCritic
+from wheeler2.agents.parts.numpy_forward import decides_by_forward
 from wheeler2.agents.recurrent import SequenceParams, body, first_input
 
 from wheeler2.agent import Agent, SpaceInfo
@@ -116,6 +117,7 @@ class TD3(OffPolicy, Agent):
         self.gen = torch.Generator(device=self.device)
         self.gen.manual_seed(seed + 3)
 
+    @decides_by_forward
     def decide(self, z: torch.Tensor, sample: bool) -> torch.Tensor:
         return self.mu(z)
 

@@ -92,3 +92,22 @@ def test_the_shipped_actors_keep_the_numpy_path(cls, params) -> None:  # noqa: A
     with torch.no_grad():
         want = agent.actor(torch.as_tensor(OBS)).numpy()
     np.testing.assert_allclose(fast(OBS), want, rtol=1e-5, atol=1e-6)
+
+
+class ClampedDDPG(DDPG):
+    """A user's DDPG that keeps DeterministicActor but acts within [-0.2, 0.2]."""
+
+    def decide(self, z: torch.Tensor, sample: bool) -> torch.Tensor:
+        return super().decide(z, sample).clamp(-0.2, 0.2)
+
+
+def test_a_decide_of_its_own_over_a_shipped_actor_is_not_bypassed() -> None:
+    agent = ClampedDDPG(SpaceInfo(4, 2, False), DDPGParams(hidden=[16]))
+    assert agent.fast_actor is None
+    unclamped = DDPG(SpaceInfo(4, 2, False), DDPGParams(hidden=[16])).act(OBS * 10, False).action
+    assert np.abs(unclamped).max() > 0.2  # the inputs reach past the clamp
+    got = agent.act(OBS * 10, False).action
+    assert np.abs(got).max() <= 0.2 + 1e-7
+    with torch.no_grad():
+        want = agent.decide(torch.as_tensor(OBS * 10), False).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -236,6 +236,16 @@ def test_the_writer_gets_the_state_only_when_the_buffer_has_the_column(width: in
             np.testing.assert_array_equal(call["state"], np.zeros((3, 3), np.float32))
 
 
+def test_a_member_whose_state_means_something_else_writes_zeros() -> None:
+    writer = FakeWriter(state_dim=2)  # the width of Counter's state
+    agent = Counter()
+    member = Member("m", "explorer", agent, ScriptedEnv(), heads(), writer, 0, shares_state=False)
+    run(member, agent, 4)
+    assert any(acted.any() for acted in agent.acted)
+    for call in writer.calls:
+        np.testing.assert_array_equal(call["state"], np.zeros((3, 2), np.float32))
+
+
 def test_a_feedforward_member_writes_zeros_into_a_state_column() -> None:
     writer = FakeWriter(state_dim=4)
     member = Member("m", "explorer", Feedforward(), ScriptedEnv(), heads(), writer, 0)

@@ -18,6 +18,7 @@ on the next call.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -27,6 +28,22 @@ from wheeler2.agents.parts.heads import DeterministicActor, SquashedGaussianActo
 from wheeler2.agents.parts.noisy import NoisyLinear
 
 Step = Callable[[np.ndarray], np.ndarray]
+
+F = TypeVar("F", bound=Callable[..., torch.Tensor])
+
+
+def decides_by_forward(decide: F) -> F:
+    """Marks an algorithm's ``decide`` whose greedy action (``sample`` False) is its actor's
+    forward and nothing more, so :class:`NumpyForward` may act in its place. The mark sits on
+    the function, not the class: a subclass that writes its own ``decide`` (a clamp, a scale)
+    has an unmarked one and acts through torch, with what its ``decide`` gives."""
+    decide.decides_by_forward = True  # type: ignore[attr-defined]
+    return decide
+
+
+def is_decided_by_forward(decide: Callable[..., torch.Tensor]) -> bool:
+    return getattr(decide, "decides_by_forward", False)
+
 
 # The tensors each layer kind is read from (watched for a replaced storage).
 _TENSORS: dict[type[nn.Module], tuple[str, ...]] = {

@@ -46,7 +46,7 @@ from wheeler2.runtime.opponents import (
     match_figures,
 )
 from wheeler2.runtime.parts import make_agent, make_env, negamax_of, space_info
-from wheeler2.runtime.plan import MemberPlan
+from wheeler2.runtime.plan import MemberPlan, plan_team, shares_policy_state, table_learner
 from wheeler2.runtime.protocols import (
     Budget,
     Link,
@@ -123,7 +123,11 @@ class Member:
         heads: RewardHeads,
         writer: ReplayWriter | None,
         seed: int,
+        shares_state: bool = True,
     ) -> None:
+        """``shares_state``: whether this agent's policy state means to the table's learner
+        what its own does (:func:`wheeler2.runtime.plan.shares_policy_state`); where not, the
+        replay's state column gets zeros."""
         self.name = name
         self.role = role
         self.agent = agent
@@ -147,10 +151,11 @@ class Member:
             self._initial = agent.initial_state(env.num_envs)
             self._state = self._initial.copy()
         # The buffer's state column (its width is the learner's): a member whose state is
-        # another width, or who has none, stores zeros there.
+        # another width, who has none, or whose state means something else (another
+        # algorithm's cores of the same total width), stores zeros there.
         width = int(getattr(writer.layout, "state_dim", 0) or 0) if writer is not None else 0
         self._store_state = width > 0
-        self._same_width = width == getattr(agent, "state_dim", 0)
+        self._same_width = shares_state and width == getattr(agent, "state_dim", 0)
         self._no_state = np.zeros((env.num_envs, width), np.float32)
 
     def step(self) -> int:
@@ -426,7 +431,8 @@ class MemberLoop:
         alone = wiring.own_process or wiring.sole
         self.cpu_from = time.process_time() if alone else None
         env_seed = seed if wiring.env_steps == 0 else resumed_env_seed(seed, wiring.env_steps)
-        self.member = Member(plan.name, plan.role, agent, env, heads, writer, env_seed)
+        shares = shares_policy_state(plan, table_learner(plan_team(config), plan))
+        self.member = Member(plan.name, plan.role, agent, env, heads, writer, env_seed, shares)
         self.member.stats.resume_from(wiring.env_steps)
         self.trainer = None
         if self.learner and replay is not None:

@@ -50,6 +50,29 @@ def learner_plan(plans: list[MemberPlan]) -> MemberPlan:
     return next(p for p in plans if p.role == "learner")
 
 
+def table_learner(plans: list[MemberPlan], plan: MemberPlan) -> MemberPlan:
+    """The learner of ``plan``'s table: the one whose replay ``plan`` writes into."""
+    return learner_plan([p for p in plans if p.spec.table == plan.spec.table])
+
+
+# The recurrent options that fix what each column of a policy state holds (agents/recurrent.py
+# SequenceParams): the same algorithm with these equal keeps its cores' states in the same order.
+_STATE_KEYS = ("core", "core_size", "trunk_reads")
+
+
+def shares_policy_state(plan: MemberPlan, learner: MemberPlan) -> bool:
+    """Whether ``plan``'s policy state means to ``learner`` what its own does: the same
+    algorithm with the same recurrent core, so the learner's sequences may start from the
+    state the member stored (R2D2's stored state). Any other member stores zeros in the state
+    column, as one of another width does, and the learner's burn-in rebuilds the state."""
+    if plan.name == learner.name:
+        return True
+    if registry.resolve_algo(plan.algo) is not registry.resolve_algo(learner.algo):
+        return False
+    mine, its = params_of(plan.spec, plan.copy), params_of(learner.spec, learner.copy)
+    return all(getattr(mine, k, None) == getattr(its, k, None) for k in _STATE_KEYS)
+
+
 def needs_of(plan: MemberPlan) -> AgentNeeds:
     """What ``plan``'s algorithm declares the engine must know of it (its params read there)."""
     return registry.resolve_algo(plan.algo).needs(params_of(plan.spec, plan.copy))
