@@ -422,6 +422,17 @@ def test_warning_rules_let_the_run_go_with_one_warning_line(tmp_path: Path, caps
     assert "total_steps = 200" in err[0]
 
 
+def test_a_ray_placement_on_another_backend_is_one_warning_line(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path, Case("placement", ()))
+    path.write_text(path.read_text().replace('role = "learner"', 'role = "learner"\nnum_gpus = 1'))
+    assert cli.main(["check", str(path), "--set", "experiment.backend=local"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"warning: {path}: [[team]] target num_gpus"), err
+    assert 'backend = "local" places nothing' in err[0] and 'device = "cpu"' in err[0], err
+    assert cli.main(["check", str(path), "--set", "experiment.backend=ray"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 # -- code by path that works ---------------------------------------------------------------------
 
 

@@ -194,6 +194,28 @@ def _sync_within_the_run(config: Config) -> Iterator[Found]:
             )
 
 
+def _ray_placements_need_ray(config: Config) -> Iterator[Found]:
+    """A Ray placement on another backend places nothing: ``num_gpus = 1`` on local still
+    trains on the member's ``params.device``, which a user may not expect."""
+    backend = config.experiment.backend
+    if backend == "ray":
+        return
+    for member in config.team:
+        for key in ("num_gpus", "num_cpus", "resources"):
+            value = getattr(member, key)
+            if value is None:
+                continue
+            device = getattr(member.params, "device", None)
+            trains_on = f' (it trains on params.device = "{device}")' if key == "num_gpus" else ""
+            yield (
+                _member_label(member),
+                key,
+                f'is a Ray placement, and [experiment] backend = "{backend}" places nothing by '
+                f'it{trains_on}: set backend = "ray" or leave {key} out',
+            )
+            break
+
+
 RULES: tuple[Rule, ...] = (
     Rule(
         "stop needs a threshold",
@@ -249,6 +271,12 @@ RULES: tuple[Rule, ...] = (
         ("team.params.n_steps", "env.num_envs", "experiment.total_steps"),
         "warning",
         _rollout_within_the_run,
+    ),
+    Rule(
+        "Ray placements need the ray backend",
+        ("team.num_gpus", "team.num_cpus", "team.resources", "experiment.backend"),
+        "warning",
+        _ray_placements_need_ray,
     ),
     Rule(
         "a sync comes within the run",
