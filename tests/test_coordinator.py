@@ -268,3 +268,20 @@ def test_a_report_without_losses_keeps_the_last_ones_in_the_table_and_summary(
     look(c, transport, Figures("target", {"updates": 10.0, "critic_loss": 0.5}))
     look(c, transport, Figures("target", {"updates": 10.0, "env_steps": 99.0}))
     assert c.figures["target"] == {"updates": 10.0, "critic_loss": 0.5, "env_steps": 99.0}
+
+
+def test_the_resume_hint_gives_the_steps_a_resume_goes_on_from(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """A resume starts each member from its saved state and the steps it had taken with it. A
+    learner reported hung left its last reported state, older than the stop: the hint said the
+    counter's 85,168 while the resume went on from 80,001."""
+    c, _ = coordinator(tmp_path, clock)
+    c.recorder.state = SimpleNamespace(env_steps=85_168)  # type: ignore[attr-defined]
+    c.steps = {"target": 40_001, "explorer": 40_000}
+    assert c._resume_hint() == (
+        "checkpoint at 80,001 env steps (the members' last saved states; the run had taken "
+        f"85,168); continue with: wheeler2 resume {tmp_path}"
+    )
+    c.steps["explorer"] = 45_167  # every member's state is as recent as the stop
+    assert c._resume_hint().startswith("checkpoint at 85,168 env steps; continue with:")

@@ -157,9 +157,14 @@ class Coordinator:
         return summary
 
     def _resume_hint(self) -> str:
-        steps = self.recorder.state.env_steps
-        run_dir = self.recorder.run_dir
-        return f"checkpoint at {steps:,} env steps; continue with: wheeler2 resume {run_dir}"
+        # A resume goes on from the members' saved states and the steps each had taken with
+        # them: behind the run's counter where a member's last state is older than the stop
+        # (the member that failed, one cut off), so that is the figure a user is told.
+        kept, taken = sum(self.steps.values()), self.recorder.state.env_steps
+        at = f"checkpoint at {kept:,} env steps"
+        if kept < taken:
+            at += f" (the members' last saved states; the run had taken {taken:,})"
+        return f"{at}; continue with: wheeler2 resume {self.recorder.run_dir}"
 
     def _receive(self, timeout: float) -> None:
         for message in self.transport.receive(timeout):
