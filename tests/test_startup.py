@@ -248,3 +248,56 @@ def test_a_run_started_while_a_member_imports_the_script_says_to_guard_it(
     with pytest.raises(RuntimeError, match=r'under `if __name__ == "__main__":`'):
         run_experiment(config)
     assert not (tmp_path / "runs").exists()
+
+
+SERIAL = """
+[experiment]
+name = "startup"
+total_steps = 200
+eval_every = 200
+eval_episodes = 1
+backend = "serial"
+progress = false
+
+[env]
+id = "Pendulum-v1"
+
+[buffer]
+capacity = 1_000
+batch_size = 16
+
+[[team]]
+name = "target"
+algo = "ddpg"
+role = "learner"
+[team.params]
+learning_starts = 100
+hidden = [8]
+"""
+
+
+def test_a_run_counts_its_start_up_from_its_own_start_not_the_process(tmp_path: Path) -> None:
+    """startup_s was the process's age: the second of two runs in one process (a seed after
+    the first of --seeds, the Python API in a notebook or a test) counted the first run, and
+    everything before it, as its start-up."""
+    cfg = tmp_path / "startup.toml"
+    cfg.write_text(SERIAL)
+    out = tmp_path / "runs"
+    for seed in (0, 1):
+        before = time.monotonic()
+        assert cli.main(["run", str(cfg), "--seed", str(seed), "--out", str(out / str(seed))]) == 0
+        took = time.monotonic() - before
+    [run_dir] = (out / "1").iterdir()
+    startup = json.loads((run_dir / "summary.json").read_text())["startup_s"]
+    assert 0 < startup <= took, (startup, took)
+
+
+def test_a_command_process_counts_from_its_start_and_later_runs_from_their_call() -> None:
+    from wheeler2.process import mark_command_start, process_age_s, take_run_start
+
+    age = process_age_s()
+    if age is None:
+        pytest.skip("the process's age is read from /proc (Linux)")
+    mark_command_start(at_process_start=True)
+    assert take_run_start() == pytest.approx(time.monotonic() - age, abs=0.1)
+    assert take_run_start() == pytest.approx(time.monotonic(), abs=0.1)  # the next run: now

@@ -413,6 +413,10 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from wheeler2.process import mark_command_start
+
+    # Without argv this process is the command (the console script): its start counts.
+    mark_command_start(at_process_start=argv is None)
     try:
         # Parsed before anything heavy is imported: --help and usage errors answer at once.
         args = build_parser().parse_args(argv)

@@ -89,14 +89,37 @@ def defer_dynamo_import() -> None:
 
 
 def process_age_s() -> float | None:
-    """Seconds since this process started (Linux; None elsewhere): the start of the command,
-    which the start-up figure counts from. Both clocks are the kernel's since boot, to 10 ms."""
+    """Seconds since this process started (Linux; None elsewhere). Both clocks are the
+    kernel's since boot, to 10 ms."""
     try:
         with open("/proc/self/stat") as f:
             ticks = int(f.read().rsplit(")", 1)[1].split()[19])
         return time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, AttributeError):
         return None
+
+
+# When the command about to start a run began (time.monotonic()), taken by that run.
+_command_start: float | None = None
+
+
+def mark_command_start(at_process_start: bool) -> None:
+    """The CLI's, on entry: the run its command starts counts its start-up from here, or
+    from the process's start where the process is the command (its interpreter and imports
+    are start-up a user waits through)."""
+    global _command_start
+    age = process_age_s() if at_process_start else None
+    _command_start = time.monotonic() - (age or 0.0)
+
+
+def take_run_start() -> float:
+    """When the run now starting began (``time.monotonic()``), for its start-up figure: its
+    command's start for a command's first run, else now. Not the process's start: a seed
+    after the first of ``--seeds``, run in the same process, or a run from the Python API in
+    a long-lived process (a notebook, a test) would count every earlier run as its start-up."""
+    global _command_start
+    start, _command_start = _command_start, None
+    return time.monotonic() if start is None else start
 
 
 def set_niceness(want: int) -> None:

@@ -23,6 +23,7 @@ from wheeler2 import checkpoint as ckpt
 from wheeler2.callbacks import Callbacks, Checkpoint, Eval, Report
 from wheeler2.errors import KeepsFields
 from wheeler2.log import RunLog, write_summary
+from wheeler2.process import take_run_start
 from wheeler2.runtime.evaluation import EvalResult
 from wheeler2.runtime.plan import plan_team
 from wheeler2.trackers import RunFacts, make_trackers
@@ -204,6 +205,7 @@ class Recorder:
         if state.steps_to_threshold is not None:  # a resumed run already past it
             self._stop_at_threshold("an eval before this resume")
         self.startup_s: float | None = None  # from the command to the team's first step
+        self.run_start = take_run_start()
         self.curriculum = config.curriculum
         if self.curriculum is not None:
             # The stage the transports start at: the checkpoint's, within the declared stages.
@@ -225,10 +227,7 @@ class Recorder:
         return self.log.wall_s
 
     def team_started(self) -> None:
-        from wheeler2.process import process_age_s
-
-        age = process_age_s()
-        self.startup_s = None if age is None else round(age, 3)
+        self.startup_s = round(time.monotonic() - self.run_start, 3)
 
     def _call(self, hook: str, arg: Any) -> None:
         """Call the callbacks' ``hook``; the first stop request wins (an error stops too)."""
