@@ -5,6 +5,7 @@ network; a missing wandb package is one error line, exit 2, before anything is w
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +29,37 @@ def write(tmp_path: Path, **experiment: Any) -> Path:
     return path
 
 
-def wandb_records(wandb_dir: Path) -> dict[str, list[Any]]:
-    """The records of the one offline W&B run under ``wandb_dir``, by kind."""
+def wandb_records(wandb_dir: Path, wait_s: float = 60.0) -> dict[str, list[Any]]:
+    """The records of the one offline W&B run under ``wandb_dir``, by kind, once written.
+
+    ``run.finish()`` returns before W&B's service has written the run to disk: under load a
+    scan right after it found the file still at its 7-byte header (and the whole run there a
+    second later). So this reads until the exit record is there and the file has stopped
+    growing."""
+    [path] = wandb_dir.glob("wandb/offline-run-*/run-*.wandb")
+    deadline = time.monotonic() + wait_s
+    size, out = -1, _scan(path)
+    while time.monotonic() < deadline and ("exit" not in out or path.stat().st_size != size):
+        size = path.stat().st_size
+        time.sleep(0.3)
+        out = _scan(path)
+    return out
+
+
+def _scan(path: Path) -> dict[str, list[Any]]:
     from wandb.proto import wandb_internal_pb2 as pb
     from wandb.sdk.internal import datastore
 
-    [path] = wandb_dir.glob("wandb/offline-run-*/run-*.wandb")
     store = datastore.DataStore()
     store.open_for_scan(str(path))
     out: dict[str, list[Any]] = {}
-    while (data := store.scan_data()) is not None:
+    while True:
+        try:
+            data = store.scan_data()
+        except AssertionError:  # a block still being written: what came before it
+            break
+        if data is None:
+            break
         record = pb.Record()
         record.ParseFromString(data)
         kind = record.WhichOneof("record_type")
