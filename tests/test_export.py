@@ -206,10 +206,14 @@ def test_eval_video_writes_one_file_per_episode(
 ) -> None:
     iio = pytest.importorskip("imageio.v2")
     out = tmp_path / f"clip{suffix}"
+    stale = tmp_path / f"clip_ep5{suffix}"  # an earlier call's sixth episode
+    stale.write_bytes(b"older")
     argv = ["eval", str(runs["ddpg"]), "--episodes", str(episodes), "--video", str(out)]
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
-    assert len(list(tmp_path.glob("clip_ep*"))) == episodes
+    assert len(list(tmp_path.glob("clip_ep*"))) == episodes + 1
+    assert f"note: {stale.name} in {tmp_path} are from an earlier call" in printed
+    assert stale.read_bytes() == b"older"  # the user's: told of, not removed
     for i in range(episodes):
         path = tmp_path / f"clip_ep{i}{suffix}"
         assert f"wrote {path} (201 frames" in printed

@@ -52,3 +52,15 @@ def test_an_interrupted_video_leaves_the_previous_file(
         video._write(tmp_path / "clip_ep1.gif", frames(7), fps=10)
     assert old.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clip_ep0.gif"]
+
+
+def test_older_episodes_are_the_files_past_the_ones_written(tmp_path: Path) -> None:
+    from wheeler2.video import older_episodes
+
+    names = ["clip_ep0.gif", "clip_ep1.gif", "clip_ep2.gif", "clip_ep10.gif", "clip_ep3.mp4"]
+    names += ["clip_ep01.gif", "clip_epx.gif", "other_ep4.gif", "clip[1]_ep2.gif"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    got = older_episodes(tmp_path / "clip.gif", 2)
+    assert [p.name for p in got] == ["clip_ep2.gif", "clip_ep10.gif"]
+    assert [p.name for p in older_episodes(tmp_path / "clip[1].gif", 1)] == ["clip[1]_ep2.gif"]

@@ -315,10 +315,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         line += f", success {result['success']:.2f}"
     print(line)
     if args.video is not None:
-        from wheeler2.video import record
+        from wheeler2.video import older_episodes, record
 
-        for rec in record(args.run_dir, args.video, args.episodes, args.checkpoint):
+        done = record(args.run_dir, args.video, args.episodes, args.checkpoint)
+        for rec in done:
             print(f"wrote {rec.path} ({rec.frames} frames, return {rec.episode_return:.2f})")
+        older = older_episodes(Path(args.video), len(done))
+        if older:
+            names = ", ".join(p.name for p in older)
+            print(f"note: {names} in {older[0].parent} are from an earlier call, not this one")
     return EXIT_OK
 
 

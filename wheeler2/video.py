@@ -18,6 +18,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,17 @@ class Recording:
 
 def episode_paths(out: Path, episodes: int) -> list[Path]:
     return [out.with_name(f"{out.stem}_ep{i}{out.suffix}") for i in range(episodes)]
+
+
+def older_episodes(out: Path, written: int) -> list[Path]:
+    """Files named as episodes of ``out`` past the ``written`` ones: an earlier call's with
+    more ``--episodes``, not overwritten by this one (and not removed: they are the user's)."""
+    found = []
+    for path in out.parent.glob(f"{glob_escape(out.stem)}_ep*{out.suffix}"):
+        index = path.name[len(out.stem) + 3 : len(path.name) - len(out.suffix)]
+        if index.isdigit() and int(index) >= written and str(int(index)) == index:
+            found.append((int(index), path))
+    return [path for _, path in sorted(found)]
 
 
 def check_output(out: Path) -> None:
