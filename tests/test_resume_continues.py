@@ -250,6 +250,11 @@ def test_a_resumed_member_starts_new_episodes_not_the_first_sessions(
     assert not np.allclose(first_obs[0], first_obs[1]), first_obs
 
 
+def test_resume_may_watch_the_run_differently() -> None:
+    sets = ["experiment.heartbeat_s=120", "experiment.progress=false"]
+    assert cli._resume_overrides(sets) == sets
+
+
 @pytest.mark.parametrize(
     "key",
     ["team.target.params.lr_actor=0.1", "experiment.seed=3", "buffer.capacity=10"],

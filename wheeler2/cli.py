@@ -25,7 +25,15 @@ EXIT_INVALID = 2
 EXIT_INTERRUPTED = 130
 
 # What `wheeler2 resume --set` may change: how long the run goes on and how often it reports.
-RESUME_KEYS = ("experiment.total_steps", "experiment.eval_every", "experiment.checkpoint_every")
+# And how the run is watched: a run killed as hung on a loaded machine goes on with a longer
+# heartbeat_s, which changes no figure of the experiment.
+RESUME_KEYS = (
+    "experiment.total_steps",
+    "experiment.eval_every",
+    "experiment.checkpoint_every",
+    "experiment.heartbeat_s",
+    "experiment.progress",
+)
 
 
 def _add_overrides(parser: argparse.ArgumentParser) -> None:
