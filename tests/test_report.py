@@ -312,3 +312,20 @@ def test_a_run_that_failed_in_start_up_or_a_callback_counts_as_failed(tmp_path: 
         reasons.values()
     )
     assert only["solved"] == 1 and only["counted"] == 3
+
+
+def test_a_seed_that_never_began_in_one_sweep_and_ran_in_another_ran_once(
+    tmp_path: Path,
+) -> None:
+    """Monday's sweep was stopped before seed 2 began; Tuesday's ran it. Seed 2 counts by
+    Tuesday's run and is not named as run twice: its not-run entry is no run."""
+    first = write_sweep(tmp_path / "monday")
+    meta = json.loads((first / "sweep.json").read_text())
+    meta["seeds"][2].update(status="interrupted", started=False, error=None)
+    (first / "sweep.json").write_text(json.dumps(meta))
+    (first / "seed-2" / "summary.json").unlink()
+    write_sweep(tmp_path / "tuesday")
+    kept, repeated = report.latest_per_seed(report.find_runs([tmp_path]))
+    assert repeated == {0: 2, 1: 2, 3: 2, 4: 2}
+    (seed_2,) = [r for r in kept if r.seed == 2]
+    assert seed_2.status == "finished" and seed_2.sweep == tmp_path / "tuesday" / "pend-sweep-1"

@@ -305,6 +305,23 @@ def test_a_space_key_also_given_by_set_is_refused(tmp_path: Path) -> None:
     assert '[tune] space."team.pg.params.gamma"' in message and "--set" in message, message
 
 
+def test_set_name_or_out_moves_the_study_to_its_own_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--set experiment.name=b` is another study: its own directory, not a second study in
+    the file's study.db whose trial-0/, trials.md and best.toml it would share. No trial runs."""
+    import wheeler2.tune as tune_module
+
+    monkeypatch.setattr(tune_module, "_optimize", lambda plan: None)
+    runs = tmp_path / "runs"
+    where = tune(_file(tmp_path), out=runs, overrides=["experiment.name=other"])
+    assert where == runs / "tune-other" and (where / "study.db").is_file()
+    assert not (runs / "tune-tunetest").exists()
+    elsewhere = tmp_path / "elsewhere"
+    where = tune(_file(tmp_path), overrides=[f"experiment.out={elsewhere}"])
+    assert where == elsewhere / "tune-tunetest" and (where / "study.db").is_file()
+
+
 class _Trial:
     def __init__(self) -> None:
         self.reports: list[tuple[float, int]] = []

@@ -242,18 +242,22 @@ def group_runs(runs: Sequence[Run], by: str = "config") -> dict[str, list[Run]]:
 def latest_per_seed(runs: Sequence[Run]) -> tuple[list[Run], dict[int, int]]:
     """One run per seed, the one that ended last (a sweep run again, a seed run again by hand);
     a seed never begun counts only where it has no other run. Returns the runs kept, in their
-    order, and ``{seed: runs found}`` for the seeds found more than once. Pooling the repeats
+    order, and ``{seed: runs found}`` for the seeds run more than once. Pooling the repeats
     would count one seed as several independent ones."""
     by_seed: dict[int, list[Run]] = {}
     for run in runs:
         if run.seed is not None:
             by_seed.setdefault(run.seed, []).append(run)
     chosen = {}
+    ran: dict[int, int] = {}  # seed -> its runs that began
     for seed, found in by_seed.items():
-        begun = [r for r in found if r.status != NOT_RUN] or found
-        chosen[seed] = max(begun, key=_ended_at)
+        begun = [r for r in found if r.status != NOT_RUN]
+        chosen[seed] = max(begun or found, key=_ended_at)
+        # A sweep's seed that never began is no run: a seed Ctrl-C stopped before it began
+        # and then run by another sweep ran once, not twice.
+        ran[seed] = len(begun)
     kept = [r for r in runs if r.seed is None or chosen[r.seed] is r]
-    return kept, {seed: len(found) for seed, found in by_seed.items() if len(found) > 1}
+    return kept, {seed: n for seed, n in ran.items() if n > 1}
 
 
 def _ended_at(run: Run) -> float:

@@ -55,10 +55,12 @@ from wheeler2.config.tune import Dimension, TuneSpec, read_tune
 # -- the study -----------------------------------------------------------------------------------
 
 
-def study_dir(config_path: Path, out: Path | None = None) -> Path:
+def study_dir(config_path: Path, out: Path | None = None, overrides: Sequence[str] = ()) -> Path:
     from wheeler2.config import load
 
-    config = load(config_path)
+    # With the --set values: read without them, `--set experiment.name=b` put its study beside
+    # the file's own (one study.db, one trial-K/ for both, best.toml and trials.md replaced).
+    config = load(config_path, overrides)
     base = Path(out) if out is not None else Path(config.experiment.out)
     return base / f"tune-{config.experiment.name}"
 
@@ -161,7 +163,7 @@ def tune(
                 "is also given by --set; a key is either searched or set: drop one",
             )
         _check_key(config_path, fixed, dim)
-    where = study_dir(config_path, out)
+    where = study_dir(config_path, out, overrides)
     where.mkdir(parents=True, exist_ok=True)
     plan = _Plan(
         config_path,
