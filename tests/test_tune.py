@@ -132,6 +132,15 @@ def test_a_space_key_the_file_does_not_take_is_named(tmp_path: Path) -> None:
     assert read_tune(load(path).raw, path).space[0].key == "team.pg.params.lrr"
 
 
+def test_integer_ends_on_a_key_that_takes_any_number_are_refused(tmp_path: Path) -> None:
+    space = '[tune]\n[tune.space]\n"team.pg.params.gae_lambda" = { range = [0, 1] }\n'
+    with pytest.raises(ConfigError) as err:
+        tune(_file(tmp_path, space=space), out=tmp_path / "runs")
+    message = str(err.value)
+    assert '[tune] space."team.pg.params.gae_lambda"' in message, message
+    assert "draws integers only" in message and "write [0.0, 1.0]" in message, message
+
+
 def _children(pid: int) -> list[int]:
     """The pids whose parent is ``pid`` (Linux's /proc)."""
     found = []

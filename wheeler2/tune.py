@@ -242,6 +242,22 @@ def _check_key(config_path: Path, fixed: dict[str, Any], dim: Dimension) -> None
             raise ConfigError(
                 str(config_path), "[tune]", f'space."{dim.key}"', f"at {value!r}: {exc.message}"
             ) from None
+    if dim.choices is None and isinstance(dim.low, int) and isinstance(dim.high, int):
+        # Integer ends draw integers: on a key that takes any number, `range = [0, 1]` for
+        # tau would try 0 and 1 alone, and nothing would say so.
+        between = dim.low + 0.5
+        try:
+            _config(config_path, {**fixed, dim.key: between})
+        except ConfigError:
+            return  # an integer key
+        raise ConfigError(
+            str(config_path),
+            "[tune]",
+            f'space."{dim.key}"',
+            f"range = [{dim.low}, {dim.high}] has integer ends, so it draws integers only, and "
+            f"this key takes any number ({between!r} too): write [{float(dim.low)!r}, "
+            f"{float(dim.high)!r}] to search between them, or choices = [...] for a few values",
+        )
 
 
 def _as_dict(overrides: Sequence[str]) -> dict[str, Any]:
