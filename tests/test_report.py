@@ -240,6 +240,18 @@ def test_runs_grouped_together_with_different_thresholds_are_refused(
     assert only["solved"] == 2 and only["threshold"] == 120
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "abc"])
+def test_a_threshold_that_is_no_finite_number_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture, value: str
+) -> None:
+    _plain_run_dir(tmp_path, "cp", [150.0], 100.0)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["report", str(tmp_path), "--threshold", value, *FEW])
+    assert exit_.value.code == 2
+    assert "--threshold: expected a" in capsys.readouterr().err
+    assert not (tmp_path / "report.json").exists()
+
+
 def test_a_run_with_a_non_finite_eval_counts_as_failed(tmp_path: Path) -> None:
     _plain_run_dir(tmp_path, "cp", [150.0, 160.0], 100.0)
     _plain_run_dir(tmp_path, "cp", [None, 50.0], 100.0)

@@ -7,6 +7,7 @@ Exit codes: 0 success, 2 an invalid config, usage or checkpoint (message only, n
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import traceback
 import warnings
@@ -45,6 +46,18 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
         metavar="TABLE.KEY=VALUE",
         help="override one key, e.g. --set buffer.n_step=3 --set team.target.params.gamma=0.9",
     )
+
+
+def _finite(text: str) -> float:
+    """An argparse type: a finite number (a nan threshold is passed by no eval, so every seed
+    would count as unsolved without a word)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -155,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--by", choices=("config", "sweep"), default="config", help="group runs (default: config)"
     )
-    report.add_argument("--threshold", type=float, help="default: each file's eval_threshold")
+    report.add_argument("--threshold", type=_finite, help="default: each file's eval_threshold")
     report.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
 
     tune = sub.add_parser(
