@@ -143,6 +143,30 @@ def test_mountaincar_team_actors_act_with_the_learners_statistics():
     )
 
 
+@pytest.mark.parametrize("algo", ["ddpg", "ppo"])
+def test_a_member_keeping_its_core_takes_the_statistics_its_core_obs_layers_read(algo):
+    # trunk_reads = "core+obs" (the recurrent off-policy default): the layer after the core reads
+    # the observation beside the core's output. A member that keeps its core but takes that
+    # layer must feed it the learner's statistics, or it acts unlike the learner's actor.
+    params: dict[str, Any] = {"hidden": [16, 16], "core": "gru", "core_size": 8}
+    params |= {"normalize_obs": True, "trunk_reads": "core+obs"}
+    learner = make(algo, MOUNTAINCAR, seed=0, **params)
+    member = make(algo, MOUNTAINCAR, seed=0, **params)  # the same core as the learner's
+    feed(learner, rows(0, 256, 2, scale=3.0, shift=5.0))
+    feed(member, rows(1, 256, 2, scale=0.2, shift=-1.0))
+    check_pulls(learner, member, ["core"], "member", "learner")
+    view = publish_view(learner, ())
+    plan = SyncPlan(source_shapes(view), sync_target(member), ["core"], 1.0, "member")
+    assert "obs_norm/mean" in plan.names and not any(n.startswith("core") for n in plan.names)
+    plan.apply(float_state(view))
+    probe = rows(2, 16, 2, scale=3.0, shift=5.0)
+    state = np.zeros((16, learner.state_dim), np.float32)  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(
+        member.act(probe, explore=False, state=state).action,
+        learner.act(probe, explore=False, state=state).action,
+    )
+
+
 def test_check_refuses_a_team_whose_explorer_cannot_take_the_statistics(tmp_path, capsys):
     text = """
     [experiment]
@@ -178,3 +202,29 @@ def test_check_refuses_a_team_whose_explorer_cannot_take_the_statistics(tmp_path
     assert "normalize_obs" in lines[0]
     path.write_text(path.read_text() + "normalize_obs = true\n")
     assert cli.main(["check", str(path)]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("transport", ["shared memory", "object store"])
+def test_a_blending_member_copies_the_statistics_and_blends_only_the_weights(transport):
+    # sync.alpha < 1 averages weights; the statistics it follows are the learner's, copied. A
+    # blend of them started from the identity (mean 0, inv_std 1): inputs of scale 100 stayed
+    # clipped for tens of pulls.
+    learner, explorer = cartpole_pair()
+    feed(learner, rows(0, 512, 4, scale=100.0, shift=300.0))
+    before = float_state(explorer.actor)
+    view = publish_view(learner, ())
+    target = sync_target(explorer)
+    if transport == "object store":
+        SyncPlan(source_shapes(view), target, [], 0.25, "explorer").apply(float_state(view))
+    else:
+        with WeightPublisher.create(view) as pub:
+            pub.publish(view)
+            with WeightClient.attach(pub.handle(), target, keep=[], alpha=0.25) as client:
+                assert client.pull() == 1
+    stats, theirs = explorer.obs_norm.stats, learner.obs_norm.stats  # type: ignore[attr-defined]
+    for name in ("mean", "inv_std", "clip", "count"):
+        assert torch.equal(getattr(stats, name), getattr(theirs, name)), name
+    lead, after = float_state(learner.actor), float_state(explorer.actor)
+    assert set(after) == set(lead)
+    for name, own in before.items():
+        torch.testing.assert_close(after[name], 0.25 * lead[name] + 0.75 * own)

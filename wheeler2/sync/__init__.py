@@ -31,9 +31,11 @@ not compared.
 Observation statistics (issue 39): a learner that normalizes its observations publishes, with its
 actor, the float32 buffers its normalizer acts with (``obs_norm/mean``, ``inv_std``, ``clip``,
 ``count``: :class:`agents.normalize.NormStats`), in the same block on every backend. A member
-whose plan takes the input layer (the first weight matrix) takes them too, and from then on acts
-with them (:func:`sync_target`); one that keeps its input layer keeps its own statistics. Where
-only one of the two normalizes and the input layer is taken, the check refuses, naming
+whose plan takes an input layer (the first weight matrix; with ``trunk_reads = "core+obs"`` also
+the layer after the core, which reads the observation beside the core's output) takes them too,
+and from then on acts with them (:func:`sync_target`); one that keeps every input layer keeps its
+own statistics. They are copied whatever ``alpha`` (only the weights are blended). Where only
+one of the two normalizes and an input layer is taken, the check refuses, naming
 ``normalize_obs``.
 
 Other modules than the actor (issue 14, detached per-head explorers): a learner's agent may offer

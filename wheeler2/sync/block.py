@@ -20,7 +20,7 @@ from torch import nn
 
 from wheeler2.buffer.shm import Segment
 
-from .plan import SyncPlan, blend, tensor_slots
+from .plan import SyncPlan, tensor_slots
 from .roles import SyncError, float_shapes
 
 _HEADER_BYTES = 64  # keeps the data cache-line aligned; slot 0 holds the version
@@ -282,12 +282,12 @@ class WeightClient:
                 return None
             if device.type == "cpu":
                 # Blend straight from the shared block: the lock is held for one pass over it.
-                blend(targets, self._views, self.alpha)
+                self.plan.blend(targets, self._views)
             else:
                 staging = self._device_staging(device)
                 staging[0].copy_(shared.flat)
         if device.type != "cpu":
-            blend(targets, staging[1], self.alpha)
+            self.plan.blend(targets, staging[1])
         self._pulled = version
         return version
 

@@ -151,9 +151,9 @@ def plan_names(
 ) -> list[str]:
     """The role names to sync from ``source`` into ``module``; SyncError on a bad setup.
 
-    Observation statistics (``obs_norm/``, see :func:`sync_target`) go with the input layer:
-    taken where it is, never alone; SyncError where only one side normalizes and the input
-    layer is taken."""
+    Observation statistics (``obs_norm/``, see :func:`sync_target`) go with the input layers
+    (:func:`_input_layers`): taken where one is, never alone; SyncError where only one side
+    normalizes and an input layer is taken."""
     inner, stats = _split_stats(module)
     if inner is not module or any(_is_stat(n) for n in source):
         names = plan_names(
@@ -224,10 +224,23 @@ def _split_stats(module: nn.Module) -> tuple[nn.Module, nn.Module | None]:
     return ModuleSet(module.actor, others), module.pulled[STATS]
 
 
-def _input_layer(module: nn.Module) -> str | None:
-    """The sync name of the first weight matrix of ``module`` (its first layer: the one that
-    reads the observation); None if it has none."""
-    return next((n for n, (_, s) in float_entries(module).items() if len(s) >= 2), None)
+def _input_layers(module: nn.Module) -> list[str]:
+    """The sync names of the weight matrices of ``module`` that read the observation: the first
+    (its first layer) and, in a recurrent memory whose layers read the observation beside the
+    core's output (``trunk_reads = "core+obs"``, the recurrent off-policy actors' default), the
+    first weight matrix after that core's tensors (the layer fed ``[core(x), x]``)."""
+    matrices = [(n, path) for n, (path, s) in float_entries(module).items() if len(s) >= 2]
+    names = [n for n, _ in matrices[:1]]
+    for at, memory in module.named_modules():
+        if getattr(memory, "trunk_reads", None) != "core+obs":
+            continue
+        inside, core = (f"{at}.", f"{at}.core.") if at else ("", "core.")
+        in_core = [i for i, (_, path) in enumerate(matrices) if path.startswith(core)]
+        if not in_core:
+            continue
+        after = [n for n, path in matrices[in_core[-1] + 1 :] if path.startswith(inside)]
+        names += after[:1]
+    return list(dict.fromkeys(names))
 
 
 def _plan_stats(
@@ -238,11 +251,16 @@ def _plan_stats(
     member: str,
 ) -> list[str]:
     """The ``obs_norm/`` names to sync along with ``synced`` (the weights' plan)."""
-    first = _input_layer(inner)
-    if first is None or first not in synced:  # it keeps its input layer: its own statistics
+    # Every taken layer that reads the observation expects the learner's statistics: where a
+    # core+obs member keeps its core but takes the layers after it, those read x beside the
+    # core's output, and its own statistics would feed them inputs they were not trained on.
+    taken = [n for n in _input_layers(inner) if n in synced]
+    if not taken:  # it keeps every layer that reads the observation: its own statistics
         return []
+    first = taken[0]
     has = [n for n in source if _is_stat(n)]
-    role = role_of(first)
+    # The keep that avoids the statistics keeps every input layer taken, not only the first.
+    roles = " and ".join(dict.fromkeys(f'"{role_of(n)}"' for n in taken))
     if has and stats is None:
         raise SyncError(
             f"[[team]] {member}: it takes the learner's input layer ({first}), which expects "
@@ -250,14 +268,14 @@ def _plan_stats(
             f"normalize_obs = true), but this member has normalize_obs = false; set "
             f"normalize_obs = true in its [team.params] (it then acts with the learner's "
             f"statistics) if its algorithm has that key, set normalize_obs = false in the "
-            f'learner\'s, or add "{role}" to sync.keep'
+            f"learner's, or add {roles} to sync.keep"
         )
     if stats is not None and not has:
         raise SyncError(
             f"[[team]] {member}: it takes the learner's input layer ({first}), which expects raw "
             f"observations (the learner has normalize_obs = false), but this member has "
             f"normalize_obs = true; set the same normalize_obs in both members' [team.params] "
-            f'or add "{role}" to sync.keep'
+            f"or add {roles} to sync.keep"
         )
     if stats is None:
         return []
@@ -296,9 +314,24 @@ class SyncPlan:
         if stats is not None and any(_is_stat(n) for n in self.names):
             # The member's normalizer acts with what each pull writes, and folds in nothing.
             cast(Any, stats).follow = True
+        # Positions of the weights (blended by alpha) and of the statistics (always copied).
+        self._weights = [i for i, n in enumerate(self.names) if not _is_stat(n)]
+        self._stats = [i for i, n in enumerate(self.names) if _is_stat(n)]
 
     def targets(self) -> list[torch.Tensor]:
         return [d[k] for d, k in self._slots]
+
+    def blend(self, targets: Sequence[torch.Tensor], sources: Sequence[torch.Tensor]) -> None:
+        """θ ← α·θ_learner + (1−α)·θ for the weights, in :attr:`names` order; the observation
+        statistics copied whatever α. They are not weights to average but the input transform
+        the learner's weights expect, and a following normalizer's own never move: blended, they
+        would start from the identity (mean 0, inv_std 1), so at α = 0.1 on inputs of scale 100
+        nine in ten stayed clipped after ten pulls."""
+        if self.alpha == 1.0 or not self._stats:
+            blend(targets, sources, self.alpha)
+            return
+        for at, alpha in ((self._weights, self.alpha), (self._stats, 1.0)):
+            blend([targets[i] for i in at], [sources[i] for i in at], alpha)
 
     @torch.no_grad()
     def apply(self, source: dict[str, torch.Tensor]) -> None:
@@ -308,7 +341,7 @@ class SyncPlan:
         missing = [n for n in self.names if n not in source]
         if missing:
             raise SyncError(f"published weights lack {missing}: learner and plan disagree")
-        blend(targets, [source[n].to(t.device) for n, t in zip(self.names, targets)], self.alpha)
+        self.blend(targets, [source[n].to(t.device) for n, t in zip(self.names, targets)])
 
 
 def float_state(module: nn.Module) -> dict[str, torch.Tensor]:
