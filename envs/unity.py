@@ -6,7 +6,9 @@ Ids: ``unity:<path to a built player>`` opens ``UnityEnvironment(file_name=path)
 One adapter serves one behavior (``behavior = "Name"`` in ``[env] kwargs``, default: the first the
 environment reports); the agents of other behaviors receive Unity's empty (zero) actions. Rows are
 copy-major, ``row = copy * agents_per_copy + k``, with the agents of each copy sorted by id as they
-stand after ``reset``; the agent count must be fixed (agents that appear later are ignored).
+stand after ``reset``; the agent count must be fixed. An agent that comes with a new id (Unity
+draws a new one for each Agent it enables: a respawned agent) takes the row of one of its copy
+that ended and has not come back; agents beyond the count are ignored.
 
 Episode ends follow Unity's protocol:
 
@@ -288,11 +290,36 @@ class UnityVecEnv:
         return env.get_steps(self.behavior)[0]
 
     def _rows(self, c: int, agent_ids: np.ndarray) -> np.ndarray:
+        """Copy ``c``'s rows of ``agent_ids``; -1 for an agent without one."""
         row_of = self._row_of[c]
-        rows = np.array([row_of.get(int(a), -1) for a in agent_ids], dtype=np.int64)
+        return np.array([row_of.get(int(a), -1) for a in agent_ids], dtype=np.int64)
+
+    def _adopt(self, c: int, agent_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``rows`` with each deciding agent that has no row given a free row of copy ``c``: one
+        whose agent ended (inactive) and is not deciding now. Unity gives an Agent a new id each
+        time it is enabled, so a destroyed and respawned agent decides under an id never seen;
+        without this its row stayed inactive for good (every row, once all had respawned)."""
+        new = np.flatnonzero(rows < 0)
+        if new.size:
+            a = self.agents_per_copy
+            mine = np.arange(c * a, (c + 1) * a)
+            free = [int(i) for i in mine if not self.active[i] and i not in rows]
+            row_of = self._row_of[c]
+            for j, i in zip(new, free):
+                # The row's old agent, should it come back, is a newcomer in its turn.
+                for agent in [agent for agent, row in row_of.items() if row == i]:
+                    del row_of[agent]
+                row_of[int(agent_ids[j])] = i
+                self._agent_ids[c][i - c * a] = int(agent_ids[j])
+                rows[j] = i
         if (rows < 0).any() and not self._warned_unknown:
             self._warned_unknown = True
-            log.warning("%s: agents %s were not there at reset; ignored", self.env_id, agent_ids)
+            log.warning(
+                "%s: agents %s beyond the %d of a copy at reset; ignored",
+                self.env_id,
+                agent_ids[rows < 0],
+                self.agents_per_copy,
+            )
         return rows
 
     # -- actions -------------------------------------------------------------------------------
@@ -348,7 +375,7 @@ class UnityVecEnv:
                     infos[i]["group_reward"] = float(term.group_reward[j])
                 self.active[t_rows[t_rows >= 0]] = False
 
-            d_rows = self._rows(c, dec.agent_id)
+            d_rows = self._adopt(c, dec.agent_id, self._rows(c, dec.agent_id))
             if len(dec):
                 d_obs = self._rows_of(dec.obs, len(dec))
                 for j, i in enumerate(d_rows):
