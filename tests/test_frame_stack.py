@@ -166,9 +166,13 @@ def test_a_run_with_stack_3_on_pendulum_novel(tmp_path: Path):
     assert np.asarray(policy(np.zeros(6, np.float32))).shape == (1,)
 
 
-def test_stack_refuses_a_goal_env_naming_the_key(tmp_path: Path):
+@pytest.mark.parametrize("goal_in_obs", [False, True])
+def test_stack_refuses_a_goal_env_naming_the_key(tmp_path: Path, goal_in_obs: bool):
+    """With achieved_goal_in_obs the stack was skipped without a word (the env was returned
+    before it was stacked)."""
+    extra = "kwargs = { n_bits = 4 }" + ("\nachieved_goal_in_obs = true" if goal_in_obs else "")
     path = tmp_path / "goal.toml"
-    path.write_text(CFG.format(env="wheeler2/BitFlip-v0", extra="kwargs = { n_bits = 4 }"))
+    path.write_text(CFG.format(env="wheeler2/BitFlip-v0", extra=extra))
     text = path.read_text().replace('algo = "ddpg"', 'algo = "dqn"')
     path.write_text(text)
     with pytest.raises(ConfigError) as info:

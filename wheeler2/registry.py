@@ -558,7 +558,7 @@ def make_env(
     """
     env = _make_adapter(env_cfg, num_envs, seed, agents, groups)
     if env_cfg.achieved_goal_in_obs and env.info.goal_dim:
-        return AchievedGoalInObs(env)
+        env = AchievedGoalInObs(env)  # still a goal env: a stack on it is refused below
     if env_cfg.stack > 1:  # [env] stack: the last k observations (FrameStackError if it cannot)
         try:
             return FrameStack(env, env_cfg.stack)
