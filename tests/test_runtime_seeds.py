@@ -3,10 +3,18 @@ its eval episodes never share a seed, and runs of other seeds evaluate on other 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import operator
 from pathlib import Path
 
+import numpy as np
+import pytest
+from gymnasium.utils import seeding
+
+from wheeler2.agent import SpaceInfo
 from wheeler2.config import Config, load
+from wheeler2.runtime.parts import make_agent
 from wheeler2.runtime.plan import plan_team
 from wheeler2.runtime.seeds import eval_env_seed, eval_reset_seed, member_seed, resumed_env_seed
 
@@ -80,3 +88,54 @@ def test_a_resumed_members_env_seeds_fit_int32_and_move_on() -> None:
     assert max(draws) + 1024 < 2**31  # room for a copy index on top
     assert len(set(draws)) == len(draws)
     assert resumed_env_seed(0, 5_000) == resumed_env_seed(0, 5_000)
+
+
+AGENT_TEAM = """
+[experiment]
+name = "streams"
+total_steps = 1000
+eval_every = 500
+seed = {seed}
+
+[env]
+id = "{env}"
+num_envs = 4
+
+[[team]]
+name = "target"
+algo = "{algo}"
+role = "learner"
+"""
+
+
+def _first_draws(rng: np.random.Generator) -> np.ndarray:
+    return copy.deepcopy(rng).random(16)  # a copy: the generator itself is left where it was
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+@pytest.mark.parametrize(
+    ("env_id", "algo", "space", "streams"),
+    [
+        ("CartPole-v1", "dqn", SpaceInfo(4, 2, True), ("rng",)),  # epsilon-greedy draws
+        # warm-up actions, action noise
+        ("Pendulum-v1", "ddpg", SpaceInfo(3, 1, False), ("rng", "noise.rng")),
+    ],
+)
+def test_an_agents_generators_draw_apart_from_its_env_copies(
+    tmp_path: Path, seed: int, env_id: str, algo: str, space: SpaceInfo, streams: tuple[str, ...]
+) -> None:
+    # With the member's seed as its own, DQN's epsilon generator (seed) drew env copy 0's reset
+    # stream, and DDPG's noise (seed + 1) and warm-up draws (seed + 2) copies 1's and 2's:
+    # numpy seeds both kinds of generator the same way.
+    path = tmp_path / "team.toml"
+    path.write_text(AGENT_TEAM.format(seed=seed, env=env_id, algo=algo))
+    config = load(path)
+    (plan,) = plan_team(config)
+    agent = make_agent(config, plan, space, member_seed(config, plan))
+    # The stream copy i draws its episodes from: env.reset(seed=member seed + i) (registry.make_env)
+    # sets the env's np_random to gymnasium's seeding.np_random of that seed.
+    copies = [_first_draws(seeding.np_random(member_seed(config, plan) + i)[0]) for i in range(4)]
+    for stream in streams:
+        draws = _first_draws(operator.attrgetter(stream)(agent))
+        for i, env_draws in enumerate(copies):
+            assert not np.array_equal(draws, env_draws), f"{algo}'s {stream} is env copy {i}'s"

@@ -30,6 +30,7 @@ from wheeler2.runtime.evaluation import EvalResult, Tally, evaluate, tally
 from wheeler2.runtime.parts import make_agent, space_info
 from wheeler2.runtime.plan import MemberPlan, learner_plan, plan_team
 from wheeler2.runtime.protocols import ReplayTable, ReplayWriter, WeightSource
+from wheeler2.runtime.seeds import DRIVERS_SEED_OFFSET, OPPONENT_POOL_SEED_OFFSET, agent_seed
 from wheeler2.sync import obs_stats, pull_target, sync_target
 from wheeler2.task import Head, RewardHeads
 
@@ -351,7 +352,7 @@ class EvalDrivers:
         self.drivers = drivers
         self.opponent = opponent
         self.act_dim = act_dim
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(agent_seed(seed))  # ``seed``: the eval env's
 
     def act(self, group: str, obs: np.ndarray) -> np.ndarray:
         if group != SELF and self.drivers is not None:
@@ -432,7 +433,11 @@ def build_drivers(
     play = config.play
     if SELF in groups and (play.opponents != "latest" or play.random_share > 0):
         pool = OpponentPool(
-            play.pool_size, play.snapshot_every, play.opponents, seed + 1, play.random_share
+            play.pool_size,
+            play.snapshot_every,
+            play.opponents,
+            agent_seed(seed) + OPPONENT_POOL_SEED_OFFSET,
+            play.random_share,
         )
         if pool_state is not None:
             pool.load_state_dict(pool_state)
@@ -444,7 +449,8 @@ def build_drivers(
         env.random_start = int(play.random_start)
         env.plies = bool(play.negamax)
     copies, act_dim = int(env.num_copies), space.act_dim
-    drivers = Drivers(agent, tables, pool, opponent, copies, act_dim, epsilon, seed + 2)
+    drivers_seed = agent_seed(seed) + DRIVERS_SEED_OFFSET
+    drivers = Drivers(agent, tables, pool, opponent, copies, act_dim, epsilon, drivers_seed)
     if SELF in groups and play.record_opponents and replay is not None:
         drivers.own_recorder = _Recorder(replay.writer(num_envs=len(groups[SELF].obs), block=False))
         drivers.record_random = bool(play.negamax)

@@ -14,6 +14,7 @@ from wheeler2.config.model import params_of
 from wheeler2.env import EnvInfo, VecEnv
 from wheeler2.process import defer_dynamo_import
 from wheeler2.runtime.plan import MemberPlan
+from wheeler2.runtime.seeds import agent_seed
 from wheeler2.task import RewardHeads
 
 
@@ -66,6 +67,9 @@ def negamax_of(config: Config) -> float | None:
 
 
 def make_agent(config: Config, plan: MemberPlan, space: SpaceInfo, seed: int) -> Agent:
+    """The member's agent; ``seed``: the member's (its env copies'), from which the agent's own
+    is derived (``seeds.agent_seed``)."""
+    seed = agent_seed(seed)
     cls = registry.resolve_algo(plan.algo)
     params = cls.for_run(params_of(plan.spec, plan.copy), int(config.experiment.total_steps))
     device = cls.needs(params).device
