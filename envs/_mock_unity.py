@@ -18,6 +18,11 @@ with the protocol a real Unity build follows:
   for one lit pixel at row ``step % H``, column ``agent index % W``; each further channel ``c``
   is uniformly ``(episode count % 5) / 4`` scaled by ``c / (C - 1)``.
 
+* ``action_masks = True`` (discrete only) masks one action of each branch at each decision, as
+  an Agent's ``WriteDiscreteActionMask`` does: in branch ``b`` the action ``(t + id + b) %
+  size_b`` (``t``: the agent's step in its episode). ``illegal`` counts the masked actions the
+  agents were given.
+
 * as a Unity player's ``RpcCommunicator`` does, the initialization message carries the academy
   alone: a behavior's ``BrainParameters`` (its spec) come with the first message that carries
   agents of it, so ``behavior_specs`` stays empty until the first ``reset`` (ML-Agents issue
@@ -80,8 +85,13 @@ class ScriptedCommunicator(MockCommunicator):
         interrupt_every: int = 3,
         lagging_agents: Sequence[int] = (),
         camera: Sequence[int] | None = None,
+        action_masks: bool = False,
     ) -> None:
         super().__init__(discrete_action=discrete_action, num_agents=num_agents)
+        if action_masks and not discrete_action:
+            raise ValueError("action_masks needs discrete_action = true")
+        self.action_masks = action_masks
+        self.illegal = 0
         if camera is not None and (len(camera) != 3 or min(camera) < 1):
             raise ValueError(f"camera must be (height, width, channels), got {camera}")
         self.camera = None if camera is None else tuple(int(d) for d in camera)
@@ -110,6 +120,18 @@ class ScriptedCommunicator(MockCommunicator):
                     px[k] = level
         return [v for row in img for px in row for v in px]
 
+    @staticmethod
+    def masked(t: int, agent_id: int) -> tuple[int, ...]:
+        """The action masked in each branch at step ``t`` of agent ``agent_id``."""
+        return tuple((t + agent_id + b) % size for b, size in enumerate(DISCRETE_BRANCHES))
+
+    def _mask(self, agent: _Agent) -> list[bool]:
+        """Unity's action mask: every branch's actions in a row, True where masked."""
+        out: list[bool] = []
+        for size, m in zip(DISCRETE_BRANCHES, self.masked(agent.t, agent.id)):
+            out += [k == m for k in range(size)]
+        return out
+
     def _info(self, agent: _Agent, reward: float, done: bool = False, interrupted: bool = False):
         data, shape = (agent.obs(), [OBS_SIZE])
         if self.camera is not None:
@@ -119,12 +141,14 @@ class ScriptedCommunicator(MockCommunicator):
             shape=shape,
             compression_type=NONE,
         )
+        mask = self._mask(agent) if self.action_masks and not done else []
         return AgentInfoProto(
             reward=reward,
             done=done,
             max_step_reached=interrupted,
             id=agent.id,
             observations=[obs],
+            action_mask=mask,
         )
 
     def _reset_all(self) -> dict[str, Any]:
@@ -156,6 +180,9 @@ class ScriptedCommunicator(MockCommunicator):
                 infos.append(self._info(agent, 0.0))
                 next_order.append(agent)
         for k, agent in enumerate(deciding):
+            if self.action_masks and actions:
+                given = tuple(actions[k].discrete_actions)
+                self.illegal += any(a == m for a, m in zip(given, self.masked(agent.t, agent.id)))
             agent.code = self._action_code(actions[k]) if actions else 0.0
             agent.t += 1
             if agent.t < agent.length:

@@ -30,6 +30,13 @@ Observations: all of a behavior's observation tensors, flattened and concatenate
 Actions: continuous ``[-1, 1]`` as they are (Unity's own convention); discrete branches are
 folded into one ``Discrete(prod(branches))`` action (mixed radix, last branch fastest).
 Hybrid (continuous + discrete) behaviors are not supported.
+
+Action masks (an Agent's ``WriteDiscreteActionMask``): with ``action_mask = true`` in ``[env]
+kwargs`` each row ends with one column per folded action, 1.0 where no branch masks it, the
+engine's masked rows (``agents/parts/masks.py``), so DQN, PPO, A2C and PG choose only unmasked
+actions, in training and eval. A terminal observation has no mask (all columns 0: every action
+counts as legal where a learner bootstraps from it). Without the key a behavior that masks
+actions is warned about once: its members would choose masked actions.
 """
 
 from __future__ import annotations
@@ -114,7 +121,7 @@ def open_unity(spec: str, kwargs: dict[str, Any], copy: int, seed: int) -> Unity
     unknown = sorted(set(kwargs) - set(PLAYER_KWARGS) - {"time_scale"})
     if unknown:
         # "keyword argument": the engine's probe then names [env] kwargs, not [env] id.
-        known = ["behavior", "agents", *PLAYER_KWARGS, "time_scale"]
+        known = ["behavior", "agents", "action_mask", *PLAYER_KWARGS, "time_scale"]
         raise TypeError(
             f"unity:{spec}: unexpected keyword argument(s) {unknown} in [env] kwargs; "
             f"known: {known}"
@@ -140,6 +147,15 @@ def open_unity(spec: str, kwargs: dict[str, Any], copy: int, seed: int) -> Unity
     )
 
 
+def _legal(mask: list[np.ndarray], branch_of: tuple[np.ndarray, ...], n: int) -> np.ndarray:
+    """Unity's per-branch masks (True: masked) -> ``[n, prod(branches)]`` float32, 1.0 where the
+    folded action is masked in no branch."""
+    legal = np.ones((n, len(branch_of[0])), bool)
+    for b, m in enumerate(mask):
+        legal &= ~np.asarray(m, bool).reshape(n, -1)[:, branch_of[b]]
+    return legal.astype(np.float32)
+
+
 def _flat(obs_list: list[np.ndarray], n: int) -> np.ndarray:
     return np.concatenate([np.asarray(o, np.float32).reshape(n, -1) for o in obs_list], axis=1)
 
@@ -163,8 +179,10 @@ class UnityVecEnv:
         seed: int = 0,
         behavior: str | None = None,
         agents: list[str] | tuple[str, ...] | None = None,
+        action_mask: bool = False,
     ) -> None:
         spec = env_id.removeprefix("unity:")
+        self.masked = bool(action_mask)
         self._agent_globs = (
             None if agents is None else [agents] if isinstance(agents, str) else list(agents)
         )
@@ -226,13 +244,29 @@ class UnityVecEnv:
                 )
             h, w, c = (int(d) for d in specs[0].shape)
             obs_shape = (c, h, w)
+        if self.masked and not self.discrete:
+            raise ValueError(
+                f"{self.env_id}: action_mask = true in [env] kwargs needs a discrete behavior; "
+                f"{behavior!r} acts continuously"
+            )
+        if self.masked and obs_shape:
+            raise ValueError(
+                f"{self.env_id}: action_mask = true in [env] kwargs with a camera: masked rows "
+                "are vector observations"
+            )
         self._rows_of = _camera if obs_shape else _flat
+        # The folded action k's action in each branch, for the folded mask.
+        self._branch_of: tuple[np.ndarray, ...] = ()
+        if self.discrete:
+            self._branch_of = np.unravel_index(np.arange(act_dim), self.branches)
+        self._warned_mask = False
         self.info = EnvInfo(
-            obs_dim=obs_dim,
+            obs_dim=obs_dim + (act_dim if self.masked else 0),
             act_dim=act_dim,
             discrete=self.discrete,
             agents=(behavior,),
             obs_shape=obs_shape,
+            action_mask=self.masked,
         )
 
         self._reset_copies()
@@ -279,9 +313,37 @@ class UnityVecEnv:
         for c, dec in enumerate(decisions):
             rows = self._rows(c, dec.agent_id)
             known = rows >= 0
-            self._obs[rows[known]] = self._rows_of(dec.obs, len(dec))[known]
+            self._obs[rows[known]] = self._decision_rows(dec)[known]
             self.active[rows[known]] = True
             self._order.append(rows)
+
+    def _decision_rows(self, dec: Any) -> np.ndarray:
+        """Rows of decision steps ``dec``: their observations, then (``action_mask``) the folded
+        mask."""
+        rows = self._rows_of(dec.obs, len(dec))
+        mask = dec.action_mask if self.discrete else None
+        if not self.masked:
+            if mask is not None and not self._warned_mask and any(np.any(m) for m in mask):
+                self._warned_mask = True
+                log.warning(
+                    "%s: behavior %r masks actions, which its members do not see: they may "
+                    "choose masked ones; set action_mask = true in [env] kwargs",
+                    self.env_id,
+                    self.behavior,
+                )
+            return rows
+        n = len(dec)
+        legal = np.ones((n, self.info.act_dim), np.float32)
+        if mask is not None:
+            legal = _legal(mask, self._branch_of, n)
+        return np.concatenate([rows, legal], axis=1)
+
+    def _terminal_rows(self, term: Any) -> np.ndarray:
+        """Rows of terminal steps ``term``; a terminal observation has no mask (zeros)."""
+        rows = self._rows_of(term.obs, len(term))
+        if not self.masked:
+            return rows
+        return np.concatenate([rows, np.zeros((len(term), self.info.act_dim), np.float32)], 1)
 
     def _decisions(self, env: UnityEnvironment) -> Any:
         """``env``'s decision steps of our behavior; none while it has not sent the spec."""
@@ -362,7 +424,7 @@ class UnityVecEnv:
             ended = np.zeros(n, bool)
             if len(term):
                 t_rows = self._rows(c, term.agent_id)
-                t_obs = self._rows_of(term.obs, len(term))
+                t_obs = self._terminal_rows(term)
                 for j, i in enumerate(t_rows):
                     if i < 0 or not was_active[i]:
                         continue  # a transition nobody acted on: nothing to report
@@ -377,7 +439,7 @@ class UnityVecEnv:
 
             d_rows = self._adopt(c, dec.agent_id, self._rows(c, dec.agent_id))
             if len(dec):
-                d_obs = self._rows_of(dec.obs, len(dec))
+                d_obs = self._decision_rows(dec)
                 for j, i in enumerate(d_rows):
                     if i < 0:
                         continue
@@ -423,10 +485,16 @@ class UnityVecEnv:
 
 
 def make(spec: str, kwargs: dict[str, Any], num_envs: int, seed: int) -> UnityVecEnv:
-    """Registry entry point; ``behavior`` is taken out of ``[env] kwargs``, the rest goes to the
-    player (``no_graphics``, ``time_scale``, ``worker_id``, ...) or the mock (``num_agents``,
-    ``discrete_action``, ``episode_length``, ``lagging_agents``, ``behaviors``, ``stock``)."""
+    """Registry entry point; ``behavior``, ``agents`` and ``action_mask`` are taken out of ``[env]
+    kwargs``, the rest goes to the player (``no_graphics``, ``time_scale``, ``worker_id``, ...)
+    or the mock (``num_agents``, ``discrete_action``, ``episode_length``, ``lagging_agents``,
+    ``behaviors``, ``stock``, ``camera``, ``action_masks``)."""
     kwargs = dict(kwargs)
     behavior = kwargs.pop("behavior", None)
     agents = kwargs.pop("agents", None)
-    return UnityVecEnv(spec, kwargs, num_envs, seed, behavior=behavior, agents=agents)
+    action_mask = kwargs.pop("action_mask", False)
+    if not isinstance(action_mask, bool):
+        raise TypeError(f"action_mask in [env] kwargs must be true or false, got {action_mask!r}")
+    return UnityVecEnv(
+        spec, kwargs, num_envs, seed, behavior=behavior, agents=agents, action_mask=action_mask
+    )
