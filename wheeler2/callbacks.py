@@ -145,7 +145,9 @@ class StopAtReturn(Callback):
 class StopOnNoImprovement(Callback):
     """End the run once ``patience_evals`` evals of the run's learner in a row did not beat the
     best mean return by more than ``min_delta``, counting from the ``min_evals``-th eval
-    (Stable-Baselines3's ``StopTrainingOnNoModelImprovement``). A learner's closing eval at
+    (after Stable-Baselines3's ``StopTrainingOnNoModelImprovement``, which stops one eval later:
+    its ``max_no_improvement_evals = k`` ends the run at the (k + 1)-th eval without improvement,
+    ``patience_evals = k`` here at the k-th; it has no ``min_delta``). A learner's closing eval at
     the step of its last one is the same eval point, not another try."""
 
     def __init__(self, patience_evals: int, min_delta: float = 0.0, min_evals: int = 0) -> None:
