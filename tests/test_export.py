@@ -243,3 +243,76 @@ def test_bad_requests_exit_2_without_traceback(
         cli.main(["export", str(runs["ddpg"]), "--format", "tflite"])
     assert exit_info.value.code == 2
     assert not list(tmp_path.glob("v*"))
+
+
+def test_load_policy_takes_a_turn_based_games_raw_observation(runs: dict[str, Path]) -> None:
+    """A PettingZoo game's ``{"observation", "action_mask"}``, one or a batch, is read as the
+    engine's masked row (the observation space is a Dict with no shape: every call raised)."""
+    policy = wheeler2.load_policy(runs["masked"])
+    space = policy.observation_space
+    space.seed(0)
+    raws = [space.sample() for _ in range(16)]
+    for raw in raws[:4]:
+        raw["action_mask"][:] = 0
+        raw["action_mask"][[1, 5]] = 1
+    flat = np.stack(
+        [np.concatenate([r["observation"].reshape(-1), r["action_mask"]]) for r in raws]
+    ).astype(np.float32)
+    want = policy.engine_action(flat)
+    assert [policy(r) for r in raws] == want.tolist()
+    batch = {key: np.stack([r[key] for r in raws]) for key in ("observation", "action_mask")}
+    np.testing.assert_array_equal(policy(batch), want)
+    np.testing.assert_array_equal(policy(flat), want)  # the engine's rows, as they are
+    assert set(want[:4].tolist()) <= {1, 5}
+
+
+UNITY_RUN = """
+[experiment]
+name = "unity-export"
+total_steps = 200
+eval_every = 200
+eval_episodes = 1
+backend = "serial"
+
+[env]
+id = "unity:mock"
+kwargs = {{ num_agents = 2, discrete_action = {discrete} }}
+
+[buffer]
+capacity = 1000
+batch_size = 16
+
+[[team]]
+name = "learner"
+algo = "{algo}"
+role = "learner"
+[team.params]
+hidden = [8]
+learning_starts = 50
+"""
+
+
+@pytest.mark.usefixtures("quiet_mlagents")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize(
+    ("discrete", "algo", "output"),
+    [("false", "ddpg", "float32 [B, 2] in [-1, 1]"), ("true", "dqn", "int64 [B] in 0..5")],
+)
+def test_export_of_a_unity_run_says_what_it_outputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture, discrete: str, algo: str, output: str
+) -> None:
+    """Unity has no gymnasium action space: the export described its output from one and
+    failed with a traceback (exit 1) after writing the file."""
+    pytest.importorskip("mlagents_envs")
+    path = tmp_path / "unity.toml"
+    path.write_text(UNITY_RUN.format(discrete=discrete, algo=algo))
+    run = wheeler2.run(path, out=str(tmp_path / "runs"))
+    capsys.readouterr()
+    out = tmp_path / "policy.pt"
+    assert cli.main(["export", str(run), "--format", "torchscript", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"output: action, {output}" in printed, printed
+    policy = wheeler2.load_policy(run)
+    rows = sample_inputs(policy)[:8]
+    # float rounding between the module and the agent's numpy forward, as above
+    np.testing.assert_allclose(exported_actions(out, "torchscript", rows), policy(rows), atol=1e-5)

@@ -175,11 +175,46 @@ def load_learner(run_dir: str | Path, checkpoint: str = "best") -> LoadedRun:
 # -- raw observations in, env actions out ------------------------------------------------------
 
 
+def _masked_rows(x: dict[str, Any], space: Any, dim: int, what: str) -> tuple[np.ndarray, bool]:
+    """A turn-based game's raw ``{"observation", "action_mask"}`` -> masked rows ``[N, dim]``."""
+    obs_shape = tuple(space["observation"].shape)
+    mask_shape = tuple(space["action_mask"].shape)
+    if any(k not in x for k in ("observation", "action_mask")):
+        raise ValueError(
+            f"{what}: a turn-based game's observation has keys observation, action_mask"
+        )
+    obs = np.asarray(x["observation"], np.float32)
+    mask = np.asarray(x["action_mask"], np.float32)
+    single = obs.shape == obs_shape
+    if not single and obs.shape[1:] != obs_shape:
+        raise ValueError(
+            f"{what}: observation has shape {obs.shape}, expected {obs_shape} or (N, ...)"
+        )
+    n = 1 if single else len(obs)
+    if mask.shape != ((n, *mask_shape) if not single else mask_shape):
+        raise ValueError(
+            f"{what}: action_mask has shape {mask.shape}, expected {mask_shape} per observation"
+        )
+    rows = np.concatenate([obs.reshape(n, -1), mask.reshape(n, -1)], axis=1)
+    if rows.shape[1] != dim:
+        raise ValueError(f"{what}: {rows.shape[1]} values per observation, the policy takes {dim}")
+    return rows, single
+
+
 def _rows(x: Any, space: Any, dim: int, what: str) -> tuple[np.ndarray, bool]:
     """One part of a raw observation (one row or a batch) -> float32 ``[N, dim]``, and whether
-    it was a single observation. Discrete parts become one-hot, as the gym adapter does."""
+    it was a single observation. Discrete parts become one-hot, as the gym adapter does; a
+    turn-based game's ``{"observation", "action_mask"}`` (one, or a batch of each) becomes the
+    masked row the engine reads (``envs/spaces.py`` ``encode_masked``), and its flat rows are
+    taken as they are."""
     from gymnasium import spaces
 
+    from wheeler2.envs.spaces import is_masked_space
+
+    if space is not None and is_masked_space(space):
+        if isinstance(x, dict):
+            return _masked_rows(x, space, dim, what)
+        space = None  # flat masked rows, as the engine's
     if isinstance(space, spaces.Discrete):
         arr = np.asarray(x)
         single = arr.ndim == 0
@@ -393,7 +428,7 @@ class Policy:
     def env_action(self, action: np.ndarray) -> np.ndarray:
         """Engine actions ``[N, ...]`` -> the env's: the gym adapter's mapping of ``[-1, 1]``
         onto the Box bounds (envs/gym.py ``GymVecEnv._to_env_action``), or the Discrete start
-        added. Without a gymnasium action space (multi-agent adapters) actions stay as they are."""
+        added. Without a gymnasium action space (Unity) actions stay as they are."""
         from gymnasium import spaces
 
         space = self.action_space

@@ -353,10 +353,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from wheeler2.export import write_policy
 
     policy = load_policy(args.run_dir, args.checkpoint)
+    kind = _action_kind(policy)  # before the file is written: a failure here leaves none
     out = write_policy(policy, args.format, args.output)
     dtype, dim = policy.input_dtype, policy.input_dim
     print(f"wrote {out}: input {dtype} [B, {dim}] = [{policy.input_layout}]")
-    print(f"  output: action, {_action_kind(policy)}")
+    print(f"  output: action, {kind}")
     # Which policy the file holds: "best" falls back to latest.pt before the first eval, and a
     # run of several tables has one learner each, of which the lead's is exported.
     loaded = policy.loaded
@@ -374,9 +375,13 @@ def _action_kind(policy: Any) -> str:
     import numpy as np
 
     space = policy.action_space
+    act_dim = int(policy.loaded.info.act_dim)
     if policy.discrete:
-        start, n = int(getattr(space, "start", 0)), int(space.n)
+        start = int(getattr(space, "start", 0))
+        n = int(space.n) if space is not None else act_dim
         return f"int64 [B] in {start}..{start + n - 1}"
+    if space is None:  # an adapter without a gymnasium space (Unity) takes the engine's units
+        return f"float32 [B, {act_dim}] in [-1, 1], the env's own units"
     low, high = np.asarray(space.low).reshape(-1), np.asarray(space.high).reshape(-1)
     same = low.size and np.all(low == low[0]) and np.all(high == high[0])
     bounds = f" [{low[0]:g}, {high[0]:g}]" if same else ""
