@@ -98,10 +98,10 @@ def raw_observations(env_id: str, kwargs: dict, n: int, seed: int, steps: int = 
     return rows
 
 
-def engine_actions(run_dir: Path, raw: list) -> np.ndarray:
+def engine_actions(run_dir: Path, raw: list, checkpoint: str = "best") -> np.ndarray:
     """What the engine does with these observations: the flat input the adapter and
     AchievedGoalInObs build, ``agent.act(explore=False)``, the adapter's action mapping."""
-    loaded = wheeler2.api.load_learner(run_dir)
+    loaded = wheeler2.api.load_learner(run_dir, checkpoint)
     env = registry.make_env(loaded.config.env, len(raw), 0)
     try:
         if isinstance(raw[0], dict):
@@ -147,7 +147,8 @@ def test_cartpole_policy_returns_discrete_actions(runs: dict[str, Path]) -> None
     raw = raw_observations("CartPole-v1", {}, 6, seed=11)
     got = policy(np.stack(raw))
     assert got.dtype == np.int64 and got.shape == (len(raw),)
-    np.testing.assert_array_equal(got, engine_actions(run_dir, raw))
+    # The same checkpoint on both sides: best.pt and latest.pt hold different policies.
+    np.testing.assert_array_equal(got, engine_actions(run_dir, raw, "latest"))
     one = policy(raw[0])
     assert isinstance(one, int) and one == got[0]
 

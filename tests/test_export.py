@@ -316,3 +316,30 @@ def test_export_of_a_unity_run_says_what_it_outputs(
     rows = sample_inputs(policy)[:8]
     # float rounding between the module and the agent's numpy forward, as above
     np.testing.assert_allclose(exported_actions(out, "torchscript", rows), policy(rows), atol=1e-5)
+
+
+def test_a_flat_stack_policy_stacks_raw_observations_itself(runs: dict[str, Path]) -> None:
+    """Under a flat ``[env] stack = 3`` the policy takes raw observations and keeps the last 3
+    as the engine does (an episode's first repeated; ``reset(where=...)`` restarts a row); it
+    took only rows stacked by the caller, and refused a raw observation."""
+    import gymnasium as gym
+
+    policy = wheeler2.load_policy(runs["stack"])
+    assert policy.input_layout == "observation[6]: 3 of [2], oldest first"
+    envs = [gym.make("PendulumNoVel-v1") for _ in range(2)]
+    obs = np.stack([env.reset(seed=3 + i)[0] for i, env in enumerate(envs)])
+    history = [[o, o, o] for o in obs]
+    policy.reset()
+    for t in range(30):
+        got = policy(obs)
+        stacked = np.stack([np.concatenate(h[-3:]) for h in history]).astype(np.float32)
+        np.testing.assert_array_equal(got, policy.env_action(policy.engine_action(stacked)))
+        obs = np.stack([env.step(a)[0] for env, a in zip(envs, got)])
+        for h, o in zip(history, obs):
+            h.append(o)
+        if t == 10:  # row 0 starts a new episode
+            obs[0] = envs[0].reset(seed=99)[0]
+            history[0] = [obs[0]] * 3
+            policy.reset(where=np.array([True, False]))
+    for env in envs:
+        env.close()

@@ -137,6 +137,7 @@ class LoadedRun:
     observation_space: Any  # the gymnasium spaces, None for adapters without one
     action_space: Any
     member: str = ""  # the learner's [[team]] name (the lead's, where tables have several)
+    frame_space: Any = None  # one observation's space, under a flat [env] stack
 
 
 def load_learner(run_dir: str | Path, checkpoint: str = "best") -> LoadedRun:
@@ -156,6 +157,7 @@ def load_learner(run_dir: str | Path, checkpoint: str = "best") -> LoadedRun:
         info = env.info
         obs_space = getattr(env, "observation_space", None)
         act_space = getattr(env, "action_space", None)
+        frame_space = getattr(env, "frame_space", None) if config.env.stack > 1 else None
     finally:
         env.close()
     lead = restored.lead
@@ -169,6 +171,7 @@ def load_learner(run_dir: str | Path, checkpoint: str = "best") -> LoadedRun:
         obs_space,
         act_space,
         lead.name,
+        frame_space,
     )
 
 
@@ -265,15 +268,20 @@ class Policy:
         # Image observations (info.obs_shape): raw frames are flattened channels-first as the
         # env adapter does; with [env] stack = k the policy keeps each row's last k frames
         # (``frames``), or takes whole stacks shaped as gymnasium's FrameStackObservation.
+        # Flat observations under [env] stack = k alike: raw observations, kept k at a time.
         self.image = bool(info.obs_shape)
         # An env that stacks its own frames (envpool's Atari) gives whole stacks: taken as they
         # are, one observation each, as the engine takes them.
-        self.stack = info.stack if loaded.config.env.stack > 1 else 1
-        self.frames: np.ndarray | None = None  # [N, stack, frame values] uint8
+        stack = int(loaded.config.env.stack)
+        self.stack = (info.stack if self.image else stack) if stack > 1 else 1
+        self.frames: np.ndarray | None = None  # [N, stack, frame values] (uint8 for images)
         self._fresh: np.ndarray | None = None  # rows whose next frame starts a stack
         # Adapters without a gymnasium space (Unity) take the engine's flat rows as they are.
-        reader = self.image and self.observation_space is not None
-        self._frame = _frame_reader(self.observation_space, self.stack) if reader else None
+        self._frame: _Frames | None = None
+        if self.image and self.observation_space is not None:
+            self._frame = _frame_reader(self.observation_space, self.stack)
+        elif self.stack > 1 and loaded.frame_space is not None:
+            self._frame = _flat_frames(loaded.frame_space, self.stack)
 
     @property
     def recurrent(self) -> bool:
@@ -283,7 +291,7 @@ class Policy:
     def reset(self, n: int | None = None, where: np.ndarray | None = None) -> None:
         """Start new episodes: all ``n`` rows (default: as many as the state has, else 1), or
         only the rows of the bool mask ``where``. A no-op for a feedforward policy."""
-        if self.image:  # the next frames start new stacks
+        if self.stack > 1:  # the next frames start new stacks
             if where is None:
                 self.frames = None
             else:
@@ -315,6 +323,9 @@ class Policy:
             frames = f"{self.stack} frames, oldest first, " if self.stack > 1 else ""
             return f"image[{self.input_dim}]: {frames}channels-first {(c, *hw)} uint8"
         if not self.goal:
+            if self.stack > 1:
+                d = self.observation_dim // self.stack
+                return f"observation[{self.observation_dim}]: {self.stack} of [{d}], oldest first"
             return f"observation[{self.observation_dim}]"
         g = self.loaded.info.goal_dim
         ag = f", achieved_goal[{g}]" if self.achieved_goal_in_obs else ""
@@ -329,7 +340,7 @@ class Policy:
 
         space = self.observation_space
         if self._frame is not None:
-            return self._image_input(obs, *self._frame, stacked=stacked)
+            return self._framed_input(obs, *self._frame, stacked=stacked)
         if not self.goal:
             return _rows(obs, space, self.observation_dim, "observation")
         if not isinstance(obs, dict) or any(k not in obs for k in GOAL_KEYS):
@@ -354,7 +365,7 @@ class Policy:
             head = np.concatenate([head, part["achieved_goal"]], axis=-1)
         return policy_obs(head, part["desired_goal"]), single
 
-    def _image_input(
+    def _framed_input(
         self,
         obs: Any,
         frame_shape: tuple[int, ...],
@@ -362,10 +373,14 @@ class Policy:
         flatten: Callable[[np.ndarray], np.ndarray],
         stacked: bool | None = None,
     ) -> tuple[np.ndarray, bool]:
-        """Raw image observation(s) -> uint8 rows ``[N, input_dim]``: one frame per row (kept
-        in the policy's own stack when ``stack > 1``; :meth:`reset` at episode starts), or
-        whole stacks ``[N, stack, *frame]``."""
+        """Raw image (or, under a flat stack, raw) observation(s) -> rows ``[N, input_dim]``
+        (uint8 for images): one frame per row (kept in the policy's own stack when ``stack >
+        1``; :meth:`reset` at episode starts), or whole stacks ``[N, stack, *frame]``; a flat
+        stack also takes the engine's own stacked rows ``[N, input_dim]``."""
         arr = np.asarray(obs)
+        flat_rows = not self.image and len(frame_shape) > 0 and self.input_dim != frame_shape[-1]
+        if flat_rows and arr.ndim in (1, 2) and arr.shape[-1:] == (self.input_dim,):
+            return arr.astype(np.float32).reshape(-1, self.input_dim), arr.ndim == 1
         if self.stack > 1 and arr.shape == stacked_shape:
             # (k, *frame) is both one stack and k envs' frames: a 4-env loop with stack 4
             # would otherwise get one action for its four observations.
@@ -464,9 +479,30 @@ def load_policy(run_dir: str | Path, checkpoint: str = "best") -> Policy:
     return Policy(load_learner(run_dir, checkpoint))
 
 
-def _frame_reader(
-    space: Any, stack: int
-) -> tuple[tuple[int, ...], tuple[int, ...], Callable[[np.ndarray], np.ndarray]]:
+# (one frame's shape, a whole stack's shape, frames [M, *frame] -> rows [M, values])
+_Frames = tuple[tuple[int, ...], tuple[int, ...], Callable[[np.ndarray], np.ndarray]]
+
+
+def _flat_frames(space: Any, stack: int) -> _Frames:
+    """The :data:`_Frames` of flat observations under ``[env] stack``: one raw observation of
+    ``space``, ``stack`` of them along a first axis (gymnasium's FrameStackObservation), and the
+    adapter's own flattening (one-hot for Discrete) into float32 rows."""
+    from wheeler2 import registry
+
+    flattener = registry.resolve_object("wheeler2.envs.spaces:ObsFlattener")(space)
+    dim = flattener.dim
+
+    def flatten(frames: np.ndarray) -> np.ndarray:
+        out = np.empty((len(frames), dim), np.float32)
+        for i, f in enumerate(frames):
+            flattener(f, out[i])
+        return out
+
+    shape = tuple(space.shape or ())
+    return shape, (stack, *shape), flatten
+
+
+def _frame_reader(space: Any, stack: int) -> _Frames:
     """(raw frame shape, stacked shape, frames ``[M, *frame]`` -> uint8 rows ``[M, values]``)
     of an image env's observation ``space`` (stacked: the frames along a first axis), through
     the adapter's own flattening (``envs/spaces.py``, found by name: the engine imports no env

@@ -269,6 +269,7 @@ class FrameStack:
         dtype = np.uint8 if image else np.float32
         self._frames = np.zeros((env.num_envs, self.k, inner.obs_dim), dtype)
         self.observation_space = _stacked_space(space, self.k)
+        self.frame_space = space  # one observation's, which load_policy stacks itself
 
     def __getattr__(self, name: str) -> Any:
         # Adapter extras (action_space, render, ...) pass through.

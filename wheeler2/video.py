@@ -2,8 +2,8 @@
 
 Each episode is played in a ``gymnasium.make(id, render_mode="rgb_array")`` env inside the
 run's ``[env] wrappers`` by :func:`wheeler2.load_policy`, so the video also shows that policy
-working on raw observations (an image policy keeping its own frame stack; flat observations
-under ``[env] stack`` stacked here, as the engine stacks them: :class:`FlatStack`).
+working on raw observations (under ``[env] stack``, the policy keeps its own stack of frames
+or flat observations, as the engine stacks them).
 Episode ``i`` resets with the seed the eval env gives copy ``i`` (``eval_reset_seed + i``): the
 recorded episodes are the ones ``wheeler2 eval`` scores (not on envpool copies, which draw
 their own episodes for a seed: the video then plays gymnasium's env of the same id). One file
@@ -122,22 +122,16 @@ def record(
     env = make_render_env(config)
     fps = int(env.metadata.get("render_fps") or 30)
     seed = eval_reset_seed(config)
-    # An image policy keeps its own frame stack; flat observations are stacked here.
-    stack = FlatStack(env.observation_space, config.env.stack) if _flat_stack(policy) else None
     out.parent.mkdir(parents=True, exist_ok=True)
     done: list[Recording] = []
     try:
         for i, path in enumerate(episode_paths(out, episodes)):
             obs, _ = env.reset(seed=seed + i)
             policy.reset()  # a new episode: fresh memory and frame stacks
-            if stack is not None:
-                obs = stack.reset(obs)
             frames = [env.render()]
             total, over = 0.0, False
             while not over:
                 obs, reward, terminated, truncated, _ = env.step(policy(obs))
-                if stack is not None:
-                    obs = stack.push(obs)
                 total += float(reward)
                 frames.append(env.render())
                 over = terminated or truncated
@@ -146,40 +140,6 @@ def record(
     finally:
         env.close()
     return done
-
-
-def _flat_stack(policy: Any) -> bool:
-    """Whether the run stacks flat observations (``[env] stack = k`` on a non-image env)."""
-    return policy.loaded.config.env.stack > 1 and not policy.image
-
-
-class FlatStack:
-    """``[env] stack = k`` on one env's flat observations, as the engine's ``FrameStack``
-    builds them (wheeler2/env.py): the last ``k`` flattened observations (one-hot for
-    Discrete), oldest first, the first of an episode repeated. The render env is a plain
-    gymnasium env, and :func:`wheeler2.load_policy` takes such a run's stacked rows.
-    """
-
-    def __init__(self, space: Any, k: int) -> None:
-        from wheeler2 import registry
-
-        # The adapter's own flattening, found by name: the engine imports no env module.
-        self._flatten = registry.resolve_object("wheeler2.envs.spaces:ObsFlattener")(space)
-        self.k = k
-        self._rows = np.zeros((k, self._flatten.dim), np.float32)
-
-    def _row(self, obs: Any) -> np.ndarray:
-        row = np.empty(self._flatten.dim, np.float32)
-        self._flatten(obs, row)
-        return row
-
-    def reset(self, obs: Any) -> np.ndarray:
-        self._rows[:] = self._row(obs)
-        return self._rows.reshape(-1).copy()
-
-    def push(self, obs: Any) -> np.ndarray:
-        self._rows = np.concatenate([self._rows[1:], self._row(obs)[None]])
-        return self._rows.reshape(-1).copy()
 
 
 def _write(path: Path, frames: Sequence[np.ndarray], fps: int) -> None:
