@@ -417,8 +417,12 @@ class Versus:
     head_to_head: HeadToHead | None = None
     elo: float | None = None  # mine minus theirs, elo_difference of the head-to-head
     matchups: list[Matchup] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # where a policy came from, when unasked
 
     def lines(self) -> list[str]:
+        return self._lines() + [f"note: {n}" for n in self.notes]
+
+    def _lines(self) -> list[str]:
         if self.head_to_head is not None:
             h = self.head_to_head
             out = [
@@ -467,9 +471,9 @@ def versus(
 ) -> Versus:
     """``mine`` against ``theirs`` (a run, or ``Contender("random")``).
 
-    * A two-player game where one table of ``mine`` claims both seats (self-play): that table
-      plays :func:`head_to_head` against ``theirs``, whose tables claiming each seat drive it
-      (random play when ``theirs`` is random); the Elo difference comes with it.
+    * A turn-based two-player game where one table of ``mine`` claims both seats (self-play):
+      that table plays :func:`head_to_head` against ``theirs``, whose tables claiming each seat
+      drive it (random play when ``theirs`` is random); the Elo difference comes with it.
     * Otherwise, for each table of ``mine``: its agents driven by it, every other agent by the
       first table of ``theirs`` that claims it, else at random; the mean return per agent of
       each group over ``episodes`` episodes, with a bootstrap 95% interval.
@@ -478,7 +482,10 @@ def versus(
     try:
         names = game.agent_names
         result = Versus(game.env_id, mine.name, theirs.name, episodes)
-        if len(names) == 2:
+        # A head-to-head (wins, draws, losses, Elo) is for a turn-based two-player game: a
+        # cooperative or general-sum two-agent env (multiwalker with two walkers,
+        # simple_reference) has no winner, and gets each group's returns below.
+        if len(names) == 2 and game.turn_based:
             both = [t for t in mine.tables if claimed(names, t.agents) == names]
             if both:
                 b: dict[str, Policy] = {}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from gymnasium import spaces
 
 pytest.importorskip("pettingzoo.classic")
@@ -310,6 +311,18 @@ def test_versus_self_play_table_goes_head_to_head_with_elo() -> None:
         )
 
 
+def test_a_cooperative_two_agent_env_gets_returns_not_a_head_to_head() -> None:
+    """Two agents do not make a game: a table claiming both agents of simple_reference (both
+    always rewarded alike, never positive) was scored in wins, draws and losses, every episode
+    a "loss", with an Elo figure."""
+    idle = Contender("idle", [FakeTable("both", ("agent_*",), lambda rows: np.zeros(len(rows)))])
+    result = versus("pettingzoo:mpe2.simple_reference_v3", {"max_cycles": 5}, idle,
+                    Contender("random"), 2, seed=0)  # fmt: skip
+    assert result.head_to_head is None and result.elo is None
+    assert [m.table for m in result.matchups] == ["both"]
+    assert "Elo" not in "\n".join(result.lines())
+
+
 # -- ratings -------------------------------------------------------------------------------------
 
 
@@ -409,6 +422,31 @@ def test_eval_vs_random_and_vs_a_run_on_simple_tag(tag_run: Path, capsys) -> Non
     assert cli.main(["eval", str(tag_run), "--vs", str(tag_run), "--episodes", "2"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[2].lstrip().startswith(f"{tag_run.name}:prey") and out[2].endswith("(agent_0)")
+
+
+def test_a_table_best_pt_holds_no_state_for_comes_from_latest(
+    tag_run: Path, tmp_path: Path, capsys
+) -> None:
+    """best.pt is written when the lead's eval is best, with the states the coordinator holds:
+    a table that had not reported yet is missing there, and eval --vs failed on it."""
+    import shutil
+
+    from wheeler2 import checkpoint as ckpt
+
+    run = tmp_path / tag_run.name
+    shutil.copytree(tag_run, run)
+    best = run / "checkpoints" / "best.pt"
+    payload = ckpt.load(best)
+    del payload["members"]["prey"]
+    ckpt.save(best, payload)
+    tables = {t.table: t for t in api.load_tables(run)}
+    assert not tables["main"].from_latest and tables["prey"].from_latest
+    latest = ckpt.load(run / "checkpoints" / "latest.pt")["members"]["prey"]
+    got = tables["prey"].agent.state_dict()
+    assert all(torch.equal(got[k], v) for k, v in latest.items() if isinstance(v, torch.Tensor))
+    assert cli.main(["eval", str(run), "--vs", "random", "--episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "note: " in out and "'prey' from latest.pt" in out, out
 
 
 def test_eval_vs_refuses_other_envs_and_missing_runs(tag_run: Path, tmp_path: Path, capsys):

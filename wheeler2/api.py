@@ -542,6 +542,8 @@ class TablePolicy:
     table: str
     agents: tuple[str, ...]  # the learner's agent globs
     agent: Agent
+    # latest.pt's state, as the asked best.pt held none for it yet (load_tables)
+    from_latest: bool = False
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         return self.agent.act(np.asarray(rows, np.float32), explore=False).action
@@ -554,9 +556,12 @@ def _claims(config: Config, globs: Any) -> tuple[str, ...]:
 
 
 def load_tables(run_dir: str | Path, checkpoint: str = "best") -> list[TablePolicy]:
-    """Every table's learner of a run, restored from ``checkpoint`` (``"best"``: the lead's best
-    checkpoint, which holds every member's state at that time; it falls back to ``"latest"``).
-    A recurrent learner is refused: the arena hands policies rows without memory."""
+    """Every table's learner of a run, restored from ``checkpoint``. ``"best"``: the lead's best
+    checkpoint (``"latest"`` before one), which holds the lead's state at its best eval and each
+    other member's as it last sent it (at its own last eval or checkpoint); a table it holds
+    nothing for yet (the lead's first eval was its best and came first) is taken from
+    ``latest.pt``, which :attr:`TablePolicy.from_latest` says. A recurrent learner is refused:
+    the arena hands policies rows without memory."""
     from wheeler2.checkpoint import CheckpointError
     from wheeler2.config import load
     from wheeler2.runtime.plan import learner_plan, plan_team
@@ -568,19 +573,26 @@ def load_tables(run_dir: str | Path, checkpoint: str = "best") -> list[TablePoli
     restored = restore(config, run_dir, checkpoint)
     saved = restored.payload.get("members") or {}
     plans = plan_team(config)
+    latest = None
     tables = []
     for table in config.tables:
         lead = learner_plan([p for p in plans if p.spec.table == table])
-        if lead.name not in saved:
+        source = restored
+        if lead.name not in saved and checkpoint == "best" and restored.path.name != "latest.pt":
+            if latest is None:
+                latest = restore(config, run_dir, "latest")
+            source = latest
+        if lead.name not in (source.payload.get("members") or {}):
             raise CheckpointError(
-                f"{restored.path}: holds no state for {lead.name!r}, the learner of table {table!r}"
+                f"{source.path}: holds no state for {lead.name!r}, the learner of table {table!r}"
             )
-        agent = restored.agents[lead.name]
+        agent = source.agents[lead.name]
         if agent.state_dim > 0:
             raise UsageError(
                 f"{run_dir}: {lead.name!r} is recurrent; --vs plays feedforward policies only"
             )
-        tables.append(TablePolicy(lead.team, table, _claims(config, lead.spec.agents), agent))
+        claims = _claims(config, lead.spec.agents)
+        tables.append(TablePolicy(lead.team, table, claims, agent, source is not restored))
     return tables
 
 
@@ -629,6 +641,14 @@ def versus(
     mine = contender(run_dir.resolve().name, load_tables(run_dir, checkpoint))
     play = registry.resolve_object(f"{ARENA}:versus")
     n = DEFAULT_VS_EPISODES if episodes is None else episodes
-    return play(
+    result = play(
         env_id, config.env.kwargs, mine, theirs, n, config.experiment.seed if seed is None else seed
     )
+    for c in (mine, theirs):
+        for t in c.tables:
+            if getattr(t, "from_latest", False):  # a TablePolicy (load_tables) stood in
+                result.notes.append(
+                    f"{c.name}: table {t.table}'s learner {t.name!r} from latest.pt, as "
+                    "best.pt holds no state for it yet (it came before that table's first eval)"
+                )
+    return result
