@@ -300,6 +300,45 @@ def test_wrong_type_or_range_in_buffer(write_config, table_text, table, key, exp
     assert f"expected {expected}" in err.message
 
 
+BIG = 10**400  # TOML integers are 64-bit; tomllib reads any size
+
+
+@pytest.mark.parametrize(
+    ("table_text", "table", "key"),
+    [
+        (f"[buffer]\ncapacity = {BIG}", "[buffer]", "capacity"),  # an integer key
+        (f"[buffer]\nalpha = {BIG}", "[buffer]", "alpha"),  # a number key
+        (f"[buffer]\nbeta = -{BIG}", "[buffer]", "beta"),
+    ],
+)
+def test_an_integer_past_64_bits_is_refused_not_overflowed(write_config, table_text, table, key):
+    # It passed capacity's range check and overflowed a float later (a traceback, exit 1).
+    err = error_of(write_config(BASE + table_text + "\n"))
+    assert (err.table, err.key) == (table, key)
+    assert "TOML integers are 64-bit" in err.message and "401 digits" in err.message
+
+
+@pytest.mark.parametrize(
+    ("spread", "key", "expected"),
+    [
+        ('{ base = 0.01, alpha = "x" }', "lr_actor.alpha", 'expected a finite number, got "x"'),
+        ('{ base = "x" }', "lr_actor.base", 'expected a number > 0, got "x"'),
+        ("{ base = -0.4, alpha = 0.5 }", "lr_actor.base", "expected a number > 0, got -0.4"),
+        ("{ base = true }", "lr_actor.base", "expected a number > 0, got true"),
+    ],
+)
+def test_a_per_copy_spread_of_no_number_is_refused(write_config, spread, key, expected):
+    # float("x") raised with a traceback; a negative base made a complex learning rate.
+    path = write_config(
+        BASE + '\n[[team]]\nname = "actor"\nalgo = "ddpg"\nrole = "actor"\ncount = 2\n'
+        "sync = { every = 50 }\n"
+        f"per_copy = {{ lr_actor = {spread} }}\n"
+    )
+    err = error_of(path)
+    assert (err.table, err.key) == ("[[team]] #2 (actor).per_copy", key)
+    assert err.message == expected
+
+
 def test_wrong_backend_lists_the_choices(write_config):
     err = error_of(write_config(with_replaced(BASE, 'name = "t"', 'name = "t"\nbackend = "gpu"')))
     assert (err.table, err.key) == ("[experiment]", "backend")
@@ -386,6 +425,16 @@ def test_unknown_algorithm_lists_available(write_config, monkeypatch):
     assert "unknown algorithm 'fakealgoo'" in err.message
     assert "did you mean 'fakealgo'?" in err.message
     assert "available: fakealgo (or 'module:Class' for your own)" in err.message
+
+
+def test_an_algorithm_in_a_missing_module_lists_the_algorithms(write_config, monkeypatch):
+    # The hint was the tasks available.
+    monkeypatch.setattr(registry, "ALGORITHM_PACKAGE", "w2test_agents")
+    err = error_of(write_config(with_replaced(BASE, ALGO, "nosuchpkg.mod:Agent")))
+    assert (err.table, err.key) == ("[[team]] #1 (target)", "algo")
+    assert "no module named 'nosuchpkg.mod'" in err.message
+    assert "available: fakealgo (or 'module:Class' for your own)" in err.message, err.message
+    assert "tasks available" not in err.message
 
 
 def test_algorithm_by_package_name(write_config, monkeypatch):
@@ -522,6 +571,12 @@ def test_set_overrides_are_validated(write_config):
         ("team.nobody.params.gamma=0.9", "no [[team]] named 'nobody'; names: target"),
         ("team.5.params.gamma=0.9", "'team' has 1 entries"),
         ("experiment.name.x=1", "'experiment.name' is a value, not a table"),
+        # It named 'team.target' the array (the entry's key was missing).
+        (
+            "team.target=5",
+            "'team' is an array of tables and 'team.target' one of its tables; set a key of it "
+            "(team.target.KEY=VALUE)",
+        ),
     ],
 )
 def test_bad_set_override(write_config, expr, message):

@@ -148,6 +148,14 @@ def test_a_cycle_is_refused_by_name(tmp_path: Path, capsys) -> None:
     assert info.value.message == f"cycle {tmp_path / 'self.toml'} -> {tmp_path / 'self.toml'}"
 
 
+def test_a_base_that_is_a_folder_is_refused_naming_the_file_and_key(tmp_path: Path, capsys):
+    # It named the folder alone, with the OS's "Is a directory".
+    (tmp_path / "sub").mkdir()
+    child = write(tmp_path / "child.toml", 'extends = "sub"\n')
+    line = one_error_line(capsys, ["check", str(child)])
+    assert line == f'error: {child}: extends: "sub" is a directory ({tmp_path / "sub"}), not a file'
+
+
 def test_a_missing_base_is_refused_naming_the_file_and_key(tmp_path: Path, capsys) -> None:
     child = write(
         tmp_path / "child.toml", 'extends = "nowhere/base.toml"\n[experiment]\nseed = 1\n'

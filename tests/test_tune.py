@@ -132,6 +132,37 @@ def test_a_space_key_the_file_does_not_take_is_named(tmp_path: Path) -> None:
     assert read_tune(load(path).raw, path).space[0].key == "team.pg.params.lrr"
 
 
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ('"team.pg.params.lrr" = { range = [0.1, 0.2] }', "unknown key"),
+        ('"buffer.alpha" = { choices = [0.5, 7] }', "at 7: expected a number in [0, 1]"),
+    ],
+)
+def test_check_refuses_a_space_key_as_tune_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str, said: str
+) -> None:
+    # `check` read [tune] for its shape only and said "ok" to a space `tune` then refused.
+    from wheeler2 import cli
+
+    path = _file(tmp_path, space=f"[tune]\n[tune.space]\n{entry}\n")
+    assert cli.main(["check", str(path)]) == cli.EXIT_INVALID
+    err = capsys.readouterr().err
+    key = entry.split(" = ")[0]
+    assert f"[tune] space.{key}" in err and said in err, err
+
+
+def test_tune_takes_the_tune_table_as_set_changes_it(tmp_path: Path) -> None:
+    # The study re-read [tune] from the file alone, so --set tune.* (which check applied)
+    # was dropped without a word.
+    from wheeler2.tune import check_space
+
+    path = _file(tmp_path)
+    overrides = ["tune.trials=7"]
+    spec = check_space(path, load(path, overrides), overrides)
+    assert spec.trials == 7 and read_tune(load(path).raw, path).trials != 7
+
+
 def test_integer_ends_on_a_key_that_takes_any_number_are_refused(tmp_path: Path) -> None:
     space = '[tune]\n[tune.space]\n"team.pg.params.gae_lambda" = { range = [0, 1] }\n'
     with pytest.raises(ConfigError) as err:

@@ -210,6 +210,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from wheeler2.runtime.probe import check_with_env
 
     config = _load(args.file, args.overrides)
+    if "tune" in config.raw:  # each searched key as a trial sets it, as `tune` checks it
+        from wheeler2.tune import check_space
+
+        check_space(Path(args.file), config, args.overrides)
     # Builds the team once without training: what `run` would fail on fails here, as one line.
     check_with_env(config)
     _warn_relations(config)  # only for a valid file: an invalid one gets its one error line

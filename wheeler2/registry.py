@@ -261,7 +261,7 @@ def _available_algorithms_text() -> str:
 def resolve_algo(name: str) -> type[Agent]:
     """``"ddpg"`` -> ``agents.ddpg``'s Agent subclass; ``"pkg.mod:Class"`` -> that class."""
     if ":" in name:
-        obj = resolve_object(name)
+        obj = resolve_object(name, _available_algorithms_text())
         if not (inspect.isclass(obj) and issubclass(obj, Agent)):
             raise RegistryError(f"'{name}' is not an Agent subclass")
         return obj

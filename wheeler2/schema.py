@@ -184,6 +184,8 @@ def show(v: Any) -> str:
         return "a table"
     if isinstance(v, list | tuple):
         return "[" + ", ".join(show(x) for x in v) + "]"
+    if is_int(v) and not in_int64(v):
+        return f"an integer of {len(str(abs(v)))} digits"
     return repr(v)
 
 
@@ -217,10 +219,25 @@ def is_number(v: Any) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
+# TOML's integers are 64-bit, and Python's tomllib reads any size: a larger one passed every
+# range check and overflowed a float conversion later, with a traceback.
+INT64_TEXT = "TOML integers are 64-bit"
+
+
+def in_int64(v: Any) -> bool:
+    return not is_int(v) or -(2**63) <= v < 2**63
+
+
+def is_finite_number(v: Any) -> bool:
+    return is_number(v) and in_int64(v) and math.isfinite(v)
+
+
 def _integer(spec: Spec) -> Check:
     expected = spec.expected or "an integer" + spec.range_text()
 
     def check(v: Any) -> int:
+        if not in_int64(v):
+            raise Mismatch(f"{expected} ({INT64_TEXT})")
         if not is_int(v) or not spec.in_range(v):
             raise Mismatch(expected)
         return int(v)
@@ -234,6 +251,8 @@ def _number(spec: Spec) -> Check:
     finite_expected = spec.expected or "a finite number" + spec.range_text()
 
     def check(v: Any) -> float:
+        if not in_int64(v):
+            raise Mismatch(f"{expected} ({INT64_TEXT})")
         if not is_number(v) or math.isnan(v):
             raise Mismatch(finite_expected if is_number(v) else expected)
         if spec.finite and math.isinf(v):

@@ -47,10 +47,13 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wheeler2.config.errors import ConfigError
 from wheeler2.config.tune import Dimension, TuneSpec, read_tune
+
+if TYPE_CHECKING:
+    from wheeler2.config import Config
 
 # -- the study -----------------------------------------------------------------------------------
 
@@ -148,21 +151,11 @@ def tune(
     import optuna
 
     from wheeler2.config import load
-    from wheeler2.config.files import parse_toml
 
     config_path = Path(config_path)
     config = load(config_path, overrides)  # the file must run as it is
-    spec = read_tune(parse_toml(config_path), config_path)
+    spec = check_space(config_path, config, overrides)
     fixed = _as_dict(overrides)
-    for dim in spec.space:  # each key must be one --set takes, checked at a value of its own
-        if dim.key in fixed:
-            raise ConfigError(
-                str(config_path),
-                "[tune]",
-                f'space."{dim.key}"',
-                "is also given by --set; a key is either searched or set: drop one",
-            )
-        _check_key(config_path, fixed, dim)
     where = study_dir(config_path, out, overrides)
     where.mkdir(parents=True, exist_ok=True)
     plan = _Plan(
@@ -229,6 +222,24 @@ def _same_search(study: Any, search: dict[str, Any], where: Path) -> None:
             "than this file and --set give; its trials are not comparable with these: "
             "--out elsewhere, or remove that directory"
         )
+
+
+def check_space(config_path: Path, config: Config, overrides: Sequence[str] = ()) -> TuneSpec:
+    """The ``[tune]`` table of ``config`` (the file, its bases and ``--set`` read), each key of
+    its space checked as a trial would set it: a key ``--set`` takes, at every choice or both
+    ends of its range (what ``wheeler2 check`` and ``tune`` both refuse)."""
+    spec = read_tune(config.raw, config_path)
+    fixed = _as_dict(overrides)
+    for dim in spec.space:  # each key must be one --set takes, checked at a value of its own
+        if dim.key in fixed:
+            raise ConfigError(
+                str(config_path),
+                "[tune]",
+                f'space."{dim.key}"',
+                "is also given by --set; a key is either searched or set: drop one",
+            )
+        _check_key(config_path, fixed, dim)
+    return spec
 
 
 def _check_key(config_path: Path, fixed: dict[str, Any], dim: Dimension) -> None:

@@ -112,6 +112,8 @@ def with_bases(
     if not base.exists():
         looked = "" if str(base) == name else f" (looked for {base})"
         raise ConfigError(file, None, EXTENDS, f"no such file {show(name)}{looked}")
+    if not base.is_file():
+        raise ConfigError(file, None, EXTENDS, f"{show(name)} is a directory ({base}), not a file")
     merged = with_bases(_code_pathsabsolute_spec(_parse_one(base), base), base, here)
     return _merge(sourced(merged, str(base)), raw, file)
 

@@ -63,8 +63,13 @@ def set_key(
             raise ConfigError(file, flag, expr, f"'{where}' is a value, not a table")
     last = parts[-1]
     if isinstance(node, list):
+        array, entry = ".".join(parts[:-1]), ".".join(parts)
         raise ConfigError(
-            file, flag, expr, f"'{'.'.join(parts)}' is an array of tables; set a key in it"
+            file,
+            flag,
+            expr,
+            f"'{array}' is an array of tables and '{entry}' one of its tables; set a key of "
+            f"it ({entry}.KEY=VALUE)",
         )
     node[last] = value
     _written(node, last, source)

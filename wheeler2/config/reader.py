@@ -22,6 +22,7 @@ from wheeler2.schema import (
     default_of,
     expected_of,
     field_checker,
+    is_finite_number,
     required,
     show,
     type_hints,
@@ -775,6 +776,13 @@ def _per_copy(
                 )
             out[key] = tuple(entry)
         elif isinstance(entry, dict) and set(entry) <= {"base", "alpha"} and "base" in entry:
+            for part, value in entry.items():
+                # b ** (1 + a i / (count - 1)): a real power needs a base above 0.
+                fine = is_finite_number(value) and (part != "base" or value > 0)
+                if not fine:
+                    want = "a number > 0" if part == "base" else "a finite number"
+                    got = f"expected {want}, got {show(value)}"
+                    raise reader.error(table, f"{key}.{part}", got)
             out[key] = dict(entry)
         else:
             raise reader.error(
