@@ -74,6 +74,14 @@ def core_problem(params: Any) -> tuple[str, str] | None:
     core; None when they do (or it has none)."""
     if getattr(params, "core", "none") == "none":
         return None
+    stride, length = int(getattr(params, "seq_stride", 0)), int(getattr(params, "seq_length", 1))
+    if stride > length:
+        return (
+            "seq_stride",
+            f"seq_stride = {stride} is more than seq_length = {length}: the steps between one "
+            "sequence's trained steps and the next one's would never be trained; at most "
+            "seq_length (0: seq_length // 2, R2D2's half overlap)",
+        )
     if getattr(params, "features", "none") != "none":
         return (
             "features",

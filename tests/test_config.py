@@ -339,6 +339,21 @@ def test_a_per_copy_spread_of_no_number_is_refused(write_config, spread, key, ex
     assert err.message == expected
 
 
+def test_a_sequence_stride_past_its_length_is_refused(write_config):
+    # Steps between one sequence's trained span and the next start's were never trained.
+    from wheeler2.runtime.team import prepare_team
+
+    path = write_config(
+        with_replaced(BASE, ALGO, "td3")
+        + '[team.params]\ncore = "gru"\nseq_length = 4\nseq_burn_in = 2\nseq_stride = 10\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        prepare_team(load(path), {})  # what check and run build first
+    err = info.value
+    assert err.key == "seq_stride", str(err)
+    assert "seq_stride = 10 is more than seq_length = 4" in err.message
+
+
 def test_wrong_backend_lists_the_choices(write_config):
     err = error_of(write_config(with_replaced(BASE, 'name = "t"', 'name = "t"\nbackend = "gpu"')))
     assert (err.table, err.key) == ("[experiment]", "backend")

@@ -33,6 +33,8 @@ class SequenceConfig:
 
     def __post_init__(self) -> None:
         found = problems(self)
+        if self.stride > self.length:  # steps between the trained spans would never train
+            found.append(f"stride = {self.stride} must not exceed length = {self.length}")
         if found:
             raise ValueError("invalid sequence config: " + "; ".join(found))
 
