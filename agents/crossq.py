@@ -16,7 +16,7 @@ and normalizes them alike; the bootstrap half is then only cut from the gradient
     L_actor    = mean_i [ alpha logp_i - sum_h c_h min(Q1_h, Q2_h)(s_i, a_i) ]  (running stats)
     L_alpha    = - mean_i log(alpha) (logp_i + target_entropy)
 
-sg is the stop-gradient, c_h the task's head weights (C their sum), as in ``agents/sac.py``;
+sg is the stop-gradient, c_h the task's head weights (C = sum_h c_h^2), as in ``agents/sac.py``;
 the actor reads the critics in eval mode (their running statistics, not moved by it). The
 paper's other choices are the defaults: Adam's beta1 = 0.5 (alpha's Adam too; the reference
 code gives alpha Adam's 0.9), a policy delay of 3, wide critics (2048 units). Where this differs
@@ -45,7 +45,7 @@ import torch
 from torch import nn
 from wheeler2.agents.offpolicy import OffPolicy, View
 from wheeler2.agents.parts import seeded
-from wheeler2.agents.parts.heads import SquashedGaussianActor
+from wheeler2.agents.parts.heads import SquashedGaussianActor, entropy_shares
 from wheeler2.agents.parts.numpy_forward import decides_by_forward
 
 from wheeler2.agent import Agent, SpaceInfo
@@ -137,9 +137,7 @@ class CrossQ(OffPolicy, Agent):
         )
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=p.lr_alpha, betas=betas)
         self.target_entropy = float(p.target_entropy_per_dim * act_dim)
-        total = float(self.head_w.sum())
-        # Each head's share of the entropy bonus, c_h / C (C = 1 if the weights cancel out).
-        self.entropy_share = self.head_w / (total if abs(total) > 1e-8 else 1.0)
+        self.entropy_share = entropy_shares(self.head_w)  # c_h / C, C = sum_h c_h^2
         # Policy samples (acting and learning) have their own stream, on the agent's device.
         self.gen = torch.Generator(device=dev)
         self.gen.manual_seed(seed + 3)

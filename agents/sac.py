@@ -4,8 +4,9 @@ with one twin critic pair per reward head.
 The actor is a tanh-squashed Gaussian, a = tanh(u), u ~ N(mu(s), sigma(s)), whose log-prob
 carries the change-of-variables term; the temperature alpha is learned toward a target entropy
 (-act_dim by default). Each head h has two critics trained on its own reward column; the
-entropy bonus is shared out over the heads in proportion to their weights c_h (C = sum_h c_h),
-so the weighted sum of the heads is the usual soft Q of the weighted reward:
+entropy bonus is shared out over the heads in proportion to their weights c_h (C = sum_h c_h^2,
+so that sum_h c_h (c_h / C) = 1), so the weighted sum of the heads is the usual soft Q of the
+weighted reward:
 
     a', logp'  ~ pi(.|s')                                   (a fresh sample, no target actor)
     y_h        = r_h + discount * (min(Q1'_h, Q2'_h)(s', a') - (c_h / C) alpha logp')
@@ -47,7 +48,7 @@ import torch
 from wheeler2.agents.offpolicy import OffPolicy, View
 from wheeler2.agents.parts import seeded
 from wheeler2.agents.parts.encoders import AugmentParams
-from wheeler2.agents.parts.heads import SquashedGaussianActor, TwinQCritic
+from wheeler2.agents.parts.heads import SquashedGaussianActor, TwinQCritic, entropy_shares
 from wheeler2.agents.parts.numpy_forward import decides_by_forward
 from wheeler2.agents.recurrent import SequenceParams, body
 
@@ -116,9 +117,7 @@ class SAC(OffPolicy, Agent):
         # The layers after each network's core (the networks themselves when feedforward).
         self.pi = body(self.actor_net)
         self.q, self.q_target = body(self.critic), body(self.critic_target)
-        total = float(self.head_w.sum())
-        # Each head's share of the entropy bonus, c_h / C (C = 1 if the weights cancel out).
-        self.entropy_share = self.head_w / (total if abs(total) > 1e-8 else 1.0)
+        self.entropy_share = entropy_shares(self.head_w)  # c_h / C, C = sum_h c_h^2
         # Policy samples (acting and learning) have their own stream, on the agent's device.
         self.gen = torch.Generator(device=dev)
         self.gen.manual_seed(seed + 3)

@@ -16,6 +16,8 @@ import pytest
 import torch
 from offpolicy_runs import config, run_text
 from recurrent_seq import SEQ, positions
+from wheeler2.agents.crossq import CrossQ
+from wheeler2.agents.crossq import Params as CrossQParams
 from wheeler2.agents.parts.distributions import squashed_log_prob
 from wheeler2.agents.parts.heads import SquashedGaussianActor
 from wheeler2.agents.sac import SAC, Params
@@ -33,7 +35,7 @@ TWO_HEADS = SpaceInfo(
     obs_dim=2, act_dim=1, discrete=False, heads=("a", "b"), head_weights=(1.0, 0.5)
 )
 C = np.array([1.0, 0.5])  # the head weights
-SHARE = C / C.sum()  # each head's share of the entropy bonus
+SHARE = C / (C**2).sum()  # each head's share of the entropy bonus: sum_h c_h share_h = 1
 
 
 def _set(linear: torch.nn.Linear, weight: list[float], bias: float) -> None:
@@ -209,6 +211,21 @@ def test_two_heads_give_one_twin_pair_each_and_one_priority_per_sample():
         assert out.td_error.shape == (2,)
         assert {"critic_loss/a", "critic_loss/b"} <= set(out.metrics)
     np.testing.assert_allclose(agent.entropy_share.numpy(), SHARE)
+
+
+@pytest.mark.parametrize("weights", [(1.0,), (0.5, 0.5), (2.0, 1.0), (1.0, -0.5), (1.0, 1e-3)])
+def test_the_weighted_heads_soft_target_is_the_weighted_rewards(weights) -> None:
+    """sum_h c_h y_h must be r + d (Q' - alpha logp') of the weighted reward: sum_h c_h s_h = 1.
+    With s_h = c_h / sum c, weights (0.5, 0.5) halved the critics' temperature and (2, 1)
+    raised it by 5/3 against the actor's."""
+    heads = tuple(f"h{i}" for i in range(len(weights)))
+    space = SpaceInfo(obs_dim=2, act_dim=1, discrete=False, heads=heads, head_weights=weights)
+    c = torch.tensor(weights, dtype=torch.float32)
+    for agent in (SAC(space, Params(hidden=[8])), CrossQ(space, CrossQParams(hidden=[8]))):
+        share = agent.entropy_share
+        assert float((c * share).sum()) == pytest.approx(1.0, abs=1e-6), (type(agent), weights)
+        ratio = share / c  # in proportion to the weights
+        np.testing.assert_allclose(ratio.numpy(), ratio[0].item(), rtol=1e-6)
 
 
 def test_importance_weights_scale_the_critic_loss():

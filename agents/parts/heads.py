@@ -18,6 +18,17 @@ from wheeler2.agents.parts.distributions import squashed_log_prob
 from wheeler2.agents.parts.encoders import MLP, ortho_init_
 
 
+def entropy_shares(head_w: torch.Tensor) -> torch.Tensor:
+    """Each head's share s_h of a soft actor-critic's entropy bonus (SAC, CrossQ): c_h / sum_k
+    c_k^2, in proportion to the head weights c_h and with sum_h c_h s_h = 1, so that the
+    weighted sum of the heads' soft targets is the soft target of the weighted reward whatever
+    the weights. (c_h / sum_k c_k gives sum_h c_h s_h = sum c^2 / sum c: weights (0.5, 0.5)
+    halved the critics' temperature against the actor's, (2, 1) raised it by 5/3.) All weights
+    0: no share (the actor then reads no head)."""
+    square = float((head_w.double() ** 2).sum())
+    return head_w / square if square > 1e-12 else torch.zeros_like(head_w)
+
+
 class DeterministicActor(MLP):
     """DDPG's mu(s) = tanh(head(trunk(s))), in [-1, 1]^act_dim."""
 
