@@ -94,6 +94,11 @@ class CEM(Agent):
         p = params
         if space.discrete:
             raise ValueError("cem plays deterministic actors over continuous actions")
+        if space.obs_shape:  # its actors are plain MLPs: 0-255 pixels in, unscaled
+            raise ValueError(
+                "cem's actors are MLPs over flat observations, with no image encoder: on images "
+                "use sac, td3 or ddpg"
+            )
         if p.elites > p.pop_size:
             raise ValueError(f"elites = {p.elites} must not exceed pop_size = {p.pop_size}")
         obs, act = space.obs_dim, space.act_dim

@@ -122,6 +122,13 @@ class CrossQ(OffPolicy, Agent):
     stochastic = True  # explores by sampling its policy
 
     def __init__(self, space: SpaceInfo, params: Params, device: str = "cpu", seed: int = 0):
+        if space.obs_shape:
+            # The encoder goes onto MLPs (encoders.image_features_), and BatchNormQ is none: it
+            # would read raw pixels where it was sized for features (a crash at its first update).
+            raise ValueError(
+                "crossq's batch-normalized critic takes flat observations, not images: use sac "
+                "(or td3, ddpg), which read images through an encoder"
+            )
         super().__init__(space, params, device, seed)
         p, act_dim, dev = params, space.act_dim, self.device
         with seeded(seed):

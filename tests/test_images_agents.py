@@ -74,6 +74,15 @@ def test_every_algorithm_reads_images_through_an_encoder(algo):
         assert all(np.isfinite(v) for v in metrics.values())
 
 
+@pytest.mark.parametrize("algo", ["crossq", "cem"])
+def test_algorithms_without_an_encoder_refuse_images(algo):
+    # crossq passed check and crashed at its first update (its BatchNormQ critic got no
+    # encoder, sized for features, fed pixels); cem fed 0-255 pixels to MLPs unscaled.
+    cls = registry.resolve_algo(algo)
+    with pytest.raises(ValueError, match="flat observations"):
+        cls(BOX, cls.Params(hidden=[16]))
+
+
 @pytest.mark.parametrize(
     ("algo", "extra"),
     [("ppo", {}), ("a2c", {}), ("pg", {}), ("ppo", {"core": "gru", "core_size": 8})],
