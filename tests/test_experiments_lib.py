@@ -242,6 +242,19 @@ def test_regenerate_a_result_file_from_its_stored_runs(tmp_path: Path) -> None:
     assert "rebuilt from them on 2030-01-01" in md.read_text()
 
 
+def test_regenerate_rebuilds_a_modules_other_table_with_its_own_render(tmp_path: Path) -> None:
+    # team_vs_solo writes its best-solo selection with select_render; a rebuild through
+    # module.render replaced that ranking with the per-arm table under the same name.
+    for name in ("team_vs_solo_pendulum_select.md", "team_vs_solo_pendulum_select_runs.jsonl"):
+        shutil.copy(RESULTS / name, tmp_path / name)
+    md = tmp_path / "team_vs_solo_pendulum_select.md"
+    committed = report.body_of(md)
+    assert report.read_meta(md)["render"] == "select_render"
+    report.regenerate(md)
+    assert report.body_of(md) == committed
+    assert "Chosen as `best-solo`" in committed
+
+
 def test_write_and_regenerate_round_trip(tmp_path: Path) -> None:
     # A small table through a real script's render (her_parity: steps to 0.9 per arm and seed).
     from experiments import her_parity

@@ -135,6 +135,8 @@ def write(
         "command": command or command_line(),
         "date": date or now_utc(),
     }
+    if render.__name__ != "render":  # a module's other table (team_vs_solo's select_render)
+        meta["render"] = render.__name__
     if rebuilt:
         meta["rebuilt"] = rebuilt
     json.dumps(meta)  # params must be JSON: fail here, not at the next regen
@@ -248,14 +250,17 @@ def regenerate(path: str | Path, now: str | None = None) -> Path:
         runs_file = path.parent / files if files else None
         stored = runs.load(runs_file) if runs_file else None
     params = meta.get("params") or {}
-    body = module.render(stored, **params)
+    # The function that wrote it: a file of a module's other table rebuilt by module.render
+    # would get the module's main table under its name.
+    render = getattr(module, meta.get("render", "render"))
+    body = render(stored, **params)
     plots = meta.get("plots") or []
     for p in plots:
         module.plot(stored, path.parent / p, **params)
     return write(
         path,
         body,
-        render=module.render,
+        render=render,
         params=params,
         runs_file=runs_file,
         plots=[path.parent / p for p in plots],
