@@ -45,17 +45,18 @@ batch_size = 64
 n_epochs = 2
 """
 
-# PPO that fails as it is built in the run of experiment seed 1 (a member's seed is the
-# experiment's times MEMBER_SEED_STRIDE plus its index: wheeler2/runtime/seeds.py).
+# PPO that fails as it is built in the run of experiment seed 1 (an agent's seed is
+# AGENT_SEED_BASE plus its member's, the experiment's times MEMBER_SEED_STRIDE plus its index:
+# wheeler2/runtime/seeds.py).
 FLAKY = """
 from wheeler2.agents.ppo import PPO
-from wheeler2.runtime.seeds import MEMBER_SEED_STRIDE
+from wheeler2.runtime.seeds import AGENT_SEED_BASE, MEMBER_SEED_STRIDE
 
 
 class SeedOneFails(PPO):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if self.seed // MEMBER_SEED_STRIDE == 1:
+        if (self.seed - AGENT_SEED_BASE) // MEMBER_SEED_STRIDE == 1:
             raise RuntimeError("seed 1 fails on purpose")
 """
 

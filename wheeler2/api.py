@@ -212,8 +212,10 @@ def _rows(x: Any, space: Any, dim: int, what: str) -> tuple[np.ndarray, bool]:
     taken as they are."""
     from gymnasium import spaces
 
-    from wheeler2.envs.spaces import is_masked_space
+    from wheeler2 import registry
 
+    # By name, as every env module: the engine imports no envs module itself.
+    is_masked_space = registry.resolve_object("wheeler2.envs.spaces:is_masked_space")
     if space is not None and is_masked_space(space):
         if isinstance(x, dict):
             return _masked_rows(x, space, dim, what)

@@ -379,13 +379,14 @@ def _action_kind(policy: Any) -> str:
     import numpy as np
 
     space = policy.action_space
-    act_dim = int(policy.loaded.info.act_dim)
-    if policy.discrete:
-        start = int(getattr(space, "start", 0))
-        n = int(space.n) if space is not None else act_dim
-        return f"int64 [B] in {start}..{start + n - 1}"
     if space is None:  # an adapter without a gymnasium space (Unity) takes the engine's units
+        act_dim = int(policy.loaded.info.act_dim)
+        if policy.discrete:
+            return f"int64 [B] in 0..{act_dim - 1}"
         return f"float32 [B, {act_dim}] in [-1, 1], the env's own units"
+    if policy.discrete:
+        start, n = int(getattr(space, "start", 0)), int(space.n)
+        return f"int64 [B] in {start}..{start + n - 1}"
     low, high = np.asarray(space.low).reshape(-1), np.asarray(space.high).reshape(-1)
     same = low.size and np.all(low == low[0]) and np.all(high == high[0])
     bounds = f" [{low[0]:g}, {high[0]:g}]" if same else ""
