@@ -485,47 +485,41 @@ def load_policy(run_dir: str | Path, checkpoint: str = "best") -> Policy:
 _Frames = tuple[tuple[int, ...], tuple[int, ...], Callable[[np.ndarray], np.ndarray]]
 
 
-def _flat_frames(space: Any, stack: int) -> _Frames:
-    """The :data:`_Frames` of flat observations under ``[env] stack``: one raw observation of
-    ``space``, ``stack`` of them along a first axis (gymnasium's FrameStackObservation), and the
-    adapter's own flattening (one-hot for Discrete) into float32 rows."""
+def _flattener(frame: Any, dtype: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """Frames ``[M, *frame]`` -> rows ``[M, values]`` of ``dtype``, through the adapter's own
+    flattening (``envs/spaces.py``, found by name: the engine imports no env module; one-hot
+    for Discrete)."""
     from wheeler2 import registry
 
-    flattener = registry.resolve_object("wheeler2.envs.spaces:ObsFlattener")(space)
-    dim = flattener.dim
-
-    def flatten(frames: np.ndarray) -> np.ndarray:
-        out = np.empty((len(frames), dim), np.float32)
-        for i, f in enumerate(frames):
-            flattener(f, out[i])
-        return out
-
-    shape = tuple(space.shape or ())
-    return shape, (stack, *shape), flatten
-
-
-def _frame_reader(space: Any, stack: int) -> _Frames:
-    """(raw frame shape, stacked shape, frames ``[M, *frame]`` -> uint8 rows ``[M, values]``)
-    of an image env's observation ``space`` (stacked: the frames along a first axis), through
-    the adapter's own flattening (``envs/spaces.py``, found by name: the engine imports no env
-    module)."""
-    from gymnasium import spaces
-
-    from wheeler2 import registry
-
-    frame = space
-    if stack > 1:
-        frame = spaces.Box(space.low[0], space.high[0], dtype=space.dtype)
     flattener = registry.resolve_object("wheeler2.envs.spaces:ObsFlattener")(frame)
     dim = flattener.dim
 
     def flatten(frames: np.ndarray) -> np.ndarray:
-        out = np.empty((len(frames), dim), np.uint8)
+        out = np.empty((len(frames), dim), dtype)
         for i, f in enumerate(frames):
             flattener(f, out[i])
         return out
 
-    return tuple(frame.shape), tuple(space.shape), flatten
+    return flatten
+
+
+def _flat_frames(space: Any, stack: int) -> _Frames:
+    """The :data:`_Frames` of flat observations under ``[env] stack``: one raw observation of
+    ``space``, ``stack`` of them along a first axis (gymnasium's FrameStackObservation), as
+    float32 rows."""
+    shape = tuple(space.shape or ())
+    return shape, (stack, *shape), _flattener(space, np.float32)
+
+
+def _frame_reader(space: Any, stack: int) -> _Frames:
+    """(raw frame shape, stacked shape, frames -> uint8 rows) of an image env's observation
+    ``space`` (stacked: the frames along a first axis)."""
+    from gymnasium import spaces
+
+    frame = space
+    if stack > 1:
+        frame = spaces.Box(space.low[0], space.high[0], dtype=space.dtype)
+    return tuple(frame.shape), tuple(space.shape), _flattener(frame, np.uint8)
 
 
 # -- agents that meet: a run's tables against another run or random play --------------------------
