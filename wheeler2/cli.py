@@ -332,8 +332,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         check_output(args.video)
         make_render_env(_load(run_config_path(args.run_dir))).close()
     result = evaluate(args.run_dir, args.episodes, args.checkpoint)
+    episodes = _count(result.get("episodes"), "episode")
     line = (
-        f"{result.get('checkpoint', args.checkpoint)}: {result.get('episodes')} episodes, "
+        f"{result.get('checkpoint', args.checkpoint)}: {episodes}, "
         f"return {result['mean_return']:.2f} +- {result['std_return']:.2f}"
     )
     if result.get("success") is not None:
@@ -350,6 +351,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             names = ", ".join(p.name for p in older)
             print(f"note: {names} in {older[0].parent} are from an earlier call, not this one")
     return EXIT_OK
+
+
+def _count(n: Any, noun: str) -> str:
+    """``1 episode``, ``2 episodes``."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
