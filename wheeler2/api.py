@@ -214,9 +214,11 @@ def _rows(x: Any, space: Any, dim: int, what: str) -> tuple[np.ndarray, bool]:
 
     from wheeler2 import registry
 
-    # By name, as every env module: the engine imports no envs module itself.
-    is_masked_space = registry.resolve_object("wheeler2.envs.spaces:is_masked_space")
-    if space is not None and is_masked_space(space):
+    # By name, as every env module (the engine imports no envs module itself), and only for a
+    # Dict space: the lookup stays off every other policy call.
+    if isinstance(space, spaces.Dict) and registry.resolve_object(
+        "wheeler2.envs.spaces:is_masked_space"
+    )(space):
         if isinstance(x, dict):
             return _masked_rows(x, space, dim, what)
         space = None  # flat masked rows, as the engine's
