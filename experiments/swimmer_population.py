@@ -22,6 +22,12 @@ evaluated as its shipped file says (5 deterministic episodes every 10k steps):
   (``td3`` ended at 47.4; ``td3-g0.9999`` evaluated 343 by 160k steps): a team can only beat the
   best solo with that solo's discount, while ``erl`` asks whether a population rescues the
   default one. Both team arms get both verdicts.
+* ``erl-g0.9999-s0.5``: ``erl-g0.9999`` with the learner's ``step_share = 0.5``. Added on
+  2026-12-01, after the five seeds of ``erl-g0.9999`` had run: beside the population that
+  team's learner played about 8,000 of the 500,000 steps (1.6%) and left the plateau on 1
+  seed of 5, where the same learner alone did on 4. With half the run its own, it plays
+  250k steps, past the 90-150k at which the solo crossed 300 on the four seeds it did. The
+  share was fixed before any run of this arm, from the solo's curves, not tuned on it.
 
 What an arm's figure is, fixed before any run: for ``td3`` and ``td3-g0.9999`` the learner's
 eval, for ``cem`` the distribution's mean, and for the teams their population's eval (the team
@@ -60,15 +66,17 @@ FILES = {
     "erl": "swimmer_erl.toml",
     "cemrl": "swimmer_cemrl.toml",
     "erl-g0.9999": "swimmer_erl.toml",
+    "erl-g0.9999-s0.5": "swimmer_erl.toml",
 }
 SOLO = {"td3", "td3-g0.9999"}  # the file's learner alone
 SETS = {
     "td3-g0.9999": ("team.target.params.gamma=0.9999",),
     "erl-g0.9999": ("team.target.params.gamma=0.9999",),
+    "erl-g0.9999-s0.5": ("team.target.params.gamma=0.9999", "team.target.step_share=0.5"),
 }
 POPULATION = "population"  # the cem member of the team files, evaluated as the team's figure
-TEAMS = ("erl", "cemrl", "erl-g0.9999")
-DEFAULT_ARMS = ["td3", "td3-g0.9999", "cem", "erl-g0.9999", "erl"]
+TEAMS = ("erl", "cemrl", "erl-g0.9999", "erl-g0.9999-s0.5")
+DEFAULT_ARMS = ["td3", "td3-g0.9999", "cem", "erl-g0.9999", "erl", "erl-g0.9999-s0.5"]
 WORK = ROOT / "runs" / "swimmer_population"  # runs under way, resumed across sessions
 
 

@@ -323,6 +323,11 @@ RELATION_CASES = {
     "own_share leaves shared rows": Case(
         "", ("[buffer] own_share", "batch_size = 16"), buffer="own_share = 0.99"
     ),
+    "a learner's step share holds producers back": Case(
+        "",
+        ("[[team]] target step_share", "step_share = 0.5", 'backend = "serial"'),
+        sets=("team.target.step_share=0.5",),
+    ),
     "her needs a replay": Case(
         "",
         ("[buffer] her", "own rollouts"),

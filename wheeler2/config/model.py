@@ -241,6 +241,11 @@ class MemberConfig:
     # evaluated on the run's schedule beside the lead's, into summary.json member_evals: what
     # the member itself would be worth. Learners are always evaluated.
     evaluate: bool = False
+    # A learner's least share of the run's env steps (local and ray): while below it, the
+    # learner pays fewer of the updates the gate owes per step it takes, so the gate holds the
+    # other producers back until its own actor has played its share. ERL's RL actor plays one
+    # episode in eleven; a learner beside a fast population otherwise plays almost none.
+    step_share: float = bounded(0.0, ge=0, lt=1)
     # Niceness of the member's own process (local and ray backends): explorers at 5-10 leave
     # the learner its core when the machine has fewer cores than members.
     nice: int = bounded(0, ge=0, le=19)
@@ -336,6 +341,8 @@ class Config:
                 member["nice"] = m.nice
             if m.evaluate:
                 member["evaluate"] = True
+            if m.step_share:
+                member["step_share"] = m.step_share
             for key in ("agents", "num_cpus", "num_gpus", "resources", "sync", "per_copy"):
                 if getattr(m, key) is not None:
                     member[key] = _plain(getattr(m, key))

@@ -703,6 +703,13 @@ def _member(reader: Reader, label: str, entry: Any) -> MemberConfig:
             "evaluate",
             "a learner is always evaluated; evaluate = true is for explorers and actors",
         )
+    if values["step_share"] and values["role"] != "learner":
+        raise reader.error(
+            label,
+            "step_share",
+            "is a learner's least share of the run's env steps; an explorer or actor takes "
+            "what the learner leaves",
+        )
     if values["role"] == "actor":
         _check_actor(reader, label, values, agent_class)
     values["per_copy"] = _per_copy(reader, label, values, params, params_cls)

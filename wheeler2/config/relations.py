@@ -216,6 +216,37 @@ def _ray_placements_need_ray(config: Config) -> Iterator[Found]:
             break
 
 
+def _step_share_needs_held_producers(config: Config) -> Iterator[Found]:
+    """A learner keeps its share by paying the gate fewer updates, which holds back the other
+    producers of its table; with none to hold (or no gate), the share would do nothing."""
+    for learner in _learners(config):
+        if not learner.step_share:
+            continue
+        label, share = _member_label(learner), f"step_share = {learner.step_share:g}"
+        if config.experiment.backend == "serial":
+            yield (
+                label,
+                "step_share",
+                f'{share}, and [experiment] backend = "serial" steps every member in turn, an '
+                f'equal share each, with no gate to hold the others: use backend = "local" or '
+                f'"ray", or leave step_share out',
+            )
+        elif not getattr(_agent_class(learner), "uses_replay", True):
+            yield (
+                label,
+                "step_share",
+                f"{share} on {learner.algo!r}, which learns from its own rollouts: only a "
+                f"learner that trains from the replay holds the other producers back",
+            )
+        elif not any(m.role != "learner" and m.table == learner.table for m in config.team):
+            yield (
+                label,
+                "step_share",
+                f"{share}, and no explorer or actor writes into its table: alone, the learner "
+                f"takes every step; leave step_share out",
+            )
+
+
 RULES: tuple[Rule, ...] = (
     Rule(
         "stop needs a threshold",
@@ -240,6 +271,12 @@ RULES: tuple[Rule, ...] = (
         ("buffer.own_share", "buffer.batch_size"),
         "error",
         _own_share_leaves_shared_rows,
+    ),
+    Rule(
+        "a learner's step share holds producers back",
+        ("team.step_share", "experiment.backend", "team.algo", "team.role"),
+        "error",
+        _step_share_needs_held_producers,
     ),
     Rule("her needs a replay", ("buffer.her", "team.algo"), "error", _her_needs_a_replay),
     Rule(

@@ -11,6 +11,7 @@ a :class:`WeightSource` on syncing explorers).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import deque
@@ -563,6 +564,9 @@ class MemberLoop:
             # in other processes run at most the gate's tolerance ahead.
             owed = trainer.owed()
             left = PUBLISH_EVERY if owed is None else owed
+            cap = self._share_cap()
+            if cap is not None:
+                left = min(left, cap)
             while left > 0:
                 want = min(left, PUBLISH_EVERY)
                 done = trainer.train_available(max_updates=want)
@@ -573,6 +577,21 @@ class MemberLoop:
                 if left > 0:
                     self._report_when_due()
         self._evaluate_when_due()
+
+    def _share_cap(self) -> int | None:
+        """The most updates this step may pay while the learner is below its ``step_share``;
+        None at or above it. Paying u updates per step of ``n`` rows lets the gate admit
+        ``u / ratio`` rows in all, so the learner's rows are ``n ratio / u`` of them: a cap
+        under ``n ratio (1 - s) / s`` lifts its share above ``s``, and the share, once
+        reached, lifts the cap again."""
+        share = self.plan.spec.step_share
+        if not share:
+            return None
+        own = self.member.stats.env_steps
+        if own >= share * self.budget.run_steps(own):
+            return None
+        rows = self.member.env.num_envs * self.config.buffer.updates_per_insert
+        return math.floor(rows * (1.0 - share) / share)
 
     def _publish_when_due(self, progress: int) -> None:
         if self.sink is not None and self.published is not None and progress >= self.next_publish:
