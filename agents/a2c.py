@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from wheeler2.agents.onpolicy import OnPolicy, actor_critic, masked_mean
+from wheeler2.agents.onpolicy import OnPolicy, actor_critic, masked_mean, normalize_advantages
 from wheeler2.agents.parts import seeded
 from wheeler2.agents.parts.encoders import ACTIVATIONS, ImageParams
 from wheeler2.agents.parts.memory import TRUNK_READS
@@ -122,10 +122,8 @@ class A2C(OnPolicy, Agent):
         values = self.values()
         w = r.valid.flatten()
         adv = returns - values.detach()
-        if p.normalize_advantage and len(adv) > 1:
-            mu = masked_mean(adv, w)
-            sd = masked_mean((adv - mu).pow(2), w).sqrt()
-            adv = (adv - mu) / (sd + 1e-8)
+        if p.normalize_advantage:
+            adv = normalize_advantages(adv, w)
         policy_loss = -masked_mean(adv * logp, w)
         value_loss = masked_mean((targets - values).pow(2), w)
         entropy = masked_mean(entropy, w)

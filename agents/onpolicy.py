@@ -209,6 +209,17 @@ def masked_mean(x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
     return (x * w).sum() / w.sum().clamp(min=1.0)
 
 
+def normalize_advantages(adv: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
+    """``(adv - mean) / (std + 1e-8)`` over the rows with weight 1, the std the unbiased one
+    (as SB3's and CleanRL's ``advantages.std()``), so a masked batch of real rows normalizes as
+    the same rows would unmasked. Under two such rows there is no std: ``adv`` as it is."""
+    n = torch.tensor(float(adv.numel()), device=adv.device) if w is None else w.sum()
+    mu = masked_mean(adv, w)
+    sq = (adv - mu).pow(2) if w is None else (adv - mu).pow(2) * w
+    sd = (sq.sum() / (n - 1.0).clamp(min=1.0)).sqrt()
+    return torch.where(n >= 2.0, (adv - mu) / (sd + 1e-8), adv)
+
+
 def next_values_seen(
     values: torch.Tensor, next_value: torch.Tensor, done: torch.Tensor, terminated: torch.Tensor
 ) -> torch.Tensor:

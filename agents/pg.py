@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from wheeler2.agents.onpolicy import OnPolicy, actor_critic, masked_mean
+from wheeler2.agents.onpolicy import OnPolicy, actor_critic, masked_mean, normalize_advantages
 from wheeler2.agents.parts import seeded
 from wheeler2.agents.parts.encoders import ACTIVATIONS, ImageParams
 from wheeler2.agents.returns import lambda_returns
@@ -105,9 +105,8 @@ class PG(OnPolicy, Agent):
                 )
             returns, targets, values = returns.flatten(), targets.flatten(), values.flatten()
             adv = returns - values if p.baseline else returns.clone()
-            if p.normalize_advantage and len(adv) > 1:
-                mu = masked_mean(adv, wm)
-                adv = (adv - mu) / (masked_mean((adv - mu).pow(2), wm).sqrt() + 1e-8)
+            if p.normalize_advantage:
+                adv = normalize_advantages(adv, wm)
 
         # One policy-gradient step on the whole rollout.
         logp, entropy = self.log_probs()

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
-from wheeler2.agents.onpolicy import OnPolicy, actor_critic, masked_mean
+from wheeler2.agents.onpolicy import OnPolicy, actor_critic, masked_mean, normalize_advantages
 from wheeler2.agents.parts import seeded
 from wheeler2.agents.parts.encoders import ACTIVATIONS, ImageParams
 from wheeler2.agents.parts.memory import TRUNK_READS
@@ -135,14 +135,9 @@ class PPO(OnPolicy, Agent):
                 ratio = log_ratio.exp()
                 a = adv[rows]
                 w = valid[rows] if masked else None
-                if p.normalize_advantage and len(rows) > 1:
-                    if w is None:
-                        a = (a - a.mean()) / (a.std() + 1e-8)
-                    else:
-                        # Statistics of the real steps only: stale rows would skew them.
-                        mu = masked_mean(a, w)
-                        sd = masked_mean((a - mu).pow(2), w).sqrt()
-                        a = (a - mu) / (sd + 1e-8)
+                if p.normalize_advantage:
+                    # Statistics of the real steps only: stale rows would skew them.
+                    a = normalize_advantages(a, w)
                 policy_loss = -clipped_surrogate(ratio, a, clip, w)
 
                 v_err = (v - returns[rows]).pow(2)

@@ -57,7 +57,8 @@ def test_updates_every_n_steps_without_reset(discrete):
 def test_update_matches_the_a2c_loss(normalize_advantage, absent):
     """One update equals one RMSprop step, written out, on the loss written out here from the
     paper: means over the active rows only (one row absent at one step, where ``absent``),
-    advantages normalized with the mean and population std of those rows where asked."""
+    advantages normalized with the mean and sample std (1/(n-1), as SB3's) of those rows where
+    asked."""
     space = SpaceInfo(obs_dim=3, act_dim=2, discrete=True)
     params = Params(n_steps=3, hidden=[8], ent_coef=0.01, normalize_advantage=normalize_advantage)
     agent, ref = A2C(space, params, seed=0), A2C(space, params, seed=0)
@@ -99,7 +100,7 @@ def test_update_matches_the_a2c_loss(normalize_advantage, absent):
     adv = (R - v).detach()
     if normalize_advantage:
         mu = (adv * w).sum() / w.sum()
-        adv = (adv - mu) / (((adv - mu) ** 2 * w).sum() / w.sum()).sqrt()
+        adv = (adv - mu) / (((adv - mu) ** 2 * w).sum() / (w.sum() - 1)).sqrt()  # sample std
     policy_loss = -(adv * logp * w).sum() / w.sum()
     value_loss = ((R - v) ** 2 * w).sum() / w.sum()
     entropy = (-(logp_all.exp() * logp_all).sum(-1) * w).sum() / w.sum()

@@ -99,14 +99,15 @@ def test_policy_gradient_by_hand_on_a_fixed_net():
 
 
 def test_normalized_advantages_by_hand():
-    """normalize_advantage: A = .75, .5, 0 (terminated) become (A - mean) / std, the std over
-    the rollout, 1/N: deviations 1/3, 1/12, -5/12, variance 7/72. Their sum is 0, so the loss
-    is 0 whatever the scale: the gradient shows it. As above, dL/db = - mean_t A_t (onehot(a_t)
-    - pi) with actions 0, 1, 0: [-1, 1] (A_0 - A_1 + A_2) / 6 = [1, -1] / (36 sqrt(7/72))."""
+    """normalize_advantage: A = .75, .5, 0 (terminated) become (A - mean) / std, the sample
+    std over the rollout, 1/(N-1) as SB3's: deviations 1/3, 1/12, -5/12, squares summing to
+    7/24, variance 7/48. Their sum is 0, so the loss is 0 whatever the scale: the gradient
+    shows it. As above, dL/db = - mean_t A_t (onehot(a_t) - pi) with actions 0, 1, 0:
+    [-1, 1] (A_0 - A_1 + A_2) / 6 = [1, -1] / (36 sqrt(7/48))."""
     agent = fixed_agent(normalize_advantage=True)
     metrics = feed_episode(agent, "terminated")
     assert metrics["policy_loss"] == pytest.approx(0.0, abs=1e-6)
-    g = 1 / (36 * math.sqrt(7 / 72))  # 0.0890871
+    g = 1 / (36 * math.sqrt(7 / 48))  # 0.0727393
     torch.testing.assert_close(agent.policy.head.bias.grad, torch.tensor([g, -g]))
 
 

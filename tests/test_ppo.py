@@ -295,8 +295,8 @@ def test_ppo_solves_cartpole():
 @pytest.mark.parametrize("clip_range_vf", [0.05, 0.0])
 def test_update_matches_the_ppo_loss_written_out(absent, clip_range_vf):
     """Two epochs of one minibatch equal two Adam steps on the PPO loss written out here:
-    advantages from GAE, normalized per minibatch (over the real rows only, with their
-    population std, when a row is absent; with torch's sample std, as SB3, when none is), the
+    advantages from GAE, normalized per minibatch with the sample std (1/(n-1), as SB3's;
+    over the real rows only when a row is absent, as the same rows would be unmasked), the
     clipped surrogate, the value loss (pessimistically clipped when clip_range_vf > 0), the
     entropy bonus, all masked means over active rows, and the gradient clipped to
     max_grad_norm. The gradients themselves, the reported metrics (each the mean over the two
@@ -341,10 +341,7 @@ def test_update_matches_the_ppo_loss_written_out(absent, clip_range_vf):
         return (x * w).sum() / w.sum()
 
     mu = mmean(adv)
-    if absent:
-        a = (adv - mu) / (mmean((adv - mu) ** 2).sqrt() + 1e-8)
-    else:
-        a = (adv - mu) / (((adv - mu) ** 2).sum() / 11).sqrt()  # the sample std, 1e-8 aside
+    a = (adv - mu) / ((((adv - mu) ** 2) * w).sum() / (w.sum() - 1)).sqrt()  # 1e-8 aside
     obs_all, act_all = buf.obs.flatten(0, 1), buf.action.flatten(0, 1)
     stats = np.zeros(5)
     for _ in range(2):
