@@ -111,6 +111,20 @@ def test_step_share_on_a_learner_alone_is_refused(tmp_path: Path) -> None:
     assert "no explorer or actor writes into its table" in str(err)
 
 
+def test_step_share_beside_another_table_is_refused(tmp_path: Path) -> None:
+    other = """
+[[team]]
+name = "other"
+algo = "td3"
+role = "learner"
+table = "second"
+[team.params]
+hidden = [64, 64]
+"""
+    err = _refusal(tmp_path, TEAM + other)
+    assert "the gate holds back only its own table's producers" in str(err)
+
+
 def test_step_share_of_one_is_refused(tmp_path: Path) -> None:
     err = _refusal(tmp_path, TEAM.replace("step_share = 0.5", "step_share = 1.0"))
     assert str(err).endswith("step_share: expected a number in [0, 1), got 1.0")

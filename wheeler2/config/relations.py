@@ -238,6 +238,14 @@ def _step_share_needs_held_producers(config: Config) -> Iterator[Found]:
                 f"{share} on {learner.algo!r}, which learns from its own rollouts: only a "
                 f"learner that trains from the replay holds the other producers back",
             )
+        elif len(config.tables) > 1:
+            yield (
+                label,
+                "step_share",
+                f"{share} is a share of the run's env steps, and the gate holds back only its "
+                f"own table's producers, not the other tables' ({', '.join(config.tables)}): "
+                f"one table only",
+            )
         elif not any(m.role != "learner" and m.table == learner.table for m in config.team):
             yield (
                 label,
