@@ -283,6 +283,10 @@ def test_a_trial_stopped_by_ctrl_c_is_run_again_not_counted(
     monkeypatch.setattr(wheeler2.api, "run", _fake_run([1.0, 1.0, KeyboardInterrupt()]))
     with pytest.raises(KeyboardInterrupt):
         tune(_file(tmp_path), trials=2, out=tmp_path / "runs")
+    # Ctrl-C is how a study is cut short: what ended is written, the best file with it.
+    cut = tmp_path / "runs" / "tune-tunetest"
+    assert [r.split(" | ")[1] for r in _rows(cut)] == ["complete", "fail"]
+    assert (cut / "best.toml").is_file()
     monkeypatch.setattr(wheeler2.api, "run", _fake_run([5.0, 5.0]))
     study = tune(_file(tmp_path), trials=2, out=tmp_path / "runs")
     states = [r.split(" | ")[1] for r in _rows(study)]
@@ -343,6 +347,14 @@ def test_a_space_key_also_given_by_set_is_refused(tmp_path: Path) -> None:
         tune(_file(tmp_path), out=tmp_path / "runs", overrides=["team.pg.params.gamma=0.9"])
     message = str(err.value)
     assert '[tune] space."team.pg.params.gamma"' in message and "--set" in message, message
+
+
+def test_a_space_key_set_by_its_index_is_refused_too(tmp_path: Path) -> None:
+    """``team.0.params.gamma`` is ``team.pg.params.gamma``: each trial would set the searched
+    value over it, and the --set would be lost without a word."""
+    with pytest.raises(ConfigError) as err:
+        tune(_file(tmp_path), out=tmp_path / "runs", overrides=["team.0.params.gamma=0.9"])
+    assert '[tune] space."team.pg.params.gamma"' in str(err.value)
 
 
 def test_set_name_or_out_moves_the_study_to_its_own_directory(

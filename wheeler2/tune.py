@@ -174,10 +174,16 @@ def tune(
     done = _done(study)
     if plan.total > done:
         print(f"study {where}: {done} trials done, {plan.total - done} to run", flush=True)
-        if parallel <= 1:
-            _optimize(plan)
-        else:
-            _in_processes(plan, parallel)
+        try:
+            if parallel <= 1:
+                _optimize(plan)
+            else:
+                _in_processes(plan, parallel)
+        except KeyboardInterrupt:
+            # Ctrl-C is how a study is cut short: the trials that ended still get their table
+            # and best file, then the interrupt goes on (exit 130).
+            _write_results(plan, plan.study())
+            raise
     _write_results(plan, plan.study())
     return where
 
@@ -228,10 +234,14 @@ def check_space(config_path: Path, config: Config, overrides: Sequence[str] = ()
     """The ``[tune]`` table of ``config`` (the file, its bases and ``--set`` read), each key of
     its space checked as a trial would set it: a key ``--set`` takes, at every choice or both
     ends of its range (what ``wheeler2 check`` and ``tune`` both refuse)."""
+    from wheeler2.config.overrides import canonical_key
+
     spec = read_tune(config.raw, config_path)
     fixed = _as_dict(overrides)
+    # team.0.params.lr and team.target.params.lr are one key: compare them by name.
+    set_keys = {canonical_key(config.raw, key) for key in fixed}
     for dim in spec.space:  # each key must be one --set takes, checked at a value of its own
-        if dim.key in fixed:
+        if canonical_key(config.raw, dim.key) in set_keys:
             raise ConfigError(
                 str(config_path),
                 "[tune]",

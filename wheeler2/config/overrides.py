@@ -75,6 +75,31 @@ def set_key(
     _written(node, last, source)
 
 
+def canonical_key(raw: dict[str, Any], key: str) -> str:
+    """``key`` with each index into an array of tables written as that table's name
+    (``team.0.params.lr`` -> ``team.target.params.lr``), so two ways of writing one key compare
+    equal; parts that do not resolve are left as written."""
+    parts, node = key.split("."), raw
+    for i, part in enumerate(parts):
+        if isinstance(node, list):
+            if part.isdigit() and int(part) < len(node) and isinstance(node[int(part)], dict):
+                item = node[int(part)]
+                name = item.get("name", item.get("algo"))
+                if isinstance(name, str):
+                    parts[i] = name
+                node = item
+                continue
+            node = next(
+                (t for t in node if isinstance(t, dict) and t.get("name", t.get("algo")) == part),
+                None,
+            )
+        elif isinstance(node, dict):
+            node = node.get(part)
+        else:
+            break
+    return ".".join(parts)
+
+
 def _new_table(parent: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(parent, SourcedTable):
         return {}
