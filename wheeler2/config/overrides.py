@@ -79,7 +79,8 @@ def canonical_key(raw: dict[str, Any], key: str) -> str:
     """``key`` with each index into an array of tables written as that table's name
     (``team.0.params.lr`` -> ``team.target.params.lr``), so two ways of writing one key compare
     equal; parts that do not resolve are left as written."""
-    parts, node = key.split("."), raw
+    parts = key.split(".")
+    node: Any = raw
     for i, part in enumerate(parts):
         if isinstance(node, list):
             if part.isdigit() and int(part) < len(node) and isinstance(node[int(part)], dict):
