@@ -72,8 +72,9 @@ class RatioGate:
             self.learner_may_update, self.storage.inserted, LAST_INSERT, timeout, "insert", why
         )
 
-    def wait_producer(self) -> None:
-        """With the lock held: block until producers may insert again."""
+    def wait_producer(self, beat: Callable[[], None] | None = None) -> None:
+        """With the lock held: block until producers may insert again; ``beat`` is called
+        between waits (about every second), the waiting process's sign of life."""
         if self.producer_may_insert():
             return
         self._wait(
@@ -83,6 +84,7 @@ class RatioGate:
             None,
             "update",
             "the learner may have died or stopped sampling",
+            beat,
         )
 
     def _wait(
@@ -93,6 +95,7 @@ class RatioGate:
         timeout: float | None,
         what: str,
         why: str,
+        beat: Callable[[], None] | None = None,
     ) -> None:
         limit = self.timeout_s if timeout is None else timeout
         fhdr = self.storage.fhdr
@@ -104,3 +107,5 @@ class RatioGate:
             if left <= 0:
                 raise ReplayTimeout(f"no {what} for {limit:.0f} s: {why}")
             cond.wait(min(left, _WAIT_SLICE_S))
+            if beat is not None:
+                beat()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +83,9 @@ class Replay:
         self._her_extra = ("obs", "action", "next_obs", "next_achieved_goal")
         # Any process that inserts applies the rule under the insert's lock (forgetting.py).
         self._forget = Forgetting(self.cfg, seed) if self.cfg.forget != "oldest" else None
+        # This process's heartbeat while its inserts wait on the gate (a member's report): a
+        # producer the gate holds for long, as a learner's step_share does, is not hung.
+        self.on_wait: Callable[[], None] | None = None
         # A resumed learner's updates that this table's own count lacks (its checkpoint held no
         # replay): PER's beta schedule counts them too (:meth:`continue_updates`).
         self._updates_before = 0
@@ -162,7 +166,7 @@ class Replay:
         st.acquire()
         try:
             if wait:
-                self.gate.wait_producer()
+                self.gate.wait_producer(self.on_wait)
             if self._forget is not None:
                 self._forget.carry(st, block.n)
             start = st.insert(block)

@@ -231,6 +231,15 @@ def _step_share_needs_held_producers(config: Config) -> Iterator[Found]:
                 f'equal share each, with no gate to hold the others: use backend = "local" or '
                 f'"ray", or leave step_share out',
             )
+        elif config.experiment.backend == "ray":
+            yield (
+                label,
+                "step_share",
+                f'{share}, and [experiment] backend = "ray": the Ray replay\'s shards count a '
+                f"batch as an update when they serve it to the learner's prefetch, not when it "
+                f"trains, so holding updates back does not hold the producers: use backend = "
+                f'"local", or leave step_share out',
+            )
         elif not getattr(_agent_class(learner), "uses_replay", True):
             yield (
                 label,
@@ -282,7 +291,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "a learner's step share holds producers back",
-        ("team.step_share", "experiment.backend", "team.algo", "team.role"),
+        ("team.step_share", "experiment.backend", "team.algo", "team.role", "team.table"),
         "error",
         _step_share_needs_held_producers,
     ),

@@ -476,7 +476,12 @@ class MemberLoop:
         self.next_sync = wiring.env_steps + self.sync_every
         self.next_publish = PUBLISH_EVERY
         self.seen_request = self.budget.request()
+        self.share_credit = 0.0  # step_share: updates this learner may still pay (_share_cap)
         self.next_report = time.perf_counter() + REPORT_EVERY_S
+        if isinstance(replay, Replay) and not self.learner:
+            # Held by the gate (a learner's step_share holds producers for many seconds), the
+            # member still reports: the coordinator would take its silence for a hang.
+            replay.on_wait = self._report_when_due
         self.running = False  # past the team's start line (Budget.opened)
         self.link.send(
             Started(
@@ -567,31 +572,44 @@ class MemberLoop:
             cap = self._share_cap()
             if cap is not None:
                 left = min(left, cap)
+            paid = 0
             while left > 0:
                 want = min(left, PUBLISH_EVERY)
                 done = trainer.train_available(max_updates=want)
+                paid += done
                 self._publish_when_due(trainer.updates)
                 left -= done
                 if done < want:
                     break
                 if left > 0:
                     self._report_when_due()
+            if cap is not None:
+                self.share_credit -= paid
         self._evaluate_when_due()
 
     def _share_cap(self) -> int | None:
         """The most updates this step may pay while the learner is below its ``step_share``;
-        None at or above it. Paying u updates per step of ``n`` rows lets the gate admit
-        ``u / ratio`` rows in all, so the learner's rows are ``n ratio / u`` of them: a cap
-        under ``n ratio (1 - s) / s`` lifts its share above ``s``, and the share, once
-        reached, lifts the cap again."""
+        None at or above it.
+
+        Paying u updates per step of ``n`` rows lets the gate admit ``u / ratio`` rows in all,
+        the learner's included, so the learner's rows are ``n ratio / u`` of them. Below its
+        share it pays ``n ratio (1 - s) / s`` per step, which gives it ``s / (1 - s)`` of the
+        rows, more than ``s``; but never less than ``n ratio``, its own rows' worth, so no
+        debt of updates builds up while it catches up (at s >= 0.5 the others are held
+        outright). The credit carries fractions over: at ``n ratio`` under 1, an update every
+        few steps."""
         share = self.plan.spec.step_share
         if not share:
             return None
         own = self.member.stats.env_steps
         if own >= share * self.budget.run_steps(own):
+            self.share_credit = 0.0
             return None
         rows = self.member.env.num_envs * self.config.buffer.updates_per_insert
-        return math.floor(rows * (1.0 - share) / share)
+        per_step = rows * max((1.0 - share) / share, 1.0)
+        # Updates the gate did not owe yet stay credited, at most a step's worth (or one).
+        self.share_credit = min(self.share_credit, max(per_step, 1.0)) + per_step
+        return math.floor(self.share_credit)
 
     def _publish_when_due(self, progress: int) -> None:
         if self.sink is not None and self.published is not None and progress >= self.next_publish:
