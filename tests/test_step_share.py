@@ -186,3 +186,23 @@ def test_a_producer_held_by_the_gate_beats_while_it_waits() -> None:
         held.join(timeout=5)
         assert not held.is_alive()
         assert replay.stats()["inserts"] == 21
+
+
+@pytest.mark.slow
+def test_a_population_held_for_longer_than_the_heartbeat_is_not_killed(tmp_path: Path) -> None:
+    """End to end: a slow learner (256-256, batch 256) catching up to its share after a warm-up
+    of 1,500 steps holds the population for longer than ``heartbeat_s = 4``. Before producers
+    reported while held, the coordinator killed the population as hung (17 s into this run)."""
+    text = (
+        TEAM.replace(f"total_steps = {TOTAL}", "total_steps = 8000\nheartbeat_s = 4")
+        .replace(f"eval_every = {TOTAL}", "eval_every = 8000")
+        .replace(f"learning_starts = {MIN_SIZE}", "learning_starts = 1500")
+        .replace("hidden = [64, 64]", "hidden = [256, 256]")
+        .replace("batch_size = 64", "batch_size = 256")
+    )
+    path = tmp_path / "team.toml"
+    path.write_text(text)
+    run_experiment(load(path, out=str(tmp_path / "runs")))
+    (summary,) = (tmp_path / "runs").glob("*/summary.json")
+    members = json.loads(summary.read_text())["members"]
+    assert members["target"]["env_steps"] >= 0.45 * 8000, members
