@@ -241,7 +241,7 @@ class MemberConfig:
     # evaluated on the run's schedule beside the lead's, into summary.json member_evals: what
     # the member itself would be worth. Learners are always evaluated.
     evaluate: bool = False
-    # A learner's least share of the run's env steps (local and ray): while below it, the
+    # A learner's least share of the run's env steps (local backend): while below it, the
     # learner pays fewer of the updates the gate owes per step it takes, so the gate holds the
     # other producers back until its own actor has played its share. ERL's RL actor plays one
     # episode in eleven; a learner beside a fast population otherwise plays almost none.

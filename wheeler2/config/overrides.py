@@ -85,15 +85,12 @@ def canonical_key(raw: dict[str, Any], key: str) -> str:
         if isinstance(node, list):
             if part.isdigit() and int(part) < len(node) and isinstance(node[int(part)], dict):
                 item = node[int(part)]
-                name = item.get("name", item.get("algo"))
+                name = _name_of(item)
                 if isinstance(name, str):
                     parts[i] = name
                 node = item
                 continue
-            node = next(
-                (t for t in node if isinstance(t, dict) and t.get("name", t.get("algo")) == part),
-                None,
-            )
+            node = next((t for t in node if _name_of(t) == part), None)
         elif isinstance(node, dict):
             node = node.get(part)
         else:
@@ -122,7 +119,12 @@ def _list_item(
             return items[int(part)]
         raise ConfigError(file, flag, expr, f"'{where}' has {len(items)} entries")
     for item in items:
-        if isinstance(item, dict) and item.get("name", item.get("algo")) == part:
+        if _name_of(item) == part:
             return item
-    names = [str(i.get("name", i.get("algo"))) for i in items if isinstance(i, dict)]
+    names = [str(_name_of(i)) for i in items if isinstance(i, dict)]
     raise ConfigError(file, flag, expr, f"no [[{where}]] named '{part}'; names: {', '.join(names)}")
+
+
+def _name_of(item: Any) -> Any:
+    """The name a table of an array goes by in a key (its ``name``, else its ``algo``)."""
+    return item.get("name", item.get("algo")) if isinstance(item, dict) else None

@@ -228,8 +228,8 @@ def _step_share_needs_held_producers(config: Config) -> Iterator[Found]:
                 label,
                 "step_share",
                 f'{share}, and [experiment] backend = "serial" steps every member in turn, an '
-                f'equal share each, with no gate to hold the others: use backend = "local" or '
-                f'"ray", or leave step_share out',
+                f'equal share each, with no gate to hold the others: use backend = "local", or '
+                f"leave step_share out",
             )
         elif config.experiment.backend == "ray":
             yield (
