@@ -142,9 +142,11 @@ def run_arm(
 def _first(r: dict[str, Any], threshold: float, wall: bool = False) -> float | None:
     """Env steps (or run seconds) at the first eval at or above ``threshold``; None: never."""
     if not wall:
-        return stats.first_reach(r["curve"], threshold)
+        return stats.first_reach(r["curve"], threshold, strict=False)
     seconds = r.get("curve_s") or []  # runs stored before curve_s have no seconds: None
-    return stats.first_reach([(t, ret) for t, (_, ret) in zip(seconds, r["curve"])], threshold)
+    return stats.first_reach(
+        [(t, ret) for t, (_, ret) in zip(seconds, r["curve"])], threshold, strict=False
+    )
 
 
 def render(rows: list[dict[str, Any]], steps: int, task: str = "cartpole", **_: Any) -> str:

@@ -67,7 +67,7 @@ def run(seed: int, arm: str, steps: int, out: Path) -> dict[str, Any]:
 
 
 def steps_to(curve: list[tuple[int, float]], threshold: float) -> int | None:
-    return stats.first_reach(curve, threshold)
+    return stats.first_reach(curve, threshold, strict=False)
 
 
 def bootstrap_ratio(

@@ -43,7 +43,7 @@ the ranking table (``team_vs_solo_<task>_select.md``); an unfinished grid is not
     python -m experiments.team_vs_solo --task mountaincar --select --seeds 100 101 102
     python -m experiments.team_vs_solo --task mountaincar --arms best-solo diverse --seeds 0 1 ...
 
-For each run: env steps (all members) and wall-clock at the first eval at or above the task's
+For each run: env steps (all members) and wall-clock at the first eval above the task's
 threshold, whether it was reached, whether the final eval is still there, and the area under
 the eval curve (mean eval return over the budget). Per arm: seeds solved, the median and
 interquartile mean of steps and seconds to the threshold (an unsolved seed counts as never,
@@ -243,7 +243,8 @@ def chosen_solo(task: str, seeds: list[int]) -> str:
 def figures(task: str, arm: str, seed: int, summary: dict, run_dir: str) -> dict[str, Any]:
     threshold = TASKS[task]["threshold"]
     evals = summary["eval"]
-    steps_to, seconds_to = stats.to_threshold(evals, threshold)
+    # "above", as the run's own eval_threshold (steps_to_threshold) counts it
+    steps_to, seconds_to = stats.to_threshold(evals, threshold, strict=True)
     budget = max(summary["env_steps"], 1)
     xs = [0] + [e["env_steps"] for e in evals]
     ys = [evals[0]["return"]] + [e["return"] for e in evals] if evals else [0.0, 0.0]
@@ -259,7 +260,7 @@ def figures(task: str, arm: str, seed: int, summary: dict, run_dir: str) -> dict
         "seconds_to": seconds_to,
         "final": summary["final_eval_return"],
         "stays": summary["final_eval_return"] is not None
-        and summary["final_eval_return"] >= threshold,
+        and summary["final_eval_return"] > threshold,
         "auc": auc,
         "eval": evals,
         "learner_updates": (summary["members"].get("target") or {}).get("updates"),
@@ -300,7 +301,7 @@ def table(task: str, runs: list[dict[str, Any]]) -> str:
     lines = [
         f"### {task}: threshold {TASKS[task]['threshold']:g}, seeds {complete}",
         "",
-        "| arm | solved | final >= threshold | median steps | IQM steps | median s | IQM s |"
+        "| arm | solved | final > threshold | median steps | IQM steps | median s | IQM s |"
         + head
         + " mean AUC |",
         "| --- " * (7 + 2 * len(bases) + 1) + "|",
@@ -453,7 +454,7 @@ def select_render(rs: list[dict[str, Any]], task: str) -> str:
         "Ranked by seeds solved, then seeds still at the threshold at the end, then median env "
         "steps to it, then mean AUC (mean eval return over the budget).",
         "",
-        "| rank | arm | solved | final >= threshold | median steps | mean AUC |",
+        "| rank | arm | solved | final > threshold | median steps | mean AUC |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for i, x in enumerate(ranked, 1):

@@ -111,17 +111,19 @@ def test_iqm_on_known_arrays() -> None:
 
 def test_steps_to_threshold_and_seeds_solved_on_hand_made_curves() -> None:
     curve = [(1_000, -900.0), (2_000, -200.0), (3_000, -150.0), (4_000, -300.0)]
-    assert stats.first_reach(curve, -200.0) == 2_000
+    assert stats.first_reach(curve, -200.0, strict=False) == 2_000
     assert stats.first_reach(curve, -200.0, strict=True) == 3_000  # "above", not "at or above"
-    assert stats.first_reach(curve, 0.0) is None
-    assert stats.first_reach([(1, None), (2, 0.95)], 0.9) == 2  # success None: no episodes
+    assert stats.first_reach(curve, 0.0, strict=False) is None
+    assert (
+        stats.first_reach([(1, None), (2, 0.95)], 0.9, strict=True) == 2
+    )  # success None: no episodes
     evals = [
         {"env_steps": 500, "wall_s": 1.5, "return": -50.0, "success": 0.1},
         {"env_steps": 1_000, "wall_s": 3.0, "return": -20.0, "success": 0.9},
         {"env_steps": 1_500, "wall_s": 4.5, "return": -10.0, "success": 1.0},
     ]
-    assert stats.to_threshold(evals, 0.9, key="success") == (1_000, 3.0)
-    assert stats.to_threshold(evals, -10.0) == (1_500, 4.5)
+    assert stats.to_threshold(evals, 0.9, key="success", strict=False) == (1_000, 3.0)
+    assert stats.to_threshold(evals, -10.0, strict=False) == (1_500, 4.5)
     assert stats.to_threshold(evals, -10.0, strict=True) == (None, None)
     assert stats.eval_points(evals, "success") == [(500, 0.1), (1_000, 0.9), (1_500, 1.0)]
     steps = [1_000, None, 3_000, None]

@@ -309,7 +309,7 @@ def _to_threshold(run: Run, threshold: float | None, x: str) -> float:
     that did not finish (a failed seed counts as unsolved) or never got above it."""
     if threshold is None or run.status != "finished":
         return math.inf
-    return stats.never(stats.first_reach(stats.eval_points(run.evals, x=x), threshold, True))
+    return stats.never(stats.first_reach(stats.eval_points(run.evals, x=x), threshold, strict=True))
 
 
 def summarize(

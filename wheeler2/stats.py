@@ -71,11 +71,11 @@ def censored(values: Iterable[float | int | None]) -> np.ndarray:
     return np.array([never(v) for v in values], float)
 
 
-def first_reach(
-    points: Iterable[Sequence[Any]], threshold: float, strict: bool = False
-) -> Any | None:
-    """The x of the first ``(x, y)`` with ``y >= threshold`` (``y > threshold`` when ``strict``),
-    None when no point reaches it; points whose y is None are skipped."""
+def first_reach(points: Iterable[Sequence[Any]], threshold: float, *, strict: bool) -> Any | None:
+    """The x of the first ``(x, y)`` with ``y > threshold`` (``strict``, the rule of a run's
+    ``eval_threshold``) or ``y >= threshold``; None when no point reaches it; points whose y is
+    None are skipped. Callers name the rule: a success rate of exactly 0.9 is common, so the
+    two rules give different answers there."""
     for x, y, *_ in points:
         if y is not None and (y > threshold if strict else y >= threshold):
             return x
@@ -89,17 +89,17 @@ def eval_points(evals: Iterable[dict], key: str = "return", x: str = "env_steps"
 
 
 def to_threshold(
-    evals: list[dict], threshold: float, key: str = "return", strict: bool = False
+    evals: list[dict], threshold: float, key: str = "return", *, strict: bool
 ) -> tuple[Any, Any]:
-    """``(env steps, seconds)`` at the first eval at or above ``threshold``; ``(None, None)``
-    when no eval reached it."""
+    """``(env steps, seconds)`` at the first eval above ``threshold`` (``strict``) or at or
+    above it; ``(None, None)`` when no eval reached it."""
     hit = next(
         (e for e in evals if e.get(key) is not None and reached(e[key], threshold, strict)), None
     )
     return (None, None) if hit is None else (hit["env_steps"], hit["wall_s"])
 
 
-def reached(value: float, threshold: float, strict: bool = False) -> bool:
+def reached(value: float, threshold: float, strict: bool) -> bool:
     return value > threshold if strict else value >= threshold
 
 
