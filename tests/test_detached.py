@@ -404,3 +404,13 @@ def test_local_team_with_a_detached_explorer_per_head_runs(tmp_path):
         steps = summary["members"][name]["env_steps"]
         assert summary["members"][name]["ended"] == "finished"
         assert (name in trained) == (steps >= 101), f"{name} took {steps} steps"
+
+
+def test_a_normalizing_learner_is_refused_with_the_one_fix_that_works(tmp_path):
+    # The detached explorer copies the critic whole: neither normalizing this member (refused
+    # above) nor keeping the critic's input layer (refused for modules taken whole) can work.
+    err = _refused(tmp_path, learner_extra="normalize_obs = true")
+    assert (err.table, err.key) == ("[[team]] reach", "sync")
+    assert "copies the learner's critic whole" in err.message
+    assert "normalize_obs = false in the learner's" in err.message
+    assert "sync.keep" not in err.message and "normalize_obs = true in its" not in err.message

@@ -68,6 +68,22 @@ def check_pulls(
             )
     published = {n: offered[n] for n in wanted}
     stats = obs_stats(learner)
+    if stats is not None and obs_stats(explorer) is None:
+        # plan_names' advice (normalize this member too, or keep the input layer) leads
+        # nowhere here: no member that copies modules by name normalizes (CEM has no such key,
+        # a detached explorer refuses it), and a module taken whole refuses sync.keep.
+        raise SyncError(
+            f"[[team]] {member}: it copies the learner's {', '.join(wanted)} whole, and the "
+            f"learner normalizes its observations (normalize_obs = true) with running "
+            f"statistics this member does not apply; set normalize_obs = false in the "
+            f"learner's [team.params]"
+        )
+    if stats is None and obs_stats(explorer) is not None:
+        raise SyncError(
+            f"[[team]] {member}: it copies the learner's {', '.join(wanted)} whole, which "
+            f"reads raw observations (the learner has normalize_obs = false), but this member "
+            f"normalizes them; set normalize_obs = false in this member's [team.params]"
+        )
     if stats is not None:
         published[STATS] = stats
     plan_names(float_shapes(ModuleSet(None, published)), sync_target(explorer), keep, member)
