@@ -14,7 +14,9 @@ copy's episode ends (``reset(done)``), so a new episode never continues the last
 
 ``state_dict`` / ``load_state_dict`` carry a process's whole state (its generators, an OU
 process's position, a colored sequence and where it is in it) in checkpoint-safe values, so a
-resumed agent draws the noise the uninterrupted one would have drawn.
+resumed agent draws from the streams the uninterrupted one would have drawn from. A resumed
+run's envs start new episodes, so the agent restarts every copy's process at its first draw
+after the restore (``OffPolicy.explore``), as it would at an episode end.
 """
 
 from __future__ import annotations

@@ -151,6 +151,9 @@ class OffPolicy:
         )
         self.rng = np.random.default_rng(seed + 2)  # warm-up actions
         self.noise: Any = None  # an action noise process (agents/noise.py), if any
+        # Set by a restore: the resumed run's envs start new episodes, so every copy's noise
+        # process restarts at the next draw (a loaded pink sequence would carry on mid-drift).
+        self.noise_restart = False
         # The noise of NoisyNet layers (redrawn per act batch), drawn on the CPU from the seed.
         self.noise_gen = torch.Generator().manual_seed(seed + 3)
         self.state_dim = 0
@@ -323,6 +326,9 @@ class OffPolicy:
         actions exploration may pick from."""
         if self.noise is None or self.noisy:
             return a
+        if self.noise_restart:
+            self.noise.reset(np.ones(len(a), bool))
+            self.noise_restart = False
         return np.clip(a + self.noise(len(a)), -1.0, 1.0)
 
     def observe(self, step: Transitions) -> dict[str, float] | None:
@@ -438,7 +444,8 @@ class OffPolicy:
     def stream_state(self) -> dict[str, Any]:
         """The random streams acting and learning draw from, beyond the ``saved`` generators:
         warm-up actions (DQN: epsilon-greedy), NoisyNet noise and the action noise process, so
-        a resumed agent draws what the uninterrupted one would have drawn."""
+        a resumed agent draws what the uninterrupted one would have drawn, but for the action
+        noise's restart on every copy (its envs start new episodes)."""
         streams: dict[str, Any] = {
             "rng": generator_state(self.rng),
             "noise_gen": self.noise_gen.get_state(),
@@ -456,6 +463,7 @@ class OffPolicy:
             self.aug_gen.set_state(streams["aug_gen"])
         if self.noise is not None and "noise" in streams:
             self.noise.load_state_dict(streams["noise"])
+            self.noise_restart = True
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         state = {self.renamed.get(k, k): v for k, v in state.items()}

@@ -81,6 +81,9 @@ def test_a_reloaded_agent_explores_as_the_original_would(
     resumed = _agent(algo, params)
     resumed.load_state_dict(ckpt.load(path)["agent"])
     assert resumed.env_steps == original.env_steps
+    noise = getattr(original, "noise", None)
+    if noise is not None:  # the resumed run's envs start new episodes: so does the noise
+        noise.reset(np.ones(N, bool))
     for _ in range(6):  # several draws: a noise sequence's next samples, a new episode's
         obs = rng.normal(size=(N, OBS)).astype(np.float32)
         want = original.act(obs, explore=True).action
