@@ -295,7 +295,8 @@ def test_checkpoint_round_trip_through_weights_only_load() -> None:
             # Every stored field (obs, reward, links, episode ids, priorities...) came back.
             assert set(c.storage.arrays) == set(a.storage.arrays)
             assert {"obs", "reward", "next_obs", "abs", "next", "priority"} <= set(a.storage.arrays)
-            for key in set(a.storage.arrays) - {"hdr", "fhdr"}:  # headers: clocks, lock; stats
+            # Headers hold clocks, the lock and stats; the episodes left open end at the save.
+            for key in set(a.storage.arrays) - {"hdr", "fhdr", "truncated"}:
                 np.testing.assert_array_equal(c.storage.arrays[key], a.storage.arrays[key], key)
             np.testing.assert_array_equal(c.storage.packed, a.storage.packed)
             # Writers after a load continue episodes' ids without collisions and links work.
@@ -307,3 +308,57 @@ def test_checkpoint_round_trip_through_weights_only_load() -> None:
             k = np.round(np.log(s["discount"]) / np.log(0.9)).astype(int)
             np.testing.assert_array_equal(s["next_obs"][:, 0], s["obs"][:, 0] + k)
             assert np.all((k >= 1) & (k <= 2))
+
+
+def test_a_loaded_replay_ends_the_episodes_left_open_and_never_links_across_the_resume() -> None:
+    """A resumed run's envs start new episodes: each open episode's last saved row becomes a
+    truncation (so a sequence start in its tail is dropped, not redrawn as if more steps were
+    coming), and no n-step window runs from a saved row into a row written after the load."""
+    cfg = ReplayConfig(capacity=64, batch_size=32, min_size=1, updates_per_insert=0, n_step=3)
+    with Replay.create(LAYOUT, cfg, gamma=0.5, seed=3) as a:
+        w = a.writer(num_envs=2)
+        for t in range(10):  # two copies, both mid-episode at the save
+            _add(w, t, 2)
+        w.flush()
+        state = a.state_dict()
+    with Replay.create(LAYOUT, cfg, gamma=0.5, seed=3) as c:
+        c.load_state_dict(state)
+        a_ = c.storage.arrays
+        kept = a_["abs"] >= 0
+        last = kept & (a_["obs"][:, 0] == 9)
+        assert last.sum() == 2 and a_["truncated"][last].all()
+        assert not a_["truncated"][kept & ~last].any() and not a_["terminated"].any()
+        w2 = c.writer(num_envs=2)
+        for t in range(100, 110):  # codes far from the saved ones: a stitched window shows
+            _add(w2, t, 2)
+        w2.flush()
+        for _ in range(20):
+            s = c.sample()
+            k = np.round(np.log(s["discount"]) / np.log(0.5)).astype(int)
+            np.testing.assert_array_equal(s["next_obs"][:, 0], s["obs"][:, 0] + k)
+            old = s["obs"][:, 0] < 100
+            # Saved rows' windows end at step 9: the last of them bootstraps after one step.
+            np.testing.assert_array_equal(k[old], np.minimum(3, 10 - s["obs"][old, 0]))
+
+
+def test_a_sequence_start_in_a_saved_open_episode_tail_is_dropped_after_a_load() -> None:
+    from wheeler2.buffer import SequenceConfig
+
+    seq = SequenceConfig(length=2, burn_in=2, stride=1)
+    cfg = ReplayConfig(
+        capacity=64, batch_size=16, prioritized=True, min_size=1, updates_per_insert=0, sequence=seq
+    )
+    with Replay.create(LAYOUT, cfg, gamma=0.9, seed=1) as a:
+        w = a.writer(num_envs=2)
+        for t in range(10):
+            _add(w, t, 2)
+        w.flush()
+        state = a.state_dict()
+    with Replay.create(LAYOUT, cfg, gamma=0.9, seed=1) as c:
+        c.load_state_dict(state)
+        for _ in range(30):
+            c.sample()
+        leaves = c.sampler.tree.leaves[:20]
+        step = c.storage.arrays["obs"][:20, 0]
+        # Starts at steps 8 and 9 have only burn-in left: nothing will ever follow them.
+        assert (leaves[step >= 8] == 0).all() and (leaves[step < 8] > 0).all()

@@ -544,6 +544,12 @@ class Replay:
                 arr = value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
                 st.arrays[name][...] = arr.astype(st.arrays[name].dtype, copy=False)
             hdr = st.hdr
+            a = st.arrays
+            # A resumed run's envs start new episodes (resumed_env_seed), so each episode still
+            # open at the save ends there: its last row is a truncation. Flagged, a sequence
+            # start in such a tail is dropped once, not redrawn forever as if awaiting steps.
+            tail = (a["abs"] >= 0) & (a["next"] < 0) & ~a["terminated"] & ~a["truncated"]
+            a["truncated"][tail] = True
             hdr[TOTAL] = hdr[1] = state["total"]  # RESERVED = TOTAL: nothing in flight
             hdr[FRAMES] = state.get("frames_total", 0)
             hdr[CARRIED] = state.get("carried", 0)
