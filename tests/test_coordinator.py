@@ -65,7 +65,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 
 def coordinator(tmp_path: Path, clock: Clock) -> tuple[Coordinator, FakeTransport]:
     transport = FakeTransport(clock)
-    config = SimpleNamespace(experiment=SimpleNamespace(heartbeat_s=HEARTBEAT_S))
+    config = SimpleNamespace(experiment=SimpleNamespace(heartbeat_s=HEARTBEAT_S, backend="local"))
     recorder = SimpleNamespace(
         run_dir=tmp_path, report=lambda name, steps, values: values, team_started=lambda: None
     )
@@ -137,6 +137,25 @@ def test_time_the_coordinator_did_not_listen_is_not_silence(tmp_path: Path, cloc
     assert transport.killed == ["explorer"]
     detail = c.errors["explorer"].detail
     assert f"heartbeat_s = {HEARTBEAT_S:g}" in detail and "hangs" in detail, detail
+
+
+@pytest.mark.parametrize("load", [0.5, 9.0])
+def test_a_silent_member_on_a_loaded_machine_is_told_how_to_give_it_longer(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch, load: float
+) -> None:
+    """Kept off the CPU, a member is as silent as a hung one: the verdict says which fix
+    applies when the machine runs more than it has cores, and only then."""
+    import wheeler2.liveness as liveness
+
+    monkeypatch.setattr(liveness.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(liveness.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    c, transport = coordinator(tmp_path, clock)
+    assert look(c, transport, started("target"), started("explorer")) is None
+    pass_time(c, transport, HEARTBEAT_S + 5, "target")
+    assert transport.killed == ["explorer"]
+    detail = c.errors["explorer"].detail
+    hint = "load average 9.0 on 2 cores" in detail and "--set experiment.heartbeat_s=" in detail
+    assert hint == (load > 2), detail
 
 
 def test_a_member_heard_during_a_stall_is_not_given_extra_time(

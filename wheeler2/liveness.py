@@ -14,6 +14,7 @@ anything heavy.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -79,3 +80,21 @@ class StartBeat:
                 except (OSError, EOFError, ValueError):
                     return  # the coordinator is gone, or the link closed: the member learns too
             self._done.wait(every_s)
+
+
+def starved_hint() -> str:
+    """What to add to a "hangs" verdict where this machine runs more than it has cores: a
+    member kept off the CPU falls as silent as a hung one, and the fix is a longer heartbeat,
+    not a bug hunt. Empty on a machine with cores to spare (or no load average to read)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return ""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if load <= (cores or 1):
+        return ""
+    return (
+        f" (this machine is loaded, load average {load:.1f} on {cores} cores: a member kept "
+        "off the CPU is as silent as a hung one; if that is all it was, raise [experiment] "
+        "heartbeat_s, or resume with --set experiment.heartbeat_s=120)"
+    )

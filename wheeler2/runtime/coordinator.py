@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wheeler2.callbacks import current as current_callbacks
+from wheeler2.liveness import starved_hint
 from wheeler2.log import write_json_atomic
 from wheeler2.runtime.curriculum import next_stage
 from wheeler2.runtime.experiment import (
@@ -80,6 +81,8 @@ class Coordinator:
         self.learners = dict(learners)
         self.lead = next(iter(learners))
         self.heartbeat_s = float(config.experiment.heartbeat_s)
+        # Ray's members run on other nodes, whose load this machine's does not tell.
+        self.same_machine = config.experiment.backend != "ray"
         self.states: dict[str, Any] = dict(payload.get("members") or {}) if payload else {}
         self.steps: dict[str, int] = dict(payload.get("member_steps") or {}) if payload else {}
         self.figures: dict[str, dict[str, Any]] = {}
@@ -290,7 +293,8 @@ class Coordinator:
         if name in self.started:
             if silent <= hb:
                 return None
-            return f"{nothing} (heartbeat_s = {hb:g}): it hangs (stopped, or stuck in its env)"
+            why = f"{nothing} (heartbeat_s = {hb:g}): it hangs (stopped, or stuck in its env)"
+            return why + (starved_hint() if self.same_machine else "")
         stage = self.stage.get(name, "starting up (its process, imports)")
         if name not in self.cpu:
             limit = max(hb, START_GRACE_S)
@@ -298,7 +302,8 @@ class Coordinator:
                 return None
             return f"{nothing} while {stage} (a start stage may take {limit:g} s): it hangs"
         if silent > hb:
-            return f"{nothing} while {stage} (heartbeat_s = {hb:g}): it hangs (stopped)"
+            why = f"{nothing} while {stage} (heartbeat_s = {hb:g}): it hangs (stopped)"
+            return why + (starved_hint() if self.same_machine else "")
         still = now - self.moved[name]
         if still <= START_GRACE_S:
             return None

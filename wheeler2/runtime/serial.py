@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wheeler2 import checkpoint as ckpt
+from wheeler2.liveness import starved_hint
 from wheeler2.process import set_compute_threads
 from wheeler2.runtime.budget import REQUEST, STAGE, STOP, CountingBudget, new_block, run_steps
 from wheeler2.runtime.coordinator import prepare, run_team
@@ -196,7 +197,7 @@ class SerialTransport:
                     Failed(
                         name,
                         f"sent nothing for {self.heartbeat_s:g} s (heartbeat_s): it hangs "
-                        f"(stuck in its env or a step)",
+                        f"(stuck in its env or a step){starved_hint()}",
                         how="hangs",
                     )
                 )
