@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from wheeler2.process import available_cores
 from wheeler2.runtime.messages import Alive, Failed, Finished, Message
 
 BEAT_S = 1.0
@@ -90,8 +91,8 @@ def starved_hint() -> str:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         return ""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if load <= (cores or 1):
+    cores = available_cores()
+    if load <= cores:
         return ""
     return (
         f" (this machine is loaded, load average {load:.1f} on {cores} cores: a member kept "

@@ -18,6 +18,14 @@ from collections.abc import Callable
 from typing import Any
 
 
+def available_cores() -> int:
+    """The cores this process may run on (its affinity), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def set_compute_threads() -> int:
     """One intra-op thread per process, for torch and numpy's BLAS, unless
     ``WHEELER2_TORCH_THREADS`` says otherwise.

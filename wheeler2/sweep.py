@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wheeler2.errors import UsageError
+from wheeler2.process import available_cores
 
 if TYPE_CHECKING:
     from wheeler2.config import Config
@@ -101,13 +102,6 @@ def processes_per_run(config: Config) -> int:
     if config.experiment.backend == "serial":
         return 1
     return max(1, sum(int(m.count) for m in config.team))
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def parallel_runs(asked: str | None, config: Config, seeds: int) -> int:

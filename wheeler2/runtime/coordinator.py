@@ -81,7 +81,6 @@ class Coordinator:
         self.learners = dict(learners)
         self.lead = next(iter(learners))
         self.heartbeat_s = float(config.experiment.heartbeat_s)
-        # Ray's members run on other nodes, whose load this machine's does not tell.
         self.same_machine = config.experiment.backend != "ray"
         self.states: dict[str, Any] = dict(payload.get("members") or {}) if payload else {}
         self.steps: dict[str, int] = dict(payload.get("member_steps") or {}) if payload else {}
@@ -294,7 +293,7 @@ class Coordinator:
             if silent <= hb:
                 return None
             why = f"{nothing} (heartbeat_s = {hb:g}): it hangs (stopped, or stuck in its env)"
-            return why + (starved_hint() if self.same_machine else "")
+            return why + self._starved()
         stage = self.stage.get(name, "starting up (its process, imports)")
         if name not in self.cpu:
             limit = max(hb, START_GRACE_S)
@@ -303,7 +302,7 @@ class Coordinator:
             return f"{nothing} while {stage} (a start stage may take {limit:g} s): it hangs"
         if silent > hb:
             why = f"{nothing} while {stage} (heartbeat_s = {hb:g}): it hangs (stopped)"
-            return why + (starved_hint() if self.same_machine else "")
+            return why + self._starved()
         still = now - self.moved[name]
         if still <= START_GRACE_S:
             return None
@@ -311,6 +310,11 @@ class Coordinator:
             f"used no CPU for {still:.0f} s while {stage} (a start stage may wait "
             f"{START_GRACE_S:g} s): it hangs (stuck waiting)"
         )
+
+    def _starved(self) -> str:
+        """The loaded-machine hint for a silent member; none on ray, whose members run on
+        other nodes, whose load this machine's does not tell."""
+        return starved_hint() if self.same_machine else ""
 
     def _drain(self, grace_s: float) -> None:
         """After the stop: collect the final states of the members still running."""
