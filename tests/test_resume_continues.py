@@ -181,6 +181,10 @@ def test_an_extended_run_counts_on_as_an_uninterrupted_one(
     # The trainer's count goes on from the checkpoint's (it restarted at 0), and ends where the
     # uninterrupted run's did.
     assert _updates(part) == _updates(whole) > before
+    # So does the member's episode count: Pendulum's 200-step episodes end at the save, so
+    # the resumed run has finished as many as the whole one (it restarted at 0: 1, not 2).
+    assert _summary(part)["members"]["target"]["episodes"] == 2
+    assert _summary(whole)["members"]["target"]["episodes"] == 2
     state = ckpt.load(part / "checkpoints" / "latest.pt")["members"]["target"]
     assert state["updates"] == _updates(whole)
 

@@ -71,6 +71,9 @@ START_POLL_S = 0.01  # how often a member at the start line looks whether the te
 # The sampling learner's replay priority terms (the RND of [buffer] priority_novelty) in its
 # checkpointed state: they live in the process that samples, not in the shared table.
 PRIORITY_KEY = "replay_priority_terms"
+# The member's finished episodes, in its checkpointed state beside its env steps (which travel
+# in the messages): a resumed run counts on from them rather than from 0.
+EPISODES_KEY = "member_episodes"
 
 
 def failed(member: str, exc: BaseException) -> Failed:
@@ -94,8 +97,9 @@ class MemberStats:
     started: float = field(default_factory=time.perf_counter)
     resumed_steps: int = 0  # steps restored from a checkpoint: not taken in this session
 
-    def resume_from(self, env_steps: int) -> None:
+    def resume_from(self, env_steps: int, episodes: int = 0) -> None:
         self.env_steps = self.resumed_steps = int(env_steps)
+        self.episodes = int(episodes)
 
     def steps_per_s(self) -> float:
         taken = self.env_steps - self.resumed_steps
@@ -402,6 +406,7 @@ class MemberLoop:
         state = dict(wiring.state) if wiring.state is not None else None
         pool_state = None if state is None else state.pop(POOL_KEY, None)
         terms_state = None if state is None else state.pop(PRIORITY_KEY, None)
+        episodes = 0 if state is None else int(state.pop(EPISODES_KEY, 0))
         if state is not None:
             agent.load_state_dict(state)
         if wiring.shared is not None:  # after the restore: the table's shared values win
@@ -434,7 +439,7 @@ class MemberLoop:
         env_seed = seed if wiring.env_steps == 0 else resumed_env_seed(seed, wiring.env_steps)
         shares = shares_policy_state(plan, table_learner(plan_team(config), plan))
         self.member = Member(plan.name, plan.role, agent, env, heads, writer, env_seed, shares)
-        self.member.stats.resume_from(wiring.env_steps)
+        self.member.stats.resume_from(wiring.env_steps, episodes)
         self.trainer = None
         if self.learner and replay is not None:
             # Ray's sharded replay already keeps sample calls in flight: nothing to hide there.
@@ -656,9 +661,10 @@ class MemberLoop:
         self.link.send(Finished(self.plan.name, self.state_dict(), self.member.stats.env_steps))
 
     def state_dict(self) -> dict[str, Any]:
-        """The agent's state, with the self-play pool where the member keeps one and the
-        replay's priority terms where this member samples them."""
+        """The agent's state, with the member's episode count, the self-play pool where the
+        member keeps one and the replay's priority terms where this member samples them."""
         state = self.agent.state_dict()
+        state[EPISODES_KEY] = self.member.stats.episodes
         pool = None if self.drivers is None else self.drivers.pool
         if pool is not None:
             state[POOL_KEY] = pool.state_dict()
