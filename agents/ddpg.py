@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value
 from wheeler2.agents.detached import HeadActorTrainer, head_problem
-from wheeler2.agents.noise import KINDS, noise_from
+from wheeler2.agents.noise import NoiseParams, noise_from
 from wheeler2.agents.offpolicy import OffPolicy, View
 from wheeler2.agents.parts import seeded
 from wheeler2.agents.parts.batch import StepView
@@ -47,8 +47,9 @@ Net = Callable[..., torch.Tensor]
 
 
 @dataclass
-class Params(SequenceParams, AugmentParams):
-    # The recurrent options (core, core_size, trunk_reads, seq_*) come from SequenceParams.
+class Params(SequenceParams, AugmentParams, NoiseParams):
+    # The recurrent options (core, core_size, trunk_reads, seq_*) come from SequenceParams, the
+    # action noise (noise, noise_std, ...) from agents/noise.py's NoiseParams.
     # Bounds in the fields are checked by the config reader against [team.params].
     gamma: float = bounded(0.98, ge=0, le=1)  # discount (the buffer applies it for n-step)
     tau: float = bounded(0.005, gt=0, le=1)  # Polyak rate of the target networks
@@ -57,16 +58,6 @@ class Params(SequenceParams, AugmentParams):
     hidden: list[int] = sizes(400, 300)  # actor and critic layers
     # Env steps of uniform random actions before the policy acts.
     learning_starts: int = bounded(10_000, ge=0)
-    # Exploration noise kind (agents/noise.py): white, 1/f, 1/f^noise_beta, Ornstein-Uhlenbeck.
-    noise: str = choice("gaussian", KINDS)
-    noise_std: float = bounded(0.1, ge=0)  # std of the action noise, in [-1, 1] action units
-    # Spectrum exponent of "colored" noise: 0 white, 1 pink, 2 red; the paper's range.
-    noise_beta: float = bounded(1.0, ge=0, le=2)
-    # Steps per "pink" / "colored" sequence: the longest correlation. The paper uses the episode
-    # length; 1000 is that of most MuJoCo tasks (set it to the env's own).
-    noise_horizon: int = bounded(1000, ge=2)
-    ou_theta: float = bounded(0.15, ge=0)  # Ornstein-Uhlenbeck mean reversion rate
-    ou_dt: float = bounded(1e-2, gt=0)  # Ornstein-Uhlenbeck time step
     policy_delay: int = bounded(1, ge=1)  # actor (and target) update every k critic updates
     max_grad_norm: float = bounded(0.0, ge=0)  # gradient clipping of both nets; 0 = off
     # "separate": one MLP per head | "shared": one trunk, H outputs.

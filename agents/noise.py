@@ -21,17 +21,35 @@ after the restore (``OffPolicy.explore``), as it would at an episode end.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from wheeler2.agent import ParamError
 from wheeler2.checkpoint import from_safe, generator_state, set_generator_state, to_safe
+from wheeler2.schema import bounded, choice
 
 if TYPE_CHECKING:
     import pink
 
 KINDS = ("gaussian", "pink", "colored", "ou", "none")
+
+
+@dataclass
+class NoiseParams:
+    """The action-noise fields of a deterministic actor's ``Params`` (DDPG's, TD3's)."""
+
+    # Exploration noise kind: white, 1/f, 1/f^noise_beta, Ornstein-Uhlenbeck.
+    noise: str = choice("gaussian", KINDS)
+    noise_std: float = bounded(0.1, ge=0)  # std of the action noise, in [-1, 1] action units
+    # Spectrum exponent of "colored" noise: 0 white, 1 pink, 2 red; the paper's range.
+    noise_beta: float = bounded(1.0, ge=0, le=2)
+    # Steps per "pink" / "colored" sequence: the longest correlation. The paper uses the episode
+    # length; 1000 is that of most MuJoCo tasks (set it to the env's own).
+    noise_horizon: int = bounded(1000, ge=2)
+    ou_theta: float = bounded(0.15, ge=0)  # Ornstein-Uhlenbeck mean reversion rate
+    ou_dt: float = bounded(1e-2, gt=0)  # Ornstein-Uhlenbeck time step
 
 
 class Noise(Protocol):
@@ -237,9 +255,8 @@ class OUNoise:
         self.state = None if x is None else np.array(from_safe(x), np.float32)
 
 
-def noise_from(params: Any, act_dim: int, seed: int) -> Noise:
-    """The action noise a deterministic actor's ``Params`` asks for (``noise``, ``noise_std``,
-    ``noise_beta``, ``noise_horizon``, ``ou_theta``, ``ou_dt``: DDPG's and TD3's fields)."""
+def noise_from(params: NoiseParams, act_dim: int, seed: int) -> Noise:
+    """The action noise a deterministic actor's ``Params`` asks for (its :class:`NoiseParams`)."""
     p = params
     return make_noise(
         p.noise,

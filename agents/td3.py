@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from wheeler2.agents.noise import KINDS, noise_from
+from wheeler2.agents.noise import NoiseParams, noise_from
 from wheeler2.agents.offpolicy import OffPolicy, View
 from wheeler2.agents.parts import seeded
 from wheeler2.agents.parts.encoders import AugmentParams
@@ -50,8 +50,9 @@ from wheeler2.schema import bounded, choice, sizes
 
 
 @dataclass
-class Params(SequenceParams, AugmentParams):
-    # The recurrent options (core, core_size, trunk_reads, seq_*) come from SequenceParams.
+class Params(SequenceParams, AugmentParams, NoiseParams):
+    # The recurrent options (core, core_size, trunk_reads, seq_*) come from SequenceParams, the
+    # action noise (noise, noise_std, ...) from agents/noise.py's NoiseParams.
     # Bounds in the fields are checked by the config reader against [team.params].
     gamma: float = bounded(0.98, ge=0, le=1)  # discount (the buffer applies it for n-step)
     tau: float = bounded(0.005, gt=0, le=1)  # Polyak rate of the target networks
@@ -60,14 +61,6 @@ class Params(SequenceParams, AugmentParams):
     hidden: list[int] = sizes(400, 300)  # actor and critic layers
     # Env steps of uniform random actions before the policy acts.
     learning_starts: int = bounded(10_000, ge=0)
-    # Exploration noise kind (agents/noise.py): white, 1/f, 1/f^noise_beta, Ornstein-Uhlenbeck.
-    noise: str = choice("gaussian", KINDS)
-    noise_std: float = bounded(0.1, ge=0)  # std of the action noise, in [-1, 1] action units
-    # Spectrum exponent of "colored" noise: 0 white, 1 pink, 2 red.
-    noise_beta: float = bounded(1.0, ge=0, le=2)
-    noise_horizon: int = bounded(1000, ge=2)  # steps per "pink" / "colored" sequence
-    ou_theta: float = bounded(0.15, ge=0)  # Ornstein-Uhlenbeck mean reversion rate
-    ou_dt: float = bounded(1e-2, gt=0)  # Ornstein-Uhlenbeck time step
     # TD3's own three: the actor and the targets move every policy_delay critic updates, and
     # the target action is smoothed with clipped Gaussian noise (the paper's 2, 0.2, 0.5).
     policy_delay: int = bounded(2, ge=1)
