@@ -33,6 +33,7 @@ import platform
 import shlex
 import shutil
 import sys
+import threading
 import time
 import tomllib
 import warnings
@@ -48,6 +49,7 @@ RUNS_FILE = "zoo_runs.jsonl"  # one record per file run (or refused), the last o
 CONFIGS_FILE = "zoo_configs.json"  # what the table covers: the files and what each declares
 REPORTS = "zoo"  # <stem>.report.json: wheeler2 report's figures of that file's sweep
 TABLE = ROOT / "docs" / "zoo.md"
+LOAD_EVERY_S = 30.0  # how often a running sweep's machine load is read (LoadWatch)
 RUNS = ROOT / "runs" / "zoo"
 
 
@@ -147,6 +149,41 @@ def machine() -> dict[str, Any]:
     }
 
 
+class LoadWatch:
+    """The machine's 1-minute load average every ``every_s`` seconds while a sweep runs: the
+    load as a sweep began says nothing of what started beside it later, and a row's wall-clock
+    means little without it. The figure counts the sweep's own processes too."""
+
+    def __init__(self, every_s: float = LOAD_EVERY_S) -> None:
+        self.every_s = every_s
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="zoo-load", daemon=True)
+
+    def _watch(self) -> None:
+        while True:
+            self.samples.append(os.getloadavg()[0])
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> LoadWatch:
+        if hasattr(os, "getloadavg"):
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def figures(self) -> dict[str, float] | None:
+        """Mean and highest load seen, or None where the platform has no load average."""
+        if not self.samples:
+            return None
+        mean = sum(self.samples) / len(self.samples)
+        return {"mean": round(mean, 1), "max": round(max(self.samples), 1)}
+
+
 # -- running -------------------------------------------------------------------------------------
 
 
@@ -193,7 +230,8 @@ def run_config(
     before = _sweep_dirs(out)
     overrides = [] if sys.stdout.isatty() else ["experiment.progress=false"]  # a log, not a bar
     t0 = time.perf_counter()
-    code, reason = _run_sweep(path, seeds, overrides, load, str(out), parallel)
+    with LoadWatch() as watch:
+        code, reason = _run_sweep(path, seeds, overrides, load, str(out), parallel)
     new = sorted(_sweep_dirs(out) - before)
     if code == EXIT_INTERRUPTED:
         return {**base, "status": "interrupted"}, EXIT_INTERRUPTED
@@ -222,6 +260,7 @@ def run_config(
         "counted": figures["counted"],
         "wall_s": wall,
         "sweep_wall_s": round(time.perf_counter() - t0, 1),
+        "load_during": watch.figures(),
     }
     return record, code
 
@@ -329,6 +368,9 @@ def render(stored: dict[str, Any], prefix: str | None = "..") -> str:
         ran = f"{rec['date'][:10]}, {m['cores']} cores" + (
             f", load {m['load']:g}" if m.get("load") is not None else ""
         )
+        during = rec.get("load_during")  # rows of sweeps before LoadWatch have none
+        if during:
+            ran += f" (during: mean {during['mean']:g}, max {during['max']:g})"
         if m.get("nice"):
             ran += f", nice {m['nice']}"
         if rec.get("parallel", 1) > 1:
@@ -380,9 +422,11 @@ def render(stored: dict[str, Any], prefix: str | None = "..") -> str:
         'seeds run (a failed seed counts, as unsolved); "—" where the file sets no threshold;',
         "- **wall-clock**: the median over finished seeds of one seed's run, start-up included;",
         "- **ran**: the date (UTC), the cores the run could use, the machine's 1-minute load "
-        "average as the sweep began and the zoo's niceness where it yielded to other work: on a "
-        "shared machine a run is slower than alone, so compare wall-clock only between rows of "
-        "one load.",
+        "average as the sweep began, its mean and highest value while the sweep ran (read every "
+        f"{LOAD_EVERY_S:g} s; it counts the sweep's own processes, so alone it is about the "
+        "seeds at a time, more for a team of several processes; rows run before the zoo kept it "
+        "lack it) and the zoo's niceness where it yielded to other work: on a shared machine a "
+        "run is slower than alone, so compare wall-clock only between rows of one load.",
         "",
     ]
     lines += report.table(head, rows)

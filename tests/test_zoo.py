@@ -6,7 +6,9 @@ rerun; ``--only-table`` rebuilds the same table without running anything."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,7 @@ def test_zoo_rows_failed_seeds_refused_files_and_only_table(
     assert flaky[4] == "1 finished, 1 failed"
     assert flaky[6] == "1 of 2 (> 0)"  # the failed seed counts, as unsolved
     assert flaky[5] != "—" and flaky[7].endswith(" s")
+    assert "(during: mean " in flaky[8]  # the load while the sweep ran, not only at its start
     assert got["later.toml"][4] == "not run yet" and got["later.toml"][5:] == ["—"] * 4
     missing = got["missing.toml"][4]
     assert missing.startswith("not run: [env] id: cannot import 'no_such_package_here'")
@@ -121,3 +124,22 @@ def test_team_text() -> None:
 
     team = [Member("ddpg", "learner", 1), Member("ppo", "explorer", 2)]
     assert zoo.team_text(team) == "ddpg learner + 2 ppo explorers"
+
+
+def test_the_load_is_read_while_a_sweep_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep that starts on a quiet machine and has work start beside it: the row's load
+    figures say so, where the load at its start alone said 0.5."""
+    loads = iter([0.5, 2.0])
+    monkeypatch.setattr(os, "getloadavg", lambda: (next(loads, 3.5), 0.0, 0.0))
+    with zoo.LoadWatch(every_s=0.001) as watch:
+        deadline = time.monotonic() + 10.0
+        while len(watch.samples) < 3 and time.monotonic() < deadline:
+            time.sleep(0.001)
+    n = len(watch.samples)
+    assert n >= 3 and watch.samples[:3] == [0.5, 2.0, 3.5]
+    figures = watch.figures()
+    assert figures is not None and figures["max"] == 3.5
+    assert figures["mean"] == round((0.5 + 2.0 + 3.5 * (n - 2)) / n, 1)
+    count = len(watch.samples)
+    time.sleep(0.01)
+    assert len(watch.samples) == count  # it stopped with the sweep
