@@ -57,6 +57,7 @@ POPULATION = "population"  # the team file's cem member, evaluated as the team's
 SOLOS = ("ddpg", "td3", "sac")
 WORK = ROOT / "runs" / "many_tasks"  # runs under way, resumed across sessions
 ARMS = ("team", *SOLOS)
+SEEDS = (0, 1, 2, 3, 4)  # the seeds every task and arm runs (issue 37: 5 at least)
 
 
 def arm_config(arm: str, task: str) -> dict[str, Any]:
@@ -152,11 +153,18 @@ def plan(tasks: list[str], arms_: list[str], seeds: list[int]) -> list[tuple[str
     return order
 
 
+def table_grid(seeds: list[int]) -> dict[str, list]:
+    """What the table covers whatever part of the sweep a command runs: every task and arm,
+    the issue's seeds and any others asked for. A session that runs one arm of one seed must
+    not rewrite the shared table as that one cell."""
+    return {"tasks": list(TASKS), "arms": list(ARMS), "seeds": sorted({*SEEDS, *seeds})}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    ap.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--jobs", type=int, default=1, help="runs side by side")
     ap.add_argument("--out", type=Path, default=RESULTS / "many_tasks.md")
@@ -173,9 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             todo, args.jobs, one_run, log, describe, after_store=forget, steps=args.steps
         )
     params = {
-        "tasks": args.tasks,
-        "arms": args.arms,
-        "seeds": args.seeds,
+        **table_grid(args.seeds),
         "steps": args.steps,
         "date": time.strftime("%Y-%m-%d"),
         "cores": os.cpu_count(),

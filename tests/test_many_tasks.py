@@ -4,6 +4,7 @@ median final against the threshold, and the run order puts unlike arms side by s
 
 from __future__ import annotations
 
+import json
 import sys
 import tomllib
 from pathlib import Path
@@ -99,3 +100,21 @@ def test_every_run_is_planned_once_and_neighbours_differ_in_arm() -> None:
     assert [s for _, _, s in order] == sorted(s for _, _, s in order)
     firsts = {(t, s): a for t, a, s in reversed(order)}
     assert len({firsts[("hopper", s)] for s in seeds}) == 3
+
+
+def test_a_command_that_runs_one_cell_still_writes_the_whole_table(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    few_resamples(monkeypatch)
+    curve = [[1000, -1200.0], [2000, -150.0]]
+    record = {"task": "pendulum", "arm": "ddpg", "seed": 2, "steps": 2000, "curve": curve,
+              "final": -150.0, "wall_s": 1.0}  # fmt: skip
+    out = tmp_path / "many_tasks.md"
+    (tmp_path / "many_tasks_runs.jsonl").write_text(json.dumps(record) + "\n")
+    argv = ["--tasks", "pendulum", "--arms", "ddpg", "--seeds", "2", "--steps", "2000"]
+    assert mt.main([*argv, "--out", str(out)]) == 0  # the one run is stored: nothing runs
+    body = out.read_text()
+    header = next(line for line in body.splitlines() if line.startswith("| arm |"))
+    assert all(f"| {task} (> " in header for task in mt.TASKS)
+    assert all(f"\n| {arm} | " in body for arm in mt.ARMS)
+    assert "1 of 1 seeds (1 of 5 run)" in body  # seeds 0-4 are the grid, 2 among them
