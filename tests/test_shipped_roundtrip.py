@@ -54,6 +54,8 @@ def _overrides(path: Path, out: Path) -> list[str]:
         *EXTRA_SETS.get(path.stem, []),
     ]
     for member in config.team:
+        if member.step_share:  # a share needs the local gate; serial steps members in turn
+            sets.append(f"team.{member.name}.step_share=0")
         fields = {f.name for f in dataclasses.fields(member.params)}
         for key, value in SMALL_PARAMS.items():
             if key in fields:
