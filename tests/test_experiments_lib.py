@@ -520,11 +520,13 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
 def test_ctrl_c_on_a_parallel_sweep_waits_for_its_runs_and_exits_130_cleanly(
-    tmp_path: Path,
+    tmp_path: Path, stop: str
 ) -> None:
-    """Ctrl-C at the terminal (SIGINT to the process group): no traceback, the run that
-    finished before it is stored, the runs it cut short are not, no process is left."""
+    """Ctrl-C at the terminal (SIGINT to the process group), or SIGTERM to the sweep's own
+    process alone (``kill``; the runs must hear of it from the sweep): no traceback, the run
+    that finished before it is stored, the runs it cut short are not, no process is left."""
     import signal
     import subprocess
     import time
@@ -543,7 +545,10 @@ def test_ctrl_c_on_a_parallel_sweep_waits_for_its_runs_and_exits_130_cleanly(
     while not log.exists() and time.monotonic() < deadline:  # job 0 done, jobs 1 and 2 running
         time.sleep(0.05)
     time.sleep(1.0)
-    os.killpg(proc.pid, signal.SIGINT)
+    if stop == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
     assert "Traceback" not in out and "interrupted: waiting for 2 running run(s)" in out

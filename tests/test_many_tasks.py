@@ -71,8 +71,24 @@ def test_solved_is_the_median_final_at_or_above_the_threshold() -> None:
     assert "(**met**)" in lines[0] and "(**met**)" in lines[1]
     lines = mt._targets({"team": (3, 4), "td3": (4, 4)}, 4)
     assert "(**not met**)" in lines[0] and "(**not met**)" in lines[1]
-    lines = mt._targets({"team": (2, 2), "td3": (1, 2)}, 4)
+    lines = mt._targets({"team": (2, 2), "td3": (2, 2)}, 4)
     assert "(**open**)" in lines[0] and "(**open**)" in lines[1]
+    # One task settled unsolved decides both: the team misses it, that solo falls short.
+    lines = mt._targets({"team": (1, 2), "td3": (0, 1), "sac": (2, 2)}, 4)
+    assert "(**not met**)" in lines[0] and "(**open**)" in lines[1]
+    lines = mt._targets({"team": (2, 2), "td3": (0, 1), "sac": (2, 3)}, 4)
+    assert "(**open**)" in lines[0] and "(**met**)" in lines[1]
+
+
+def test_seeds_still_to_run_settle_nothing_until_they_cannot_move_the_median() -> None:
+    assert mt.settled([33.0, 39.0], 5, 100.0) is None  # three above would put it over
+    assert mt.settled([33.0, 39.0, 44.0], 5, 100.0) is False
+    assert mt.settled([150.0, 120.0, 101.0], 5, 100.0) is True
+    assert mt.settled([150.0, 120.0, 100.0, 10.0], 5, 100.0) is None
+    assert mt.settled([150.0, 20.0, 10.0, 10.0, 200.0], 5, 100.0) is False
+    assert mt.settled([], 5, 100.0) is None
+    # Of an even count the median is the mean of the middle two: one seed in two decides nothing.
+    assert mt.settled([10.0], 2, 5.0) is None
 
 
 def test_a_task_with_seeds_still_to_run_says_so_far_and_decides_no_target(
@@ -86,9 +102,14 @@ def test_a_task_with_seeds_still_to_run_says_so_far_and_decides_no_target(
     params = {"tasks": ["pendulum"], "arms": ["team"], "steps": 2000, "date": "-", "cores": 2}
     body = mt.render([record], seeds=[0, 1, 2], **params)  # type: ignore[arg-type]
     assert "**solved** so far: -150.0" in body and "1 of 1 seeds (1 of 3 run)" in body
-    assert "0 of 0 complete" not in body and "(**open**)" in body
+    assert "0 of 0 settled" not in body and "(**open**)" in body
     body = mt.render([record], seeds=[0], **params)  # type: ignore[arg-type]
-    assert "**solved**: -150.0" in body and "1 of 1 complete" in body and "(**met**)" in body
+    assert "**solved**: -150.0" in body and "1 of 1 settled" in body and "(**met**)" in body
+    # Two of three seeds below settle the task before the third has run.
+    low = [{**record, "seed": k, "final": -900.0} for k in (1, 2)]
+    body = mt.render(low, seeds=[0, 1, 2], **params)  # type: ignore[arg-type]
+    assert "not solved (settled): -900.0" in body and "(2 of 3 run)" in body
+    assert "0 of 1 settled" in body and "(**not met**)" in body
 
 
 def test_every_run_is_planned_once_and_neighbours_differ_in_arm() -> None:

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import signal
+import threading
 import time
 import tomllib
 import traceback
@@ -117,7 +120,9 @@ def run_parallel(
 
     Ctrl-C (which reaches the runs too: they share the terminal's process group) starts
     nothing more, waits for the running runs to stop (a resumable run writes its checkpoint),
-    stores any that finished meanwhile and exits 130; a second Ctrl-C kills them."""
+    stores any that finished meanwhile and exits 130; a second Ctrl-C kills them. SIGTERM to
+    the sweep alone (``kill``, ``pkill``) does the same: it is passed on to the runs, which
+    would otherwise go on orphaned."""
     ctx = multiprocessing.get_context("spawn")
     jobs = max(1, jobs)
     pending = iter(todo)
@@ -149,7 +154,10 @@ def run_parallel(
 
     # Not a `with` block: on Ctrl-C its shutdown(wait=False) leaves the pool's manager thread
     # respawning workers into a torn-down pool (a TypeError traceback, CPython 3.11).
-    pool = ProcessPoolExecutor(jobs, mp_context=ctx, max_tasks_per_child=1)
+    pool = ProcessPoolExecutor(
+        jobs, mp_context=ctx, max_tasks_per_child=1, initializer=_sigterm_interrupts
+    )
+    restore = _pass_sigterm_to_runs()
     try:
         while True:
             while len(running) < jobs:
@@ -178,6 +186,42 @@ def run_parallel(
                 child.kill()
             pool.shutdown(cancel_futures=True)  # the pool sees its workers gone and winds up
         raise SystemExit(130) from None
+    finally:
+        restore()
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _sigterm_interrupts() -> None:
+    """In each run's process: SIGTERM stops the run as Ctrl-C does (a wheeler2 run sets the
+    same for itself; this covers any other run function)."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def _pass_sigterm_to_runs() -> Callable[[], None]:
+    """SIGTERM to the sweep: passed on to its runs, then handled as Ctrl-C. Returns what puts
+    the previous handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # signal handlers belong to the main thread
+
+    def on_term(signum: int, frame: Any) -> None:
+        for child in multiprocessing.active_children():
+            if child.pid is None:
+                continue  # not started: nothing to stop (and pid 0 would be our own group)
+            try:
+                os.kill(child.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass  # ended meanwhile
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 def parse_set(expr: str) -> tuple[str, Any]:
