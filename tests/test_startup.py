@@ -136,6 +136,41 @@ def test_nothing_outlives_a_killed_main_process(tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def test_a_stop_while_a_member_starts_is_acted_on_once_the_run_knows_the_member(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM landing inside a member's start, after the fork server forked it and before its
+    pid came back: the run stops (KeyboardInterrupt), and the member is one that the run's
+    close ends. Raised there, the stop left a member the run did not know of, which printed a
+    traceback when it could not open the run's semaphores (seen when a sweep was stopped)."""
+    from multiprocess import forkserver
+
+    import wheeler2
+    from wheeler2.runtime.local import LocalTransport
+
+    real_read, real_close = forkserver.read_signed, LocalTransport.close
+    forked: list[int] = []
+    known: list[int] = []
+
+    def read_then_stop(fd: int) -> int:
+        value = real_read(fd)
+        if not forked:  # the first member's pid, from the fork server
+            forked.append(value)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return value
+
+    def close(self: LocalTransport) -> None:
+        known.extend(proc.pid for proc in self.procs.values())
+        real_close(self)
+
+    monkeypatch.setattr(forkserver, "read_signed", read_then_stop)
+    monkeypatch.setattr(LocalTransport, "close", close)
+    with pytest.raises(KeyboardInterrupt):
+        wheeler2.run(write_team(tmp_path, total=100_000), out=str(tmp_path / "runs"))
+    assert forked and known == forked  # the stop came before the second member started
+    assert not _alive(forked[0])
+
+
 def _team(tmp_path: Path, explorer_params: str, backend: str = "local") -> Any:
     """A learner and one slow-starting explorer, heartbeat_s at its least (4 s)."""
     text = TEAM.format(

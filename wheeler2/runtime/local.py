@@ -12,10 +12,12 @@ other members need.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -260,23 +262,11 @@ class LocalTransport:
             proc = self.ctx.Process(
                 target=member_main, args=(args,), name=f"wheeler2-{p.name}", daemon=True
             )
-            # Started with Ctrl-C ignored: a Ctrl-C at the terminal reaches the whole group,
-            # and a member still importing torch would otherwise die with a traceback; the
-            # coordinator alone stops the team. A fork server's children inherit its own
-            # SIG_IGN (wheeler2/preload.py); only a spawned or forked child takes this
-            # process's, for which it is set around the start. Not for the fork server: a
-            # Ctrl-C during the start (seconds on a loaded machine) would be lost.
-            if self.ctx.get_start_method() == "forkserver":
+            with _stops_held(spawned=self.ctx.get_start_method() != "forkserver"):
                 proc.start()
-            else:
-                previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-                try:
-                    proc.start()
-                finally:
-                    signal.signal(signal.SIGINT, previous)
-            writer_end.close()
-            self.procs[p.name] = proc
-            self.conns[reader] = p.name
+                writer_end.close()
+                self.procs[p.name] = proc
+                self.conns[reader] = p.name
         os.close(self.lifeline_r)  # every member holds its own copy now
         self.lifeline_r = -1
 
@@ -372,6 +362,39 @@ class LocalTransport:
             if fd >= 0:
                 os.close(fd)
         self.lifeline_r = self.lifeline_w = -1
+
+
+@contextlib.contextmanager
+def _stops_held(spawned: bool) -> Iterator[None]:
+    """A member's start and its registration as one step for Ctrl-C and SIGTERM.
+
+    A stop raised inside ``Process.start`` can land after the fork server has forked the
+    member and before its pid is back: a process ``close`` does not know of, which then fails
+    to open the run's semaphores (gone with the run) and prints a traceback. Held here, the
+    stop is raised once the member is registered, and ``close`` ends it.
+
+    A spawned child takes this process's ignored signals with it (a fork server's children
+    take the server's, wheeler2/preload.py), so for spawn Ctrl-C is ignored during the start
+    instead: a Ctrl-C at the terminal reaches the whole group, and a member still importing
+    torch would die with a traceback. That Ctrl-C is lost; the fork server (the default) loses
+    none.
+    """
+    held: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        held.append(signum)
+
+    handlers = {signal.SIGTERM: hold, signal.SIGINT: signal.SIG_IGN if spawned else hold}
+    previous = {sig: signal.getsignal(sig) for sig in handlers}
+    try:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    if held:
+        signal.raise_signal(held[0])  # its own handler now: the run's stop, as if just sent
 
 
 def run_local(config: Config, run_dir: Path, resume: bool) -> dict[str, Any]:
