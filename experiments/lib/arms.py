@@ -190,14 +190,10 @@ def run_parallel(
         restore()
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
 def _sigterm_interrupts() -> None:
     """In each run's process: SIGTERM stops the run as Ctrl-C does (a wheeler2 run sets the
     same for itself; this covers any other run function)."""
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def _pass_sigterm_to_runs() -> Callable[[], None]:

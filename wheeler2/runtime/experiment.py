@@ -92,16 +92,12 @@ def first_eval(config: Config, env_steps: int) -> int:
     return (int(env_steps) // every + 1) * every
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
 @contextlib.contextmanager
 def interrupt_on_sigterm() -> Iterator[None]:
     """SIGTERM stops a run the way Ctrl-C does (exit 130, final checkpoint); both handlers are
     restored when the run returns, whichever way."""
     old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
