@@ -20,7 +20,8 @@ while the file and the seeds stay the same; ``--force`` reruns it. "The same fil
 as written, with its ``extends`` chain (:func:`file_hash`), not the resolved config: a default
 that a later version of an algorithm gains changes every resolved config without changing
 what the file asks for, and would otherwise mark every row as stale. Ctrl-C stops the zoo after
-the running sweep closes (its seeds write their last checkpoint); that file stays "not run yet".
+the running sweep closes (its seeds write their last checkpoint); that file stays "not run yet",
+and the next zoo goes on with its sweep (:func:`stopped_sweep`) rather than start it again.
 """
 
 from __future__ import annotations
@@ -229,14 +230,17 @@ def run_config(
     out = runs_dir / path.stem
     before = _sweep_dirs(out)
     overrides = [] if sys.stdout.isatty() else ["experiment.progress=false"]  # a log, not a bar
+    stopped = stopped_sweep(out, path, seeds, load)
     t0 = time.perf_counter()
     with LoadWatch() as watch:
-        code, reason = _run_sweep(path, seeds, overrides, load, str(out), parallel)
-    new = sorted(_sweep_dirs(out) - before)
+        code, reason = _run_sweep(path, seeds, overrides, load, str(out), parallel, stopped)
+    new = [stopped] if stopped is not None else sorted(_sweep_dirs(out) - before)
     if code == EXIT_INTERRUPTED:
         return {**base, "status": "interrupted"}, EXIT_INTERRUPTED
     if reason is not None or not new:
         return {**base, "status": "not run", "reason": reason or f"the sweep exited {code}"}, 0
+    if stopped is not None:
+        base["resumed"] = True
     sweep_dir = _near(new[-1])
     made = write_report([sweep_dir], output=sweep_dir)
     kept = results / REPORTS / f"{path.stem}.report.json"
@@ -265,14 +269,48 @@ def run_config(
     return record, code
 
 
+def stopped_sweep(out: Path, path: Path, seeds: Sequence[int], load: Any) -> Path | None:
+    """The newest sweep in ``out`` that was stopped before its seeds ended, of these seeds and
+    of the file as it resolves now: the zoo goes on with it rather than start the file again
+    (a row of hours of runs then survives a stop). None where there is none."""
+    from wheeler2.sweep import SWEEP_FILE, config_hash
+
+    candidates = []
+    for folder in _sweep_dirs(out):
+        try:
+            meta = runs.load(folder / SWEEP_FILE)
+        except (OSError, ValueError):
+            continue
+        ended = all(e.get("status") in ("finished", "failed") for e in meta.get("seeds", []))
+        if meta.get("status") == "finished" or ended:
+            continue
+        if [e.get("seed") for e in meta.get("seeds", [])] == list(seeds):
+            candidates.append((meta.get("started") or "", folder, meta.get("config_hash")))
+    if not candidates:
+        return None
+    _, folder, stored = max(candidates)
+    now = config_hash(tomllib.loads(load(path, (), seed=seeds[0]).to_toml()))
+    return folder if stored == now else None
+
+
 def _run_sweep(
-    path: Path, seeds: Sequence[int], overrides: list[str], load: Any, out: str, parallel: int
+    path: Path,
+    seeds: Sequence[int],
+    overrides: list[str],
+    load: Any,
+    out: str,
+    parallel: int,
+    stopped: Path | None = None,
 ) -> tuple[int, str | None]:
-    """The sweep's exit code, and why it did not start where it did not."""
-    from wheeler2.sweep import EXIT_INTERRUPTED, run_sweep
+    """The sweep's exit code, and why it did not start where it did not; ``stopped``: a sweep
+    of the file to go on with (:func:`stopped_sweep`)."""
+    from wheeler2.sweep import EXIT_INTERRUPTED, resume_sweep, run_sweep
 
     try:
         asked = str(parallel) if parallel > 1 else None
+        if stopped is not None:
+            print(f"zoo: going on with the stopped sweep {stopped}", flush=True)
+            return resume_sweep(stopped, load, asked), None
         return run_sweep(path, seeds, overrides, load, out, asked), None
     except KeyboardInterrupt:  # while the seeds' configs were read: nothing ran
         return EXIT_INTERRUPTED, None
@@ -375,6 +413,8 @@ def render(stored: dict[str, Any], prefix: str | None = "..") -> str:
             ran += f", nice {m['nice']}"
         if rec.get("parallel", 1) > 1:
             ran += f", {rec['parallel']} seeds at a time"
+        if rec.get("resumed"):
+            ran += ", resumed after a stop (the load: its last session)"
         machines[f"{m['arch']} {m['cpu']}, {m['cores']} cores"] = None
         if rec["status"] == "not run":
             counts["not run"] += 1

@@ -318,3 +318,111 @@ def test_seeds_stop_when_the_sweep_process_is_killed(tmp_path: Path) -> None:
         summary = json.loads((found / f"seed-{seed}" / "summary.json").read_text())
         assert summary["interrupted"] is True
     assert "is gone; stopping" in (found / "seed-0" / sweep.OUTPUT_FILE).read_text()
+
+
+# -- resuming a sweep ----------------------------------------------------------------------------
+
+# PPO that is stopped as by Ctrl-C at its third update (192 env steps) in the run of experiment
+# seed 1, the first time only (W2_STOP_MARK records that it happened).
+STOPS_ONCE = """
+import os
+from pathlib import Path
+
+from wheeler2.agents.ppo import PPO
+from wheeler2.runtime.seeds import AGENT_SEED_BASE, MEMBER_SEED_STRIDE
+
+
+class SeedOneStopsOnce(PPO):
+    updates = 0
+
+    def update(self):
+        self.updates += 1
+        mark = Path(os.environ["W2_STOP_MARK"])
+        seed = (self.seed - AGENT_SEED_BASE) // MEMBER_SEED_STRIDE
+        if seed == 1 and self.updates == 3 and not mark.exists():
+            mark.touch()
+            raise KeyboardInterrupt
+        return super().update()
+"""
+
+
+def stopped_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A serial sweep of seeds 0-2 stopped in seed 1 (checkpoint at 192 env steps): seed 0
+    finished, seed 1 interrupted, seed 2 never begun. Returns its file and directory."""
+    (tmp_path / "stops.py").write_text(STOPS_ONCE)
+    monkeypatch.setenv("W2_STOP_MARK", str(tmp_path / "stopped"))
+    path = tiny(tmp_path, algo="./stops.py:SeedOneStopsOnce")
+    out = tmp_path / "runs"
+    assert cli.main(["run", str(path), "--seeds", "0-2", "--out", str(out)]) == 130
+    found, meta = the_sweep(out)
+    assert statuses(meta) == {0: "finished", 1: "interrupted", 2: "interrupted"}
+    assert (found / "seed-1" / "checkpoints" / "latest.pt").is_file()
+    return path, found
+
+
+@pytest.mark.parametrize("parallel", [[], ["--parallel", "2"]], ids=["serial", "parallel"])
+def test_a_stopped_sweep_resumes_where_it_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, parallel
+) -> None:
+    """Its finished seed is left as it was, its interrupted seed goes on from its checkpoint
+    and the seed that never began starts; the sweep then reads as if it had never stopped."""
+    _, found = stopped_sweep(tmp_path, monkeypatch)
+    before = json.loads((found / "sweep.json").read_text())
+    seed0 = (found / "seed-0" / "summary.json").read_text()
+    capsys.readouterr()
+    if parallel:  # the seeds are children: python -m wheeler2.sweep ... --resume
+        cmd = wheeler2_command("resume", str(found), *parallel)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=180)
+        assert done.returncode == 0, done.stdout + done.stderr
+        printed = done.stdout
+    else:
+        assert cli.main(["resume", str(found)]) == 0
+        printed = capsys.readouterr().out
+    meta = json.loads((found / "sweep.json").read_text())
+    assert meta["status"] == "finished"
+    assert statuses(meta) == {0: "finished", 1: "finished", 2: "finished"}
+    assert (found / "seed-0" / "summary.json").read_text() == seed0  # not run again
+    assert "resuming 2 of 3 seeds of tiny (1 from a checkpoint, 1 afresh)" in printed, printed
+    assert "sweep: seed 1 resumed from its latest checkpoint" in printed, printed
+    assert "sweep: seed 2 started" in printed, printed
+    resumed = json.loads((found / "seed-1" / "summary.json").read_text())
+    assert resumed["env_steps"] == 300 and not resumed["interrupted"]
+    assert [e["env_steps"] for e in resumed["eval"]] == [100, 200, 300]  # its 100 kept
+    earlier = {e["seed"]: e["wall_s"] for e in before["seeds"]}
+    now = {e["seed"]: e["wall_s"] for e in meta["seeds"]}
+    assert now[0] == earlier[0] and now[1] > earlier[1] > 0  # both sessions of seed 1
+    fresh = json.loads((found / "seed-2" / "summary.json").read_text())
+    assert [e["env_steps"] for e in fresh["eval"]] == [100, 200, 300]
+    # Nothing left to do: said so, and the sweep's exit code stands.
+    assert cli.main(["resume", str(found)]) == 0
+    assert "nothing to resume" in capsys.readouterr().out
+
+
+def test_a_sweep_is_not_resumed_into_another_experiment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    path, found = stopped_sweep(tmp_path, monkeypatch)
+    before = (found / "sweep.json").read_text()
+    original = path.read_text()
+    capsys.readouterr()
+    # The file changed: the seed that never began would run another experiment.
+    path.write_text(original.replace("n_epochs = 2", "n_epochs = 7"))
+    assert cli.main(["resume", str(found)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: changed since the sweep began"), err
+    assert "seed 2 would run another experiment" in err, err
+    # --set extends one run, not a sweep; a sweep whose process still runs is not taken over.
+    assert cli.main(["resume", str(found), "--set", "experiment.total_steps=600"]) == 2
+    assert "a sweep goes on as it began" in capsys.readouterr().err
+    meta = json.loads(before)
+    (found / "sweep.json").write_text(
+        json.dumps({**meta, "status": "running", "pid": os.getppid()})
+    )
+    assert cli.main(["resume", str(found)]) == 2
+    assert f"its sweep is still running (pid {os.getppid()})" in capsys.readouterr().err
+    (found / "sweep.json").write_text(before)
+    assert cli.main(["resume", str(tmp_path), "--parallel", "2"]) == 2  # not a sweep
+    assert "has no sweep.json" in capsys.readouterr().err
+    assert (found / "sweep.json").read_text() == before  # refused before anything was written
+    path.write_text(original)
+    assert cli.main(["resume", str(found)]) == 0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from few_resamples import few_resamples
-from test_sweep import FLAKY, TINY  # FLAKY: a PPO whose build fails in the run of seed 1
+from test_sweep import FLAKY, STOPS_ONCE, TINY  # FLAKY: a PPO whose build fails in seed 1's run
 
 from experiments import zoo
 from experiments.__main__ import main as experiments_main
@@ -115,6 +115,37 @@ def test_zoo_rows_failed_seeds_refused_files_and_only_table(
     assert experiments_main(["zoo", "--only-table", *where]) == 0
     assert rows(table)["flaky.toml"][0].endswith(" †")
     assert "the file changed since this row's sweep ran" in table.read_text()
+
+
+def test_a_zoo_stopped_in_a_file_goes_on_with_that_files_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped in seed 1 (as by Ctrl-C, once), the file stays "not run yet"; the next zoo
+    resumes that sweep (seed 0 kept, seed 1 from its checkpoint) instead of starting anew."""
+    few_resamples(monkeypatch)
+    monkeypatch.setenv("W2_STOP_MARK", str(tmp_path / "stopped"))
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    (cfg / "stops.py").write_text(STOPS_ONCE)
+    path = write(cfg, "stops", algo="./stops.py:SeedOneStopsOnce")
+    path.write_text(path.read_text().replace("total_steps = 200", "total_steps = 300"))
+    results, table, sweeps = tmp_path / "results", tmp_path / "docs" / "zoo.md", tmp_path / "runs"
+    where = ["--shipped", str(path), "--results", str(results), "--table", str(table)]
+    where += ["--runs", str(sweeps), "--seeds", "0-1"]
+    assert experiments_main(["zoo", *where]) == 130
+    assert rows(table)["stops.toml"][4] == "not run yet"
+    (stopped,) = (sweeps / "stops").glob("stops-sweep-*")
+    seed0 = (stopped / "seed-0" / "summary.json").read_text()
+    capsys.readouterr()
+
+    assert experiments_main(["zoo", *where]) == 0
+    assert f"going on with the stopped sweep {stopped}" in capsys.readouterr().out
+    assert list((sweeps / "stops").glob("stops-sweep-*")) == [stopped]
+    assert (stopped / "seed-0" / "summary.json").read_text() == seed0
+    row = rows(table)["stops.toml"]
+    assert row[4] == "2 finished" and "resumed after a stop" in row[8], row
+    summary = json.loads((stopped / "seed-1" / "summary.json").read_text())
+    assert summary["env_steps"] == 300 and not summary["interrupted"]
 
 
 def test_team_text() -> None:

@@ -137,9 +137,19 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--checkpoint", choices=("best", "latest"), default="best")
 
     resume = sub.add_parser(
-        "resume", help="continue an interrupted run from its latest checkpoint, or extend it"
+        "resume",
+        help="continue an interrupted run from its latest checkpoint, or extend it; "
+        "continue an interrupted sweep (a sweep directory)",
     )
-    resume.add_argument("run_dir", type=Path)
+    resume.add_argument("run_dir", type=Path, metavar="DIR", help="a run or sweep directory")
+    resume.add_argument(
+        "--parallel",
+        nargs="?",
+        const="auto",
+        metavar="N",
+        help="a sweep directory: run N of its seeds side by side (alone: as many as the cores "
+        "allow); default one after another",
+    )
     resume.add_argument(
         "--set",
         dest="overrides",
@@ -280,7 +290,20 @@ def _resume_overrides(overrides: Sequence[str]) -> list[str]:
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     from wheeler2.api import run_config_path
+    from wheeler2.sweep import SWEEP_FILE, resume_sweep
 
+    if (args.run_dir / SWEEP_FILE).is_file():
+        if args.overrides:
+            raise UsageError(
+                f"{args.run_dir}: a sweep goes on as it began; --set extends one run "
+                f"(wheeler2 resume {args.run_dir / 'seed-K'} --set ...)"
+            )
+        return resume_sweep(args.run_dir, _load, args.parallel)
+    if args.parallel is not None:
+        raise UsageError(
+            f"--parallel runs the seeds of a sweep directory side by side; {args.run_dir} "
+            f"has no {SWEEP_FILE}"
+        )
     overrides = _resume_overrides(args.overrides)
     config = _load(run_config_path(args.run_dir), overrides)
     from wheeler2.runtime import run_experiment

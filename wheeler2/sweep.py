@@ -19,7 +19,8 @@ checkpoint and summary and exits 130; a second Ctrl-C kills them. SIGTERM (``tim
 batch scheduler) stops a sweep as Ctrl-C does. When this process ends by any other means,
 SIGKILL included, each child stops as on Ctrl-C (killed outright a minute later:
 :func:`wheeler2.process.stop_with_parent`), so no seed runs on for hours with nobody left to
-record it.
+record it. ``wheeler2 resume SWEEP_DIR`` (:func:`resume_sweep`) goes on with a sweep that
+stopped: its unfinished seeds from their checkpoints, the ones that never began afresh.
 """
 
 from __future__ import annotations
@@ -139,7 +140,29 @@ class Sweep:
             for s in seeds
         }
         self._t0: dict[int, float] = {}
-        self.write()
+        self._earlier_s: dict[int, float] = {}  # a resumed seed's wall-clock before this session
+        self.resumed: set[int] = set()  # seeds that go on from their latest checkpoint
+
+    @classmethod
+    def reopen(cls, path: Path) -> Sweep:
+        """The sweep in ``path`` (its ``sweep.json``), to go on with: its seeds that did not
+        end (pending, running, interrupted) are pending again, those with a checkpoint in
+        :attr:`resumed`; finished and failed seeds stay as they are."""
+        from wheeler2.checkpoint import checkpoint_path
+
+        doc = read_sweep(path)
+        sweep = cls(path, {k: v for k, v in doc.items() if k not in ("status", "seeds")}, [])
+        for entry in doc["seeds"]:
+            seed = int(entry["seed"])
+            sweep.seeds[seed] = entry = dict(entry)
+            if entry["status"] in ("finished", "failed"):
+                continue
+            if checkpoint_path(path / entry["run_dir"], "latest").is_file():
+                sweep.resumed.add(seed)
+                sweep._earlier_s[seed] = float(entry.get("wall_s") or 0.0)
+            entry.update(status="pending", error=None)
+        sweep.meta.update(pid=os.getpid(), ended=None)
+        return sweep
 
     def run_dir(self, seed: int) -> Path:
         return self.dir / self.seeds[seed]["run_dir"]
@@ -155,14 +178,18 @@ class Sweep:
         self.seeds[seed].update(status="running", started=True)
         self.write()
         order = list(self.seeds).index(seed) + 1
-        print(f"sweep: seed {seed} started ({order} of {len(self.seeds)})", flush=True)
+        how = "resumed from its latest checkpoint" if seed in self.resumed else "started"
+        print(f"sweep: seed {seed} {how} ({order} of {len(self.seeds)})", flush=True)
 
     def ended(self, seed: int, status: str, error: str | None = None) -> None:
         entry = self.seeds[seed]
-        wall = round(time.perf_counter() - self._t0[seed], 3) if seed in self._t0 else None
+        wall = entry["wall_s"]  # a seed resumed but stopped before it began keeps its own
+        if seed in self._t0:
+            this_session = time.perf_counter() - self._t0[seed]
+            wall = round(self._earlier_s.get(seed, 0.0) + this_session, 3)
         entry.update(status=status, error=error, wall_s=wall)
         self.write()
-        took = f" in {wall:.1f} s" if wall is not None else " before it started"
+        took = f" in {wall:.1f} s" if seed in self._t0 else " before it started"
         detail = f": {error}" if error else self._results(seed)
         print(f"sweep: seed {seed} {status}{took}{detail}{self._tally()}", flush=True)
 
@@ -228,7 +255,7 @@ def run_sweep(
     ``load(file, overrides, seed=..., out=...)`` reads one seed's config (the CLI's loader,
     which prints renamed-key warnings once); every seed's config is read before the first
     starts, so an invalid one fails the sweep at once (``ConfigError``, exit 2)."""
-    from wheeler2.runtime.experiment import interrupt_on_sigterm, new_run_dir
+    from wheeler2.runtime.experiment import new_run_dir
 
     configs = {s: load(file, overrides, seed=s, out=out) for s in seeds}
     first = configs[seeds[0]]
@@ -246,6 +273,8 @@ def run_sweep(
         "eval_threshold": exp.eval_threshold,
         "backend": exp.backend,
         "parallel": n,
+        "cwd": os.getcwd(),  # what a relative `file` is relative to, for `wheeler2 resume`
+        "pid": os.getpid(),  # `wheeler2 resume` refuses a sweep whose process still runs
         "started": _now(),
         "ended": None,
         "config": settings(resolved),  # what `wheeler2 report` tells configs of one name apart by
@@ -253,6 +282,13 @@ def run_sweep(
     sweep = Sweep(new_run_dir(named), meta, seeds)
     side_by_side = f", {n} at a time" if n > 1 else ", one after another"
     print(f"sweep: {len(seeds)} seeds of {exp.name}{side_by_side}: {sweep.dir}", flush=True)
+    return _run(sweep, Path(file), configs, n)
+
+
+def _run(sweep: Sweep, file: Path, configs: dict[int, Config], n: int) -> int:
+    from wheeler2.runtime.experiment import interrupt_on_sigterm
+
+    sweep.write()
     try:
         with interrupt_on_sigterm():
             if n == 1:
@@ -264,24 +300,103 @@ def run_sweep(
     return sweep.close()
 
 
+def read_sweep(path: Path) -> dict[str, Any]:
+    """``path/sweep.json``, or a :class:`UsageError` naming what is wrong with it."""
+    where = path / SWEEP_FILE
+    try:
+        doc = json.loads(where.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no {SWEEP_FILE} here; is this a sweep directory?") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{where}: cannot be read as a sweep ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("seeds"), list):
+        raise UsageError(f"{where}: expected a sweep's JSON object with a list of seeds")
+    return doc
+
+
+def resume_sweep(path: Path, load: Loader, parallel: str | None = None) -> int:
+    """Go on with the sweep in ``path`` where it stopped; returns the exit code as
+    :func:`run_sweep` does.
+
+    Each seed that did not end goes on from its latest checkpoint (the config saved in its run
+    directory), or starts afresh if it stopped before writing one (the sweep's file, read again:
+    refused if it no longer resolves to the config the sweep began with). Finished and failed
+    seeds are results and are left as they are. ``parallel`` as in :func:`run_sweep`; a seed's
+    wall-clock adds up over the sessions it ran in."""
+    from wheeler2.api import run_config_path
+
+    doc = read_sweep(path)
+    if doc.get("status") == "running" and _alive(doc.get("pid")):
+        raise UsageError(f"{path}: its sweep is still running (pid {doc['pid']})")
+    sweep = Sweep.reopen(path)
+    todo = sweep.pending()
+    if not todo:
+        print(f"sweep: nothing to resume in {path}: every seed finished or failed", flush=True)
+        return sweep.close()
+    file = Path(sweep.meta["file"])
+    if not file.is_absolute():
+        file = Path(sweep.meta.get("cwd", ".")) / file
+    configs: dict[int, Config] = {}
+    for seed in todo:
+        if seed in sweep.resumed:
+            configs[seed] = load(run_config_path(sweep.run_dir(seed)), (), seed=seed)
+            continue
+        if not file.is_file():
+            raise UsageError(
+                f"{path}: seed {seed} starts afresh from {file}, which is not there any more"
+            )
+        config = load(file, sweep.meta["overrides"], seed=seed, out=str(path.parent))
+        found = config_hash(tomllib.loads(config.to_toml()))
+        if found != sweep.meta["config_hash"]:
+            raise UsageError(
+                f"{file}: changed since the sweep began (config hash {found}, the sweep's "
+                f"{sweep.meta['config_hash']}): seed {seed} would run another experiment than "
+                "its other seeds; put the file back, or start a new sweep"
+            )
+        configs[seed] = config
+    n = parallel_runs(parallel, configs[todo[0]], len(todo))
+    sweep.meta["parallel"] = n
+    went_on = len(sweep.resumed)
+    print(
+        f"sweep: resuming {len(todo)} of {len(sweep.seeds)} seeds of {sweep.meta['name']} "
+        f"({went_on} from a checkpoint, {len(todo) - went_on} afresh)"
+        f"{f', {n} at a time' if n > 1 else ''}: {path}",
+        flush=True,
+    )
+    return _run(sweep, file, configs, n)
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
 def _run_here(sweep: Sweep, configs: dict[int, Config]) -> None:
     for seed in sweep.pending():
         sweep.started(seed)
         # Ctrl-C ends the run as it ends a single one (last checkpoint and summary written)
         # and leaves this loop; Sweep.close marks the seed interrupted.
-        error = run_seed(configs[seed], sweep.run_dir(seed))
+        error = run_seed(configs[seed], sweep.run_dir(seed), resume=seed in sweep.resumed)
         sweep.ended(seed, "failed" if error else "finished", error)
 
 
-def run_seed(config: Config, run_dir: Path) -> str | None:
-    """Run one seed into ``run_dir``; returns None, or the error line of a run that failed
-    (its traceback written to ``run_dir/error.txt``). Ctrl-C propagates."""
+def run_seed(config: Config, run_dir: Path, resume: bool = False) -> str | None:
+    """Run one seed into ``run_dir`` (``resume``: on from its latest checkpoint); returns None,
+    or the error line of a run that failed (its traceback written to ``run_dir/error.txt``).
+    Ctrl-C propagates."""
     from wheeler2.runtime import run_experiment
     from wheeler2.runtime.experiment import MemberFailed
 
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        run_experiment(config, run_dir)
+        run_experiment(config, run_dir, resume=resume)
     except KeyboardInterrupt:
         raise
     except MemberFailed as exc:  # the coordinator printed the member's traceback already
@@ -317,9 +432,9 @@ def _error_line(run_dir: Path, returncode: int) -> str:
     return f"exit code {returncode}{last}"
 
 
-def _child_command(seed_file: Path, seed: int, run_dir: Path) -> list[str]:
+def _child_command(seed_file: Path, seed: int, run_dir: Path, resume: bool) -> list[str]:
     cmd = [sys.executable, "-m", "wheeler2.sweep", str(seed_file), str(seed), str(run_dir)]
-    return cmd + ["--parent", str(os.getpid())]
+    return cmd + ["--parent", str(os.getpid())] + (["--resume"] if resume else [])
 
 
 def _run_children(sweep: Sweep, file: Path, configs: dict[int, Config], n: int) -> None:
@@ -335,7 +450,7 @@ def _run_children(sweep: Sweep, file: Path, configs: dict[int, Config], n: int) 
                 )
                 with open(run_dir / OUTPUT_FILE, "wb") as log:
                     running[seed] = subprocess.Popen(
-                        _child_command(seed_file, seed, run_dir),
+                        _child_command(seed_file, seed, run_dir, seed in sweep.resumed),
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
@@ -397,6 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("seed", type=int)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--parent", type=int, help="the sweep's pid: stop when it is gone")
+    parser.add_argument("--resume", action="store_true", help="on from its latest checkpoint")
     args = parser.parse_args(argv)
     if args.parent is not None:
         from wheeler2.process import stop_with_parent
@@ -418,7 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - a config the sweep wrote that will not load
             error: str | None = _failed(args.run_dir, str(exc), traceback.format_exc())
         else:
-            error = run_seed(config, args.run_dir)
+            error = run_seed(config, args.run_dir, resume=args.resume)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     if error is not None:
