@@ -19,6 +19,7 @@ import pytest
 
 from wheeler2 import cli, sweep
 from wheeler2.errors import UsageError
+from wheeler2.report import find_runs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -368,6 +369,9 @@ def test_a_stopped_sweep_resumes_where_it_stopped(
     and the seed that never began starts; the sweep then reads as if it had never stopped."""
     _, found = stopped_sweep(tmp_path, monkeypatch)
     before = json.loads((found / "sweep.json").read_text())
+    # What a start of seed 2 killed before its first checkpoint would have left: set aside.
+    (found / "seed-2").mkdir()
+    (found / "seed-2" / "metrics.csv").write_text("an earlier start's row\n")
     seed0 = (found / "seed-0" / "summary.json").read_text()
     capsys.readouterr()
     if parallel:  # the seeds are children: python -m wheeler2.sweep ... --resume
@@ -393,6 +397,14 @@ def test_a_stopped_sweep_resumes_where_it_stopped(
     assert now[0] == earlier[0] and now[1] > earlier[1] > 0  # both sessions of seed 1
     fresh = json.loads((found / "seed-2" / "summary.json").read_text())
     assert [e["env_steps"] for e in fresh["eval"]] == [100, 200, 300]
+    assert "earlier" not in (found / "seed-2" / "metrics.csv").read_text()
+    assert (found / "seed-2.stopped-1" / "metrics.csv").read_text() == "an earlier start's row\n"
+    # A start stopped that early has a config.toml and checkpoints/ (empty): it looks like a run.
+    (found / "seed-2.stopped-1" / "config.toml").write_text(
+        (found / "seed-1/config.toml").read_text()
+    )
+    (found / "seed-2.stopped-1" / "checkpoints").mkdir()
+    assert sorted(r.seed for r in find_runs([tmp_path])) == [0, 1, 2]  # the report's seeds
     # Nothing left to do: said so, and the sweep's exit code stands.
     assert cli.main(["resume", str(found)]) == 0
     assert "nothing to resume" in capsys.readouterr().out

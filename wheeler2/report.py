@@ -81,8 +81,11 @@ def find_runs(dirs: Sequence[str | Path]) -> list[Run]:
             for run in _sweep_runs(sweep):
                 found.setdefault(run.path.resolve() if run.path else (sweep, run.seed), run)
         runs = [d] if _is_run(d) else _run_dirs_under(d)
+        inside = [s.resolve() for s in sweeps]
         for path in runs:
-            found.setdefault(path.resolve(), _plain_run(path))
+            # A sweep's runs are the seeds its sweep.json lists: not a start it set aside.
+            if not any(path.resolve().is_relative_to(s) for s in inside):
+                found.setdefault(path.resolve(), _plain_run(path))
     if not found:
         raise UsageError(
             f"no runs in {', '.join(map(str, dirs))}: expected sweep directories (sweep.json), "

@@ -354,6 +354,9 @@ def resume_sweep(path: Path, load: Loader, parallel: str | None = None) -> int:
                 "its other seeds; put the file back, or start a new sweep"
             )
         configs[seed] = config
+    for seed in todo:
+        if seed not in sweep.resumed:
+            _set_aside(sweep.run_dir(seed))
     n = parallel_runs(parallel, configs[todo[0]], len(todo))
     sweep.meta["parallel"] = n
     went_on = len(sweep.resumed)
@@ -364,6 +367,19 @@ def resume_sweep(path: Path, load: Loader, parallel: str | None = None) -> int:
         flush=True,
     )
     return _run(sweep, file, configs, n)
+
+
+def _set_aside(run_dir: Path) -> None:
+    """A seed that starts afresh where an earlier start left files but no checkpoint (stopped
+    in its start-up, or killed before its first): those are moved aside, so that the new run's
+    metrics are not appended to the old ones."""
+    if not run_dir.is_dir() or not any(run_dir.iterdir()):
+        return
+    k = 1
+    while (aside := run_dir.with_name(f"{run_dir.name}.stopped-{k}")).exists():
+        k += 1
+    run_dir.rename(aside)
+    print(f"sweep: {run_dir.name} has no checkpoint; its earlier files are in {aside}", flush=True)
 
 
 def _alive(pid: Any) -> bool:
