@@ -375,10 +375,13 @@ def test_a_stopped_sweep_resumes_where_it_stopped(
     seed0 = (found / "seed-0" / "summary.json").read_text()
     capsys.readouterr()
     if parallel:  # the seeds are children: python -m wheeler2.sweep ... --resume
+        (found / "seed-1" / sweep.OUTPUT_FILE).write_text("its first session\n")
         cmd = wheeler2_command("resume", str(found), *parallel)
         done = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=180)
         assert done.returncode == 0, done.stdout + done.stderr
         printed = done.stdout
+        log = (found / "seed-1" / sweep.OUTPUT_FILE).read_text()
+        assert log.startswith("its first session\n") and "run directory" in log  # appended
     else:
         assert cli.main(["resume", str(found)]) == 0
         printed = capsys.readouterr().out

@@ -464,7 +464,8 @@ def _run_children(sweep: Sweep, file: Path, configs: dict[int, Config], n: int) 
                 seed_file.write_text(
                     f"# {file} as the sweep resolved it for seed {seed}\n" + configs[seed].to_toml()
                 )
-                with open(run_dir / OUTPUT_FILE, "wb") as log:
+                mode = "ab" if seed in sweep.resumed else "wb"  # a resumed seed's log goes on
+                with open(run_dir / OUTPUT_FILE, mode) as log:
                     running[seed] = subprocess.Popen(
                         _child_command(seed_file, seed, run_dir, seed in sweep.resumed),
                         stdout=log,
